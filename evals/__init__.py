@@ -1,0 +1,44 @@
+"""Evals for rope_ext. Each is a function ``evaluate(eval_cfg, ctx) -> summary dict`` registered in
+``EVALS`` under the name its config (``conf/eval/<name>.yaml``) carries."""
+
+from __future__ import annotations
+
+from rope_ext import ScalingError
+
+from . import perplexity, rope_decay
+from .data import SOURCES, DataError
+from .models import ModelLoadError
+
+EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate}
+CHECKS = {"perplexity": perplexity.check_config}
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work, found before any work starts."""
+
+
+USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError)
+
+
+def check(cfg) -> None:
+    """Fail early, with the bad value and the valid choices, before any model or data is loaded."""
+    from pathlib import Path
+
+    import rope_ext
+
+    from .context import scaling_dict
+    from .models import DTYPES
+
+    if cfg.eval.name not in EVALS:
+        raise ConfigError(f"eval.name={cfg.eval.name!r} is not one of {', '.join(EVALS)}")
+    rope_ext.validate(scaling_dict(cfg))
+    if cfg.eval.name in CHECKS:
+        CHECKS[cfg.eval.name](cfg.eval)
+    if cfg.data.source not in SOURCES:
+        raise ConfigError(f"data.source={cfg.data.source!r} is not one of {', '.join(SOURCES)}")
+    if cfg.model.weights not in ("pretrained", "random"):
+        raise ConfigError(f"model.weights={cfg.model.weights!r} is not one of pretrained, random")
+    if cfg.model.dtype != "auto" and cfg.model.dtype not in DTYPES:
+        raise ConfigError(f"model.dtype={cfg.model.dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    if cfg.model.path and not Path(cfg.model.path).exists():
+        raise ConfigError(f"model.path={cfg.model.path!r} does not exist")

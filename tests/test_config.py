@@ -1,0 +1,117 @@
+"""Hydra composition of every config option, the hub models' real shapes, and bad input at the CLI."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
+
+import evals
+import rope_ext
+from evals.config import register_configs
+from evals.models import ModelLoadError, random_model, rope_geometry
+from tests.conftest import ROOT
+
+register_configs()
+GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
+          ("model", "scaling", "eval", "data", "logger")}
+REDUCED = ["model.architecture.num_hidden_layers=2", "model.architecture.hidden_size=64",
+           "model.architecture.intermediate_size=96", "model.architecture.vocab_size=512"]
+
+
+def compose_config(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
+def test_every_option_composes(group, option):
+    cfg = compose_config(f"{group}={option}")
+    assert cfg[group].name in (option, "perplexity", "rope_decay")
+    OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+
+
+def test_defaults_read_like_a_table_of_contents():
+    defaults = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml").defaults)
+    assert [next(iter(d)) if isinstance(d, dict) else d for d in defaults] == [
+        "config_schema", "model", "scaling", "eval", "data", "logger", "hydra", "_self_"]
+
+
+@pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])
+def test_every_scaling_preset_is_valid_for_the_default_model(option):
+    cfg = compose_config(f"scaling={option}")
+    evals.check(cfg)  # the preset's parameters are accepted by rope_ext
+
+
+def test_longrope_preset_asks_for_its_factor_lists():
+    with pytest.raises(rope_ext.ScalingError, match="needs short_factor, long_factor"):
+        evals.check(compose_config("scaling=longrope"))
+
+
+@pytest.mark.parametrize("option", GROUPS["model"])
+def test_every_model_builds_with_random_weights_at_reduced_size(option):
+    heads = 4
+    cfg = compose_config(f"model={option}", "model.weights=random", *REDUCED,
+                         f"model.architecture.num_attention_heads={heads}",
+                         f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
+    model = random_model(cfg.model, torch.float32)
+    slots = rope_ext.find_rotary_slots(model)
+    dim, base = rope_geometry(cfg.model)
+    assert [(s.dim, s.base) for s in slots] == [(dim, base)] == [(64 // heads, cfg.model.architecture.rope_parameters.rope_theta)]
+    with torch.no_grad():
+        assert model(torch.arange(16)[None]).logits.shape == (1, 16, 512)
+
+
+def test_model_configs_record_real_shapes_and_contexts():
+    expected = {"llama": (4096, 10000.0, 32, 4096), "llama3": (8192, 500000.0, 32, 4096),
+                "tinyllama": (2048, 10000.0, 22, 2048), "smollm2": (8192, 100000.0, 30, 576),
+                "mistral": (8192, 10000.0, 32, 4096), "qwen2": (32768, 1000000.0, 28, 3584)}
+    for name, (trained, base, layers, hidden) in expected.items():
+        model = compose_config(f"model={name}").model
+        arch = model.architecture
+        assert (model.original_max_position, arch.rope_parameters.rope_theta, arch.num_hidden_layers,
+                arch.hidden_size) == (trained, base, layers, hidden)
+
+
+@pytest.mark.parametrize(
+    "overrides,error",
+    [(["eval.lenghts=[1]"], ConfigCompositionException), (["scaling=yran"], MissingConfigException),
+     (["model.pth=/x"], ConfigCompositionException), (["scaling.beta_fats=3"], ConfigCompositionException)],
+)
+def test_typos_fail_at_composition(overrides, error):
+    with pytest.raises(error):
+        compose_config(*overrides)
+
+
+def run_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), "logger=none", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["scaling=yran"], "Available options in 'scaling'"),
+        (["scaling.name=yran"], "unknown scaling name 'yran'. Valid: base, compose"),
+        (["model=gpt"], "Available options in 'model'"),
+        (["eval=ppl"], "Available options in 'eval'"),
+        (["data=wiki"], "Available options in 'data'"),
+        (["eval.lengths=[1024,-5]"], "eval.lengths must be integers >= 2, got [1024, -5]"),
+        (["model.path=/no/such/dir"], "model.path='/no/such/dir' does not exist"),
+        (["scaling=linear", "scaling.factor=0.5"], "factor=0.5 must be >= 1"),
+        (["model.weights=fake"], "model.weights='fake' is not one of pretrained, random"),
+        (["model=llama"], "set model.path=/path/to/checkpoint"),
+        (["data=text_files", "data.glob=/no/*.txt", "model=tinyllama", "model.weights=random", *REDUCED],
+         "data.glob='/no/*.txt' matches no file"),
+        (["eval.lengths=[1000000]", "model=tinyllama", "model.weights=random", *REDUCED, "data.books=[persuasion]"],
+         "eval.lengths [1000000] exceed every document"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message):
+    result = run_cli(*args)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

