@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from rope_ext import ScalingError
 
-from . import perplexity, rope_decay
+from . import needle, perplexity, rope_decay
 from .data import SOURCES, DataError
+from .haystack import HaystackError
 from .models import ModelLoadError
 
-EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate}
-CHECKS = {"perplexity": perplexity.check_config}
+EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate, "needle": needle.evaluate,
+         "passkey": needle.evaluate}
+CHECKS = {"perplexity": perplexity.check_config, "needle": needle.check_config, "passkey": needle.check_config}
 
 
 class ConfigError(ValueError):
     """A config value that cannot work, found before any work starts."""
 
 
-USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError)
+USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError, HaystackError)
 
 
 def check(cfg) -> None:

@@ -103,6 +103,39 @@ class RopeDecayConfig:
 
 
 @dataclass
+class RetrievalConfig:
+    """Needle-in-a-haystack (haystack: corpus) and passkey (haystack: filler)."""
+
+    name: str = "needle"
+    haystack: str = "corpus"  # corpus (data=...) | filler
+    filler: str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    haystack_offset: int = 0  # corpus: start this many tokens into the first document
+    preamble: str = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+                     "I will quiz you about the numbers afterwards.\n")
+    snap_tokens: int = 32  # move a needle back to a sentence start at most this far (0: exact token depth)
+    lengths: list = field(default_factory=lambda: [1024, 4096, 8192])  # total prompt tokens
+    depths: list = field(default_factory=lambda: [0.1, 0.5, 0.9])  # target needle position, fraction of haystack
+    trials: int = 2  # per cell, each with its own random key(s)
+    seed: int = 0
+    key_digits: list = field(default_factory=lambda: [5, 7])  # [min, max] digits of a key
+    needle: str = "The special magic number{for_name} is {key}."
+    # question and answer prefix carry their own leading separators (RULER's niah wording)
+    question: str = "\nWhat is the special magic number{for_name} mentioned in the provided text?"
+    answer_prefix: str = " The special magic number{for_name} mentioned in the provided text is"
+    question_all: str = "\nWhat are all the special magic numbers mentioned in the provided text?"
+    answer_prefix_all: str = " The special magic numbers mentioned in the provided text are"
+    num_needles: int = 1  # > 1: named needles, each with its own key
+    distractors: int = 0  # needles with near-identical names and other keys (RULER-style)
+    ask: str = "one"  # one (the target) | all (every needle's key)
+    scoring: str = "both"  # generate (greedy + match) | teacher_forced | both
+    match: str = "substring"  # substring | exact (the key as a whole number)
+    max_new_tokens: int = 12
+    chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
+    prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
+    threshold: float = 0.9  # the largest length with accuracy >= threshold is reported
+
+
+@dataclass
 class LoggerConfig:
     name: str = MISSING
     mode: str = "auto"  # auto (online with an API key, else offline) | online | offline | disabled
@@ -124,7 +157,7 @@ class Config:
     output_dir: Optional[str] = None  # default: Hydra's run directory
 
 
-EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig}
+EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig, "retrieval": RetrievalConfig}
 
 
 def register_configs() -> None:

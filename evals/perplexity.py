@@ -227,8 +227,8 @@ def _finish(cfg, ctx, rows, position_sum, position_count, trained) -> dict:
     metrics = {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins, **summary}
     ctx.results.update("metrics", {"perplexity": metrics})
     ctx.tracker.summary(summary)
-    ctx.tracker.table("perplexity/by_length", rows)
-    ctx.tracker.table("perplexity/loss_by_position", bins)
+    ctx.tracker.table("perplexity/by_length_table", rows, line=("length", "ppl"))
+    ctx.tracker.table("perplexity/loss_by_position_table", bins, line=("position_end", "mean_nll"))
     for key, path in images.items():
-        ctx.tracker.image(f"perplexity/{key}", path)
+        ctx.tracker.image(f"perplexity/{key}_plot", path)
     return summary

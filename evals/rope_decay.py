@@ -60,6 +60,6 @@ def evaluate(cfg, ctx) -> dict:
         summary[f"pairs_{regime}"] = sum(r["regime"] == regime for r in table)
     ctx.results.update("metrics", {"rope_decay": summary})
     ctx.tracker.summary(summary)
-    ctx.tracker.table("rope_decay/base_bound", bounds)
+    ctx.tracker.table("rope_decay/base_bound", bounds, line=("context", "base_lower_bound"))
     ctx.tracker.table("rope_decay/dimensions", table)
     return summary

@@ -73,15 +73,20 @@ class Tracker:
         if self.run is not None:
             self._guard("log", self.run.log, values)
 
-    def table(self, key: str, rows: list[dict]) -> None:
+    def table(self, key: str, rows: list[dict], line: tuple[str, str] | None = None) -> None:
+        """Log rows as a W&B table; with ``line=(x, y)`` also as a W&B line chart of y against x."""
         if self.run is not None and rows:
-            self._guard("table", self._table, key, rows)
+            self._guard("table", self._table, key, rows, line)
 
-    def _table(self, key, rows):
+    def _table(self, key, rows, line):
         import wandb
 
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        self.run.log({key: wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])})
+        table = wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
+        logged = {key: table}
+        if line:
+            logged[f"{key}_chart"] = wandb.plot.line(table, line[0], line[1], title=f"{key}: {line[1]} vs {line[0]}")
+        self.run.log(logged)
 
     def image(self, key: str, path: Path) -> None:
         if self.run is not None:

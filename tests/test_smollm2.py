@@ -72,3 +72,15 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
     assert none["ppl@16384"] > 1.5 * none["ppl@8192"]
     for scaling in ("yarn", "ntk"):
         assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["passkey", "needle"])
+def test_retrieval_works_within_the_trained_context(tmp_path, task):
+    """Issue #5 acceptance: passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"eval={task}", "logger=none", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
+                                           "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]"])
+    summary = rope_run.run(cfg)
+    assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
+    assert summary[f"{task}_prefix_sharing"] is True

@@ -1,0 +1,126 @@
+"""Needle and passkey: exact prompt construction, prefix sharing equal to cell-by-cell, bad input."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from evals import needle
+from evals.config import RetrievalConfig
+from evals.data import Document
+from evals.haystack import HaystackError, PromptBuilder, haystack_ids
+from evals.models import load_tokenizer
+from tests.conftest import TinyContext, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    cfg = SimpleNamespace(name="smollm2", weights="random", tokenizer=None, gguf_file=None, gguf_package=None, path=None,
+                          hub_id=None)
+    return load_tokenizer(cfg)[0]  # the bundled SmolLM2 tokenizer
+
+
+@pytest.fixture(scope="module")
+def corpus(tokenizer):
+    text = " ".join(f"Sentence number {i} talks about the weather and the sea." for i in range(600))
+    return [Document("corpus", torch.tensor(tokenizer(text)["input_ids"]))]
+
+
+def retrieval(**overrides):
+    return SimpleNamespace(**{**RetrievalConfig().__dict__, "lengths": [256, 512], "depths": [0.0, 0.3, 1.0],
+                              "trials": 2, "max_new_tokens": 4, **overrides})
+
+
+@pytest.mark.parametrize("haystack", ["corpus", "filler"])
+@pytest.mark.parametrize("snap", [0, 32])
+def test_prompts_have_exact_length_and_needle_at_depth(tokenizer, corpus, haystack, snap):
+    cfg = retrieval(haystack=haystack, snap_tokens=snap)
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    for length in cfg.lengths:
+        for depth in cfg.depths:
+            prompt = builder.build(length, depth, trial=0)
+            assert len(prompt.ids) == length
+            needle_ids = builder.encode(" " + cfg.needle.format(for_name="", key=prompt.keys[0]) + " ")
+            at = prompt.needle_position
+            assert torch.equal(prompt.ids[at : at + len(needle_ids)], needle_ids)
+            question, answer_prefix = cfg.question.format(for_name=""), cfg.answer_prefix.format(for_name="")
+            overhead = len(builder.head) + len(needle_ids) + len(builder.encode(question)) + len(builder.encode(answer_prefix))
+            budget = length - overhead
+            expected = len(builder.head) + round(depth * budget)
+            assert expected - snap <= at <= expected
+            assert prompt.answer_ids.tolist() == builder.encode(" " + prompt.keys[0]).tolist()
+            assert tokenizer.decode(prompt.ids).endswith(question + answer_prefix)
+
+
+def test_keys_are_seeded_and_vary_by_trial(tokenizer, corpus):
+    cfg = retrieval()
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    assert builder.build(256, 0.5, 0).keys == builder.build(256, 0.5, 0).keys
+    assert builder.build(256, 0.5, 0).keys != builder.build(256, 0.5, 1).keys
+    assert all(5 <= len(builder.build(256, 0.5, t).keys[0]) <= 7 for t in range(10))
+
+
+def test_multi_needle_with_distractors(tokenizer, corpus):
+    cfg = retrieval(num_needles=3, distractors=2, snap_tokens=0)
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    prompt = builder.build(512, 0.5, 0)
+    text = tokenizer.decode(prompt.ids)
+    assert len(prompt.all_keys) == 5 and all(key in text for key in prompt.all_keys.values())
+    target = next(iter(prompt.all_keys))
+    assert f"special magic number for {target} mentioned" in text and prompt.keys == [prompt.all_keys[target]]
+    assert f"{target}s" in prompt.all_keys  # a near-identical distractor name
+    everything = PromptBuilder(retrieval(num_needles=3, ask="all"), tokenizer, builder.haystack).build(512, 0.5, 0)
+    assert len(everything.keys) == 3 and "What are all the special magic numbers" in tokenizer.decode(everything.ids)
+    assert needle.is_correct(f"{everything.keys[0]}, {everything.keys[2]}", everything.keys, "exact") == pytest.approx(2 / 3)
+    assert needle.is_correct("x1234567y", ["1234567"], "substring") == 1 and needle.is_correct("x1234567y", ["123456"], "exact") == 0
+
+
+def run_grid(tmp_path, tokenizer, corpus, scaling=None, **overrides):
+    model = tiny_llama(vocab=len(tokenizer))
+    ctx = TinyContext(model, corpus, tmp_path, scaling)
+    ctx.tokenizer = tokenizer
+    try:
+        summary = needle.evaluate(retrieval(**overrides), ctx)
+    finally:
+        ctx.close()
+    trials = [json.loads(line) for line in (tmp_path / "needle_trials.jsonl").read_text().splitlines()]
+    return summary, sorted(trials, key=lambda r: (r["length"], r["depth"], r["trial"]))
+
+
+@pytest.mark.parametrize("scaling", [None, {"name": "yarn", "factor": 4.0}])
+def test_prefix_sharing_equals_cell_by_cell(tmp_path, tokenizer, corpus, scaling):
+    shared, shared_trials = run_grid(tmp_path / "shared", tokenizer, corpus, scaling, prefix_sharing=True)
+    alone, alone_trials = run_grid(tmp_path / "alone", tokenizer, corpus, scaling, prefix_sharing=False)
+    assert shared["needle_prefix_sharing"] and not alone["needle_prefix_sharing"]
+    assert [r["answer"] for r in shared_trials] == [r["answer"] for r in alone_trials]
+    assert [r["tf_correct"] for r in shared_trials] == [r["tf_correct"] for r in alone_trials]
+    assert [r["tf_logprob"] for r in shared_trials] == pytest.approx([r["tf_logprob"] for r in alone_trials], abs=1e-3)
+    assert shared["needle_tokens_computed"] < 0.8 * alone["needle_tokens_computed"]
+    for name in ("needle_cells.csv", "needle_heatmap.png", "needle_trials.jsonl"):
+        assert (tmp_path / "shared" / name).stat().st_size > 0
+
+
+def test_dynamic_strategy_falls_back_to_cell_by_cell(tmp_path, tokenizer, corpus):
+    summary, _ = run_grid(tmp_path, tokenizer, corpus, {"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
+    assert summary["needle_prefix_sharing"] is False
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [({"depths": [0.5, 1.5]}, "must lie in \\[0, 1\\]"), ({"depths": [-0.1]}, "must lie in \\[0, 1\\]"),
+     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "positive integers"),
+     ({"key_digits": [7, 5]}, "must be \\[min, max\\]")],
+)
+def test_bad_config(overrides, message):
+    with pytest.raises(HaystackError, match=message):
+        needle.check_config(retrieval(**overrides))
+
+
+def test_length_below_needle_and_question_and_short_haystack(tokenizer, corpus):
+    cfg = retrieval()
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    with pytest.raises(HaystackError, match="length 40 is below what the needles and question need"):
+        builder.build(40, 0.5, 0)
+    with pytest.raises(HaystackError, match="the haystack has .* tokens, fewer than"):
+        builder.build(100_000, 0.5, 0)
