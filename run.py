@@ -16,9 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from evals import EVALS, USER_ERRORS, check
 from evals.config import register_configs
-from evals.context import EvalContext, scaling_label
-from evals.results import Results
-from evals.tracking import Tracker
+from evals.context import EvalContext, job_description, scaling_label
+from evals.results import Results, find_finished, job_key
+from evals.tracking import Tracker, sweep_group
 
 log = logging.getLogger("rope_ext")
 register_configs()
@@ -30,13 +30,18 @@ def run(cfg: DictConfig) -> dict:
     out_dir = Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
     results = Results(out_dir, config)
-    group = out_dir.parent.name if HydraConfig.initialized() and HydraConfig.get().mode.name == "MULTIRUN" else None
-    tracker = Tracker(cfg.logger, config, out_dir, f"{cfg.model.name}-{scaling_label(cfg)}-{cfg.eval.name}", group)
+    key = results.set("job_key", job_key(job_description(cfg)))
+    finished = None if cfg.force else find_finished(key, cfg.resume_from, exclude=out_dir)
+    if finished:
+        print(f"skip: the same job finished in {finished.parent} (force=true reruns it)")
+        return results.resume(finished)
+    tracker = Tracker(cfg.logger, config, out_dir, f"{cfg.model.name}-{scaling_label(cfg)}-{cfg.eval.name}", sweep_group())
     status = "failed"
     try:
         with EvalContext(cfg, results, tracker) as ctx:
             summary = EVALS[cfg.eval.name](cfg.eval, ctx)
         status = "done"
+        results.update("summary", summary)
     finally:
         results.finish(status)
         tracker.artifact(out_dir / "results.json", f"results-{out_dir.name}")

@@ -10,9 +10,30 @@ from .data import SOURCES, DataError
 from .haystack import HaystackError
 from .models import ModelLoadError
 
+
+
+def suite(cfg, ctx) -> dict:
+    """Run the evals named in ``cfg.run`` on the same patched model; their summaries merged."""
+    summary = {}
+    for name in cfg.run:
+        summary.update(EVALS[name](cfg[name], ctx))
+    return summary
+
+
+def check_suite(cfg) -> None:
+    unknown = [name for name in cfg.run if name not in EVALS or name == "suite" or cfg.get(name) is None]
+    if unknown or not cfg.run:
+        valid = [name for name in EVALS if name != "suite" and cfg.get(name) is not None]
+        raise ConfigError(f"eval.run={list(cfg.run)} has unknown {unknown or 'nothing'}; valid: {', '.join(valid)}")
+    for name in cfg.run:
+        if name in CHECKS:
+            CHECKS[name](cfg[name])
+
+
 EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate, "needle": needle.evaluate,
-         "passkey": needle.evaluate}
-CHECKS = {"perplexity": perplexity.check_config, "needle": needle.check_config, "passkey": needle.check_config}
+         "passkey": needle.evaluate, "suite": suite}
+CHECKS = {"perplexity": perplexity.check_config, "needle": needle.check_config, "passkey": needle.check_config,
+          "suite": check_suite}
 
 
 class ConfigError(ValueError):

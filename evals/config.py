@@ -78,7 +78,6 @@ class PerplexityConfig:
     stride: int = 256  # sliding: tokens advanced per window; only new tokens are scored
     bos_per_window: bool = False  # sliding: prepend BOS to every window (the yarn script does)
     documents: Optional[int] = None  # how many documents to evaluate (None: all)
-    short_documents: str = "skip"  # a document shorter than a length: skip it for that length (counted)
     chunk_tokens: int = 2048  # LM head + cross-entropy over this many positions at a time
     position_bins: int = 64  # bins of the loss-by-position curve
     tolerance: float = 0.1  # effective length: ppl within (1 + tolerance) x ppl at the trained length
@@ -136,6 +135,18 @@ class RetrievalConfig:
 
 
 @dataclass
+class SuiteConfig:
+    """Several evals in one job; their configs sit under their names (composed from conf/eval/)."""
+
+    name: str = "suite"
+    run: list = field(default_factory=lambda: ["perplexity", "needle"])
+    perplexity: Any = None
+    needle: Any = None
+    passkey: Any = None
+    rope_decay: Any = None
+
+
+@dataclass
 class LoggerConfig:
     name: str = MISSING
     mode: str = "auto"  # auto (online with an API key, else offline) | online | offline | disabled
@@ -155,9 +166,11 @@ class Config:
     logger: LoggerConfig = MISSING
     seed: int = 0
     output_dir: Optional[str] = None  # default: Hydra's run directory
+    force: bool = False  # run even when a finished job with the same resolved config exists
+    resume_from: list = field(default_factory=lambda: ["outputs", "multirun"])  # where finished jobs are looked up
 
 
-EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig, "retrieval": RetrievalConfig}
+EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig, "retrieval": RetrievalConfig, "suite": SuiteConfig}
 
 
 def register_configs() -> None:

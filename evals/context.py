@@ -5,11 +5,12 @@ of the same process (a Hydra multirun re-patches it instead of reloading it)."""
 from __future__ import annotations
 
 import logging
+import time
 from functools import cached_property
 
 import rope_ext
 from omegaconf import OmegaConf
-from rope_ext.strategies import with_trained_context
+from rope_ext.strategies import effective, with_trained_context
 
 from .data import load_documents
 from .models import LoadedModel, load_model, load_tokenizer, rope_geometry
@@ -24,9 +25,16 @@ def scaling_dict(cfg) -> dict:
     return with_trained_context(scaling, cfg.model.original_max_position)
 
 
+def job_description(cfg) -> dict:
+    """What determines a job's results (its resume key): model, effective scaling, eval, data, seed."""
+    keep = {group: OmegaConf.to_container(cfg[group], resolve=True) for group in ("model", "eval", "data")}
+    return {**keep, "scaling": effective(scaling_dict(cfg)), "seed": cfg.seed}
+
+
 def scaling_label(cfg) -> str:
-    scaling = cfg.scaling
-    parts = [scaling.name] + [f"{k}{scaling[k]:g}" for k in ("factor", "base") if scaling.get(k) is not None]
+    """e.g. ``yarn-factor2``, ``base-base1e+06``, ``none`` (parameters a strategy ignores are left out)."""
+    scaling = effective(scaling_dict(cfg))
+    parts = [scaling["name"]] + [f"{k}{scaling[k]:g}" for k in ("factor", "base") if scaling.get(k) is not None]
     return "-".join(parts)
 
 
@@ -51,11 +59,13 @@ class EvalContext:
 
     @cached_property
     def loaded(self) -> LoadedModel:
+        started = time.perf_counter()
         if self._model_key not in _LOADED:
             _LOADED.clear()
             _LOADED[self._model_key] = load_model(self.cfg.model, self.__dict__.get("tokenizer"))
         else:
-            log.info("reusing the loaded %s model", self.model_name)
+            log.info("reusing the loaded %s model (re-patched, not reloaded)", self.model_name)
+        self.results.update("timings", {"model_load_s": round(time.perf_counter() - started, 3)})
         loaded = _LOADED[self._model_key]
         self._patch = rope_ext.patch(loaded.model, self.scaling, self.trained_context)
         self.results.update("rope", {"scaling": self.scaling, "dynamic": self.dynamic, "patched": self._patch.applied,

@@ -31,19 +31,30 @@ def line_plot(path: Path, series: dict[str, tuple[list, list]], *, xlabel: str, 
     return path
 
 
-def heatmap(path: Path, grid: list[list[float]], lengths: list[int], depths: list[float], *, title: str,
-            trained: int | None = None) -> Path:
-    """Accuracy heatmap: rows = depths, columns = lengths, cells annotated with their value."""
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.5 * len(depths)))
+def _heatmap_on(ax, grid, lengths, depths, title, trained):
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [f"{L}{'*' if trained and L > trained else ''}" for L in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
-    ax.set(xlabel="context length (tokens; * beyond trained)", ylabel="needle depth", title=title)
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.set(xlabel="context length (* beyond trained)", ylabel="needle depth", title=title)
+    return image
+
+
+def heatmaps(path: Path, panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]]) -> Path:
+    """Accuracy heatmaps side by side, one panel per (title, grid[depth][length], lengths, depths, trained)."""
+    width = sum(1.2 + 0.9 * len(p[2]) for p in panels)
+    height = 1.4 + 0.5 * max(len(p[3]) for p in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
+    for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
+        image = _heatmap_on(ax, grid, lengths, depths, title, trained)
+    fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def heatmap(path: Path, grid, lengths, depths, *, title: str, trained: int | None = None) -> Path:
+    """One accuracy heatmap: rows = depths, columns = lengths, cells annotated."""
+    return heatmaps(path, [(title, grid, lengths, depths, trained)])

@@ -4,6 +4,7 @@ one CSV per table, and PNG plots, all in the run directory."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import platform
@@ -44,6 +45,11 @@ class Results:
         self.data["timings"]["elapsed_s"] = round(time.time() - self.started, 3)
         _atomic_write(self.dir / "results.json", json.dumps(self.data, indent=2, default=str))
 
+    def set(self, key: str, value):
+        self.data[key] = value
+        self.write()
+        return value
+
     def update(self, section: str, values: dict) -> None:
         self.data.setdefault(section, {}).update(values)
         self.write()
@@ -58,6 +64,34 @@ class Results:
         os.replace(path.with_suffix(".tmp"), path)
         return path
 
+    def resume(self, finished: Path) -> dict:
+        """Take over a finished job's results (same job key) instead of recomputing them."""
+        previous = json.loads(Path(finished).read_text())
+        self.data.update({k: previous[k] for k in ("metrics", "summary", "rope") if k in previous})
+        self.data["resumed_from"] = str(Path(finished).parent)
+        self.finish("done")
+        return previous.get("summary", {})
+
     def finish(self, status: str = "done") -> None:
         self.data["status"] = status
         self.write()
+
+
+def job_key(job: dict) -> str:
+    """A hash of what determines a job's results: model, effective scaling, eval, data and seed."""
+    return hashlib.sha256(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def find_finished(key: str, roots, exclude: Path | None = None) -> Path | None:
+    """A results.json of a finished job with this key under any of ``roots``, or None."""
+    for root in roots:
+        for path in sorted(Path(root).glob("**/results.json")):
+            if exclude is not None and path.parent.resolve() == Path(exclude).resolve():
+                continue
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # a file being written, or not ours
+            if data.get("job_key") == key and data.get("status") == "done":
+                return path
+    return None

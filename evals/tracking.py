@@ -33,6 +33,16 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
+def sweep_group() -> str | None:
+    """The W&B group of a Hydra multirun job: its sweep directory, e.g. ``sweep-2026-11-22_20-30-00``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+        return None
+    parts = Path(HydraConfig.get().sweep.dir).parts[-2:]
+    return "sweep-" + "_".join(parts)
+
+
 class Tracker:
     def __init__(self, cfg, run_config: dict, run_dir: Path, name: str, group: str | None):
         self.run = None

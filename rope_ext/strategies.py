@@ -83,9 +83,10 @@ def _check_factor(name: str, factor: float) -> None:
         raise ScalingError(f"scaling '{name}': factor={factor!r} must be >= 1 (1 = no scaling)")
 
 
-@register("none", params={})
+@register("none", params={"factor": None})
 def none(p, dim, base, seq_len):
-    """The model's own RoPE: theta_i = b^(-2i/d)."""
+    """The model's own RoPE: theta_i = b^(-2i/d). ``factor`` is accepted and ignored, so a sweep over
+    factors can include the baseline (``-m scaling=none,yarn scaling.factor=2,4``)."""
     return default_inv_freq(dim, base), 1.0
 
 
@@ -365,6 +366,12 @@ def with_trained_context(scaling: Mapping, trained: int) -> dict:
     if scaling.get("stages"):
         scaling["stages"] = [with_trained_context(stage, trained) for stage in scaling["stages"]]
     return scaling
+
+
+def effective(scaling: Mapping) -> dict:
+    """The parameters that change the frequencies: validated, without parameters a strategy ignores."""
+    params = validate(scaling)
+    return {"name": "none"} if params["name"] == "none" else params
 
 
 def is_dynamic(scaling: Mapping) -> bool:

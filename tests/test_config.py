@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 
 register_configs()
 GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
-          ("model", "scaling", "eval", "data", "logger")}
+          ("model", "scaling", "eval", "data", "logger", "experiment")}
 REDUCED = ["model.architecture.num_hidden_layers=2", "model.architecture.hidden_size=64",
            "model.architecture.intermediate_size=96", "model.architecture.vocab_size=512"]
 
@@ -30,14 +30,15 @@ def compose_config(*overrides):
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
 def test_every_option_composes(group, option):
     cfg = compose_config(f"{group}={option}")
-    assert cfg[group].name in (option, "perplexity", "rope_decay")
+    if group != "experiment":
+        assert cfg[group].name in (option, "perplexity", "rope_decay", "base")
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
 
 
 def test_defaults_read_like_a_table_of_contents():
     defaults = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml").defaults)
     assert [next(iter(d)) if isinstance(d, dict) else d for d in defaults] == [
-        "config_schema", "model", "scaling", "eval", "data", "logger", "hydra", "_self_"]
+        "config_schema", "model", "scaling", "eval", "data", "logger", "hydra", "_self_", "experiment"]
 
 
 @pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])

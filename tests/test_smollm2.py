@@ -84,3 +84,27 @@ def test_retrieval_works_within_the_trained_context(tmp_path, task):
     summary = rope_run.run(cfg)
     assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
     assert summary[f"{task}_prefix_sharing"] is True
+
+
+@pytest.mark.slow
+def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
+    """Issue #6 acceptance: the preset sweep runs offline (reduced lengths) with W&B offline and a report."""
+    import subprocess
+    import sys
+
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "run.py"), "-m", "experiment=smollm2_extension", "logger.mode=offline",
+               "eval.perplexity.lengths=[512,1024]", "eval.needle.lengths=[512]", "eval.needle.depths=[0.5]",
+               f"hydra.sweep.dir={sweep_dir}", "force=true"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
+                            env={**__import__("os").environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/results.json"))]
+    assert sorted(j["config"]["scaling"]["name"] for j in jobs) == sorted(
+        ["none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3"])
+    assert all(j["status"] == "done" and "needle_acc@512" in j["summary"] and "ppl@1024" in j["summary"] for j in jobs)
+    assert sum(j["timings"]["model_load_s"] > 1 for j in jobs) == 1  # loaded once, re-patched for the other jobs
+    assert len(list(sweep_dir.glob("*/wandb/offline-run-*"))) == 6
+    report = (sweep_dir / "report.md").read_text()
+    assert all(name in report for name in ("dynamic_ntk", "llama3", "needle_acc@512", "ppl@1024"))
+    assert (sweep_dir / "report_needle_heatmaps.png").stat().st_size > 0

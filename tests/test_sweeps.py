@@ -1,0 +1,109 @@
+"""Hydra multirun sweeps: W&B offline runs read back with wandb's own reader, the local report,
+the joblib and submitit launchers, and resuming a killed sweep."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evals.report import write_report
+from tests.conftest import ROOT
+
+TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
+        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
+        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
+        "data.books=[persuasion]", "eval.lengths=[256,512]"]
+WANDB = Path(sys.executable).parent / "wandb"
+
+
+def sweep(sweep_dir, *args, timeout=600, **popen):
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *TINY, f"hydra.sweep.dir={sweep_dir}",
+               f"resume_from=[{sweep_dir.parent}]", *args]
+    env = {**os.environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
+    if popen:
+        return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def results(sweep_dir):
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/results.json"))}
+
+
+def wandb_read(run_dir: Path) -> tuple[dict, dict]:
+    """(summary, run record) of an offline run, read with wandb's own `wandb leet inspect`."""
+    (offline,) = run_dir.glob("wandb/offline-run-*")
+    summary = subprocess.run([str(WANDB), "leet", "inspect", "--summary", "--json", str(offline)], capture_output=True,
+                             text=True, timeout=120, check=True)
+    records = subprocess.run([str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True,
+                             timeout=120, check=True)
+    run = next(json.loads(line)["run"] for line in records.stdout.splitlines() if '"type":"run"' in line)
+    return json.loads(summary.stdout), run
+
+
+def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger.mode=offline")
+    jobs = results(sweep_dir)
+    assert len(jobs) == 2 and all(j["status"] == "done" for j in jobs.values())
+    groups, names = set(), set()
+    for name, job in jobs.items():
+        summary, run = wandb_read(sweep_dir / name)
+        assert summary["state"] == "finished"
+        assert summary["summary"]["ppl@512"] == pytest.approx(job["metrics"]["perplexity"]["by_length"][1]["ppl"])
+        assert summary["config"]["scaling.name"] == job["config"]["scaling"]["name"]  # flat, filterable config
+        groups.add(run["run_group"])
+        names.add(run["display_name"])
+    assert groups == {f"sweep-{tmp_path.name}_sweep"}
+    assert names == {"tinyllama-none-perplexity", "tinyllama-yarn-factor2-perplexity"}
+    report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
+    assert "| yarn | 2" in report and "none" in report and (sweep_dir / "report_perplexity.png").stat().st_size > 0
+    assert (sweep_dir / "report.csv").read_text().count("\n") == 3
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_parallel_launchers_run_a_sweep(tmp_path, launcher):
+    sweep_dir = tmp_path / launcher
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=10"]
+    sweep(sweep_dir, f"hydra/launcher={launcher}", *extra, "scaling=none,linear", "scaling.factor=2", "logger=none")
+    jobs = results(sweep_dir)
+    assert sorted(j["config"]["scaling"]["name"] for j in jobs.values()) == ["linear", "none"]
+    assert all(j["status"] == "done" for j in jobs.values())
+    assert (sweep_dir / "report.md").is_file()
+
+
+def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    args = ["scaling=none,linear,ntk", "scaling.factor=2", "logger=none"]
+    process = sweep(first, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(j.get("status") == "done" for j in results(first).values()):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the whole sweep, midway
+    process.wait()
+    finished = {j["config"]["scaling"]["name"] for j in results(first).values() if j["status"] == "done"}
+    assert "none" in finished
+    output = sweep(second, *args).stdout
+    rerun = results(second)
+    assert len(rerun) == 3 and all(j["status"] == "done" for j in rerun.values())
+    for job in rerun.values():
+        resumed = "resumed_from" in job
+        assert resumed == (job["config"]["scaling"]["name"] in finished), job["config"]["scaling"]["name"]
+        assert job["metrics"]["perplexity"]["by_length"][0]["ppl"] > 1
+    assert output.count("skip: the same job finished") == len(finished)
+    forced = sweep(tmp_path / "forced", "scaling=none", "logger=none", "force=true").stdout
+    assert "skip:" not in forced
+
+
+def test_report_cli_on_a_single_run_and_a_missing_dir(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        write_report(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "evals.report", str(tmp_path / "nope")], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 2 and "no results.json" in result.stderr
