@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rope_ext import ScalingError
 
-from . import needle, perplexity, rope_decay
+from . import harness, needle, perplexity, rope_decay
 from .data import SOURCES, DataError
 from .haystack import HaystackError
 from .models import ModelLoadError
@@ -31,9 +31,9 @@ def check_suite(cfg) -> None:
 
 
 EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate, "needle": needle.evaluate,
-         "passkey": needle.evaluate, "suite": suite}
+         "passkey": needle.evaluate, "lm_eval": harness.evaluate, "suite": suite}
 CHECKS = {"perplexity": perplexity.check_config, "needle": needle.check_config, "passkey": needle.check_config,
-          "suite": check_suite}
+          "lm_eval": harness.check_config, "suite": check_suite}
 
 
 class ConfigError(ValueError):

@@ -135,6 +135,21 @@ class RetrievalConfig:
 
 
 @dataclass
+class LmEvalConfig:
+    """lm-evaluation-harness tasks on the patched model (evals/harness.py)."""
+
+    name: str = "lm_eval"
+    tasks: list = field(default_factory=lambda: ["rope_ext_passkey", "rope_ext_books"])
+    num_fewshot: Optional[int] = None
+    limit: Optional[float] = None  # documents per task (a fraction when < 1)
+    batch_size: int = 1
+    max_length: Optional[int] = None  # None: trained context x factor, at least the longest prompt + 64
+    include_path: list = field(default_factory=list)  # more task directories (ours are always included)
+    metadata: dict = field(default_factory=lambda: {"max_seq_lengths": [1024, 4096], "max_chars": 20000,
+                                                    "books": ["emma", "persuasion"]})
+
+
+@dataclass
 class SuiteConfig:
     """Several evals in one job; their configs sit under their names (composed from conf/eval/)."""
 
@@ -144,6 +159,7 @@ class SuiteConfig:
     needle: Any = None
     passkey: Any = None
     rope_decay: Any = None
+    lm_eval: Any = None
 
 
 @dataclass
@@ -170,7 +186,7 @@ class Config:
     resume_from: list = field(default_factory=lambda: ["outputs", "multirun"])  # where finished jobs are looked up
 
 
-EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig, "retrieval": RetrievalConfig, "suite": SuiteConfig}
+EVAL_SCHEMAS = {"perplexity": PerplexityConfig, "rope_decay": RopeDecayConfig, "retrieval": RetrievalConfig, "lm_eval": LmEvalConfig, "suite": SuiteConfig}
 
 
 def register_configs() -> None:

@@ -115,20 +115,28 @@ def _hub_hint(cfg) -> str:
     )
 
 
+def tokenizer_source(cfg) -> tuple[str | None, dict]:
+    """Where the tokenizer comes from: (path or hub id, from_pretrained kwargs); (None, {}) = bundled SmolLM2."""
+    gguf = _gguf_location(cfg)
+    if cfg.weights == "random" and cfg.tokenizer is None and gguf is None and not cfg.path:
+        return None, {}  # the model's tokenizer needs the hub; the bundled SmolLM2 tokenizer is always here
+    if cfg.tokenizer:
+        return cfg.tokenizer, {}
+    if gguf:
+        return gguf[0], {"gguf_file": gguf[1]}
+    return cfg.path or cfg.hub_id, {}
+
+
 def load_tokenizer(cfg):
     from transformers import AutoTokenizer
 
-    gguf = _gguf_location(cfg)
-    if cfg.weights == "random" and cfg.tokenizer is None and gguf is None and not cfg.path:
-        # the model's tokenizer needs the hub; the bundled SmolLM2 tokenizer is always here
-        bundled = str(package_dir(SMOLLM2_PACKAGE))
-        return AutoTokenizer.from_pretrained(bundled, gguf_file=SMOLLM2_GGUF), f"{SMOLLM2_PACKAGE}/{SMOLLM2_GGUF}"
-    source = cfg.tokenizer or (gguf[0] if gguf else cfg.path or cfg.hub_id)
-    if source == cfg.hub_id:
-        require_hub(cfg)
-    kwargs = {"gguf_file": gguf[1]} if gguf and not cfg.tokenizer else {}
     if cfg.path and not Path(cfg.path).exists():
         raise ModelLoadError(f"model.path={cfg.path!r} does not exist")
+    source, kwargs = tokenizer_source(cfg)
+    if source is None:
+        source, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
+    if source == cfg.hub_id:
+        require_hub(cfg)
     try:
         return AutoTokenizer.from_pretrained(source, **kwargs), source
     except OSError as err:

@@ -108,3 +108,16 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
     report = (sweep_dir / "report.md").read_text()
     assert all(name in report for name in ("dynamic_ntk", "llama3", "needle_acc@512", "ppl@1024"))
     assert (sweep_dir / "report_needle_heatmaps.png").stat().st_size > 0
+
+
+def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
+    """Issue #7: eval=lm_eval on the real model, small limit; the metrics land in results.json."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["eval=lm_eval", "logger=none", f"output_dir={tmp_path}", "eval.limit=2",
+                                           "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000",
+                                           "eval.metadata.books=[emma]"])
+    summary = rope_run.run(cfg)
+    results = json.loads((tmp_path / "results.json").read_text())["metrics"]["lm_eval"]
+    assert results["max_length"] == 8192
+    assert summary["lm_eval/rope_ext_passkey/1024"] == results["results"]["rope_ext_passkey"]["1024,none"] == 1.0
+    assert 1 < summary["lm_eval/rope_ext_books/byte_perplexity"] < 3  # a real model on real English text

@@ -1,0 +1,75 @@
+"""Needle grid cost: cell by cell against KV prefix sharing, same grid, same model, one process.
+
+    python bench/needle_bench.py                                  # CPU, SmolLM2, books
+    python bench/needle_bench.py --model llama3 --weights random --lengths 8192,32768 --scoring teacher_forced
+
+Prints, for each mode, seconds, tokens run through the model, and whether the answers of the two
+modes are identical (they must be, for static strategies). With random weights only time counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--weights", default="pretrained", choices=("pretrained", "random"))
+    parser.add_argument("--scaling", default="none")
+    parser.add_argument("--lengths", default="1024,4096")
+    parser.add_argument("--depths", default="0.0,0.25,0.5,0.75,1.0")
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--scoring", default="generate")
+    parser.add_argument("--override", nargs="*", default=[])
+    args = parser.parse_args()
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from evals.config import register_configs
+    from evals.context import EvalContext
+    from evals.needle import evaluate
+    from evals.results import Results
+    from evals.tracking import Tracker
+
+    register_configs()
+    overrides = [f"model={args.model}", f"model.weights={args.weights}", f"scaling={args.scaling}", "eval=needle",
+                 f"eval.lengths=[{args.lengths}]", f"eval.depths=[{args.depths}]", f"eval.trials={args.trials}",
+                 f"eval.scoring={args.scoring}", "logger=none", *args.override]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    rows, answers = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        results = Results(Path(tmp), OmegaConf.to_container(cfg, resolve=True))
+        with EvalContext(cfg, results, Tracker(cfg.logger, {}, Path(tmp), "bench", None)) as ctx:
+            ctx.model  # load outside the timed region
+            for share in (False, True):
+                cfg.eval.prefix_sharing = share
+                started = time.perf_counter()
+                summary = evaluate(cfg.eval, ctx)
+                seconds = time.perf_counter() - started
+                trials = [json.loads(line) for line in (Path(tmp) / "needle_trials.jsonl").read_text().splitlines()]
+                answers[share] = {(t["length"], t["depth"], t["trial"]): t.get("answer", t.get("tf_correct")) for t in trials}
+                rows.append({"mode": "shared prefix" if share else "cell by cell", "seconds": round(seconds, 1),
+                             "tokens_computed": summary["needle_tokens_computed"], "mean_acc": summary["needle_mean_acc"],
+                             "device": str(ctx.loaded.device)})
+    same = answers[False] == answers[True]
+    print(json.dumps({"config": overrides, "rows": rows, "identical_answers": same}))
+    print(f"\n| mode | seconds | tokens computed | mean accuracy |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['seconds']} | {r['tokens_computed']} | {r['mean_acc']:.3f} |")
+    print(f"\nshared / cell-by-cell time: {rows[1]['seconds'] / rows[0]['seconds']:.2f}; identical answers: {same}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``eval=lm_eval``: EleutherAI's lm-evaluation-harness tasks on the loaded, patched model.
+
+The model object and tokenizer are wrapped in lm-eval's ``HFLM`` (Gao et al., lm-evaluation-harness),
+so the RoPE patch is what lm-eval evaluates. ``max_length`` is always passed: lm-eval otherwise reads
+it from the model config and silently left-truncates longer inputs (lm-eval #3421). rope_ext's own
+tasks (``evals/lm_eval_tasks``: rope_ext_passkey, rope_ext_needle, rope_ext_books) are always on the
+include path and run offline; hub tasks (hellaswag, ruler, longbench, ...) need the hub and fail
+early without it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import os
+from pathlib import Path
+
+from .haystack import HaystackError
+from .models import hub_reachable, tokenizer_source
+
+log = logging.getLogger(__name__)
+TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
+LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
+
+
+class HarnessError(HaystackError):
+    """A bad lm-eval task selection or setting."""
+
+
+def check_config(cfg) -> None:
+    if not cfg.tasks:
+        raise HarnessError("eval.tasks is empty; e.g. eval.tasks=[rope_ext_passkey,rope_ext_books]")
+    if cfg.batch_size < 1 or (cfg.max_length is not None and cfg.max_length < 1):
+        raise HarnessError(f"eval.batch_size={cfg.batch_size} and eval.max_length={cfg.max_length} must be >= 1")
+
+
+def _needs_hub(config: dict) -> str | None:
+    """The hub dataset a task config loads, or None when it builds or reads its data locally."""
+    path = config.get("dataset_path")
+    if config.get("custom_dataset") or not path or path in LOCAL_BUILDERS or os.path.exists(path):
+        return None
+    return path
+
+
+def check_tasks(manager, tasks) -> None:
+    """Unknown task names and hub tasks without a reachable hub are errors before anything runs."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    known = set(manager.all_tasks)
+    for task in tasks:
+        if task not in known:
+            close = difflib.get_close_matches(task, sorted(known), n=3)
+            raise HarnessError(f"unknown lm-eval task '{task}'" + (f"; did you mean {', '.join(close)}?" if close else "")
+                               + f" (rope_ext's offline tasks: {', '.join(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))})")
+        entry = manager.task_index[task]  # groups and tags are checked by lm-eval itself
+        if entry.yaml_path is None or Path(entry.yaml_path).parent == TASKS_DIR:
+            continue
+        dataset = _needs_hub(entry.cfg or load_yaml(entry.yaml_path, resolve_func=False))
+        if dataset and not hub_reachable():
+            raise HarnessError(f"lm-eval task '{task}' needs dataset '{dataset}' from the Hugging Face hub, which is not "
+                               f"reachable. Offline tasks: rope_ext_passkey, rope_ext_needle, rope_ext_books")
+
+
+def default_max_length(cfg, ctx) -> int:
+    """The extended context (trained x factor), and at least the longest synthetic prompt + generation."""
+    factor = ctx.scaling.get("factor") if ctx.scaling.get("name") != "none" else None
+    extended = int(ctx.trained_context * (factor or 1))
+    prompts = max((int(L) for L in (cfg.metadata or {}).get("max_seq_lengths", [])), default=0)
+    return max(extended, prompts + 64)
+
+
+def evaluate(cfg, ctx) -> dict:
+    check_config(cfg)
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from omegaconf import OmegaConf
+
+    tokenizer, kwargs = tokenizer_source(ctx.cfg.model)
+    metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "tokenizer": tokenizer, **kwargs}
+    manager = TaskManager(include_path=[str(TASKS_DIR), *cfg.include_path], metadata=metadata)
+    check_tasks(manager, list(cfg.tasks))
+    max_length = cfg.max_length or default_max_length(cfg, ctx)
+    lm = HFLM(pretrained=ctx.model, tokenizer=ctx.tokenizer, max_length=max_length, batch_size=cfg.batch_size)
+    output = simple_evaluate(model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
+                             task_manager=manager, log_samples=False, metadata=metadata)
+    rows, summary = [], {}
+    for task, metrics in output["results"].items():
+        for key, value in metrics.items():
+            metric, _, filter_name = key.partition(",")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "alias":
+                is_missing = value == -1 and metric.isdigit()  # a length with no prompts
+                rows.append({"task": task, "metric": metric, "filter": filter_name, "value": value})
+                if not is_missing and not (isinstance(value, float) and math.isnan(value)):
+                    summary[f"lm_eval/{task}/{metric}"] = value
+    ctx.results.table("lm_eval", rows)
+    ctx.results.update("metrics", {"lm_eval": {
+        "results": output["results"], "versions": output.get("versions"), "n-samples": output.get("n-samples"),
+        "max_length": max_length, "lm_eval_version": output.get("lm_eval_version") or _version(),
+        "config": {k: str(v) for k, v in (output.get("config") or {}).items()}}})
+    ctx.tracker.summary(summary)
+    ctx.tracker.table("lm_eval/results", rows)
+    return summary
+
+
+def _version() -> str | None:
+    from importlib import metadata
+
+    return metadata.version("lm-eval")

@@ -1,0 +1,99 @@
+"""Data and scoring for rope_ext's lm-eval tasks (used through ``!function`` from the YAMLs here).
+
+The tasks build their data offline: passkey and needle prompts with rope_ext's prompt builder
+(evals/haystack.py), sized by the tokenizer named in the metadata (``tokenizer``, else the model's
+``pretrained``, else the bundled SmolLM2 tokenizer); the books task reads the Austen novels fetched
+at set-up. Lengths come from ``metadata.max_seq_lengths`` (lm-eval/RULER style).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from types import SimpleNamespace
+
+import datasets
+
+LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+
+
+@cache
+def _tokenizer(name: str | None, gguf_file: str | None):
+    from transformers import AutoTokenizer
+
+    if name:
+        return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
+    from evals.models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, package_dir
+
+    return AutoTokenizer.from_pretrained(str(package_dir(SMOLLM2_PACKAGE)), gguf_file=SMOLLM2_GGUF)
+
+
+def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
+    from evals.config import RetrievalConfig
+    from evals.data import load_documents
+    from evals.haystack import PromptBuilder, haystack_ids
+
+    tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
+    lengths = [int(L) for L in metadata.get("max_seq_lengths", [1024, 4096])]
+    cfg = SimpleNamespace(**{**RetrievalConfig().__dict__, **overrides, "lengths": lengths,
+                             "depths": metadata.get("depths", [0.1, 0.5, 0.9]), "trials": int(metadata.get("trials", 2))})
+    documents = []
+    if cfg.haystack == "corpus":
+        books = SimpleNamespace(name="books", source="books", books=[metadata.get("book", "persuasion")], cache_dir=None,
+                                max_documents=None, min_tokens=0)
+        documents = load_documents(books, tokenizer)
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))
+    rows = []
+    for length in lengths:
+        for depth in cfg.depths:
+            for trial in range(cfg.trials):
+                prompt = builder.build(length, depth, trial)
+                rows.append({"input": tokenizer.decode(prompt.ids, skip_special_tokens=True), "outputs": prompt.keys,
+                             "length": length, "depth": depth, "task": task})
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+def passkey_dataset(**metadata) -> dict:
+    overrides = {"name": "passkey", "haystack": "filler",
+                 "needle": "The pass key is {key}. Remember it. {key} is the pass key.",
+                 "question": " What is the pass key?", "answer_prefix": " The pass key is",
+                 "preamble": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
+                             "it. I will quiz you about the important information there. "}
+    return _retrieval_docs("passkey", overrides, **metadata)
+
+
+def needle_dataset(**metadata) -> dict:
+    return _retrieval_docs("needle", {"name": "needle", "haystack": "corpus"}, **metadata)
+
+
+def process_retrieval(doc: dict, results: list[str]) -> dict:
+    """1 if every key appears in the generation; reported under the prompt's length and as ``acc``."""
+    found = all(key in results[0] for key in doc["outputs"])
+    scores = {str(L): -1.0 for L in LENGTH_METRICS}  # -1: no prompt of this length (ignored when aggregating)
+    scores[str(doc["length"])] = float(found)
+    return {**scores, "acc": float(found)}
+
+
+def aggregate_scores(values: list[float]) -> float:
+    present = [v for v in values if v != -1.0]
+    return sum(present) / len(present) if present else -1.0
+
+
+def books_dataset(**metadata) -> dict:
+    """The Austen novels, each cut to ``max_chars`` characters at a line end (default 60000, ~15k tokens)."""
+    from evals.data import AUSTEN_BOOKS, cache_dir, fetch_austen, read_austen
+
+    novels = read_austen(fetch_austen(cache_dir()))
+    max_chars = int(metadata.get("max_chars", 60000))
+    rows = []
+    for name in metadata.get("books", list(AUSTEN_BOOKS)):
+        text = novels[name][:max_chars]
+        rows.append({"title": name, "text": text[: text.rfind("\n") + 1] or text})
+    return {"test": datasets.Dataset.from_list(rows)}
+
+
+def process_books(doc: dict, results: list) -> dict:
+    (loglikelihood,) = results
+    words, size = len(re.split(r"\s+", doc["text"])), len(doc["text"].encode("utf-8"))
+    return {"word_perplexity": (loglikelihood, words), "byte_perplexity": (loglikelihood, size),
+            "bits_per_byte": (loglikelihood, size)}

@@ -1,0 +1,118 @@
+"""lm-evaluation-harness both ways: lm-eval tasks on our patched model, our tasks in lm-eval."""
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from lm_eval import simple_evaluate
+from lm_eval.models.huggingface import HFLM
+from lm_eval.tasks import TaskManager
+
+import run as rope_run
+from evals.harness import TASKS_DIR, HarnessError, check_tasks
+from evals.lm import token_nll
+from evals.models import load_tokenizer
+from evals.perplexity import sliding_nll
+from tests.conftest import ROOT, tiny_llama
+
+TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
+        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
+        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
+        "model.architecture.vocab_size=49152", "logger=none"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    cfg = SimpleNamespace(name="x", weights="random", tokenizer=None, gguf_file=None, gguf_package=None, path=None, hub_id=None)
+    return load_tokenizer(cfg)[0]
+
+
+def run_job(tmp_path, *overrides):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*TINY, f"output_dir={tmp_path}", "eval=lm_eval", *overrides])
+    summary = rope_run.run(cfg)
+    return summary, json.loads((tmp_path / "results.json").read_text())
+
+
+def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path):
+    summary, results = run_job(tmp_path, "eval.metadata.max_seq_lengths=[256,512]", "eval.metadata.max_chars=3000",
+                               "eval.limit=4", "scaling=yarn", "scaling.factor=2")
+    metrics = results["metrics"]["lm_eval"]
+    assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
+    assert metrics["max_length"] == 2048 * 2  # passed explicitly: the extended context
+    assert metrics["versions"]["rope_ext_passkey"] == 1.0 and metrics["lm_eval_version"]
+    assert 0 <= summary["lm_eval/rope_ext_passkey/acc"] <= 1
+    assert summary["lm_eval/rope_ext_books/byte_perplexity"] > 1
+    assert "lm_eval/rope_ext_passkey/1024" not in summary  # lengths without prompts are left out
+    assert (tmp_path / "lm_eval.csv").read_text().count("rope_ext_books") == 4  # 3 metrics + sample_len
+
+
+def test_unknown_and_offline_hub_tasks_fail_early():
+    manager = TaskManager(include_path=str(TASKS_DIR))
+    with pytest.raises(HarnessError, match="unknown lm-eval task 'rope_ext_pasky'; did you mean rope_ext_passkey"):
+        check_tasks(manager, ["rope_ext_pasky"])
+    with pytest.raises(HarnessError, match="needs dataset 'Rowan/hellaswag' from the Hugging Face hub"):
+        check_tasks(manager, ["hellaswag"])
+    check_tasks(manager, ["rope_ext_passkey", "rope_ext_needle", "rope_ext_books"])  # offline: fine
+
+
+def lm_eval_rolling_nll(model, tokenizer, max_length, metadata):
+    """Per-document NLL of the shipped rope_ext_books task, from lm-eval's logged samples."""
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, max_length=max_length, batch_size=1)
+    manager = TaskManager(include_path=str(TASKS_DIR), metadata=metadata)
+    output = simple_evaluate(model=lm, tasks=["rope_ext_books"], task_manager=manager, metadata=metadata, log_samples=True)
+    samples = sorted(output["samples"]["rope_ext_books"], key=lambda s: s["doc_id"])
+    return [-float(s["filtered_resps"][0]) for s in samples]
+
+
+def lm_eval_windows(ids, prefix, window):
+    """lm-eval's rolling windows (context_len 1) as (window input ids, end of its targets, targets scored)."""
+    yield torch.cat([torch.tensor([prefix]), ids[: window - 1]]), min(window, len(ids)), min(window, len(ids))
+    predicted = min(window, len(ids))
+    while predicted < len(ids):
+        end = min(predicted + window, len(ids))
+        yield ids[max(0, end - window - 1) : end - 1], end, end - predicted
+        predicted = end
+
+
+def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
+    """Same text, same window: lm-eval's rolling NLL equals ours over its windows; our non-overlapping
+    sliding protocol differs only in each later window's first token (documented in the README)."""
+    from evals.lm_eval_tasks.rope_ext_utils import books_dataset
+
+    model, window, metadata = tiny_llama(vocab=len(tokenizer)), 256, {"max_chars": 2500, "books": ["persuasion", "emma"]}
+    texts = [row["text"] for row in books_dataset(**metadata)["test"]]
+    theirs = lm_eval_rolling_nll(model, tokenizer, window, metadata)
+    for text, their_nll in zip(texts, theirs):
+        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])
+        assert len(ids) > 2 * window  # several windows
+        ours_exact = 0.0
+        for inputs, end, scored in lm_eval_windows(ids, tokenizer.bos_token_id, window):
+            nll = token_nll(model, torch.cat([inputs, ids[end - 1 : end]]), chunk_tokens=128)  # targets: inputs[1:] + last
+            ours_exact += float(nll[-scored:].double().sum())
+        assert ours_exact == pytest.approx(their_nll, rel=1e-5)
+        total, count = sliding_nll(model, ids, window, window - 1, tokenizer.bos_token_id, 128)  # BOS + 255 new
+        assert count == len(ids)
+        assert total / count == pytest.approx(their_nll / len(ids), rel=0.02)
+
+
+def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
+    """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
+    model = tiny_llama(vocab=49152)
+    model.save_pretrained(tmp_path / "tiny")
+    tok = load_tokenizer(SimpleNamespace(name="x", weights="random", tokenizer=None, gguf_file=None, gguf_package=None,
+                                         path=None, hub_id=None))[0]
+    tok.save_pretrained(tmp_path / "tiny")
+    lm_eval = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'tiny'}",
+               "--include_path", str(TASKS_DIR), "--tasks", "rope_ext_passkey", "--device", "cpu", "--batch_size", "1",
+               "--metadata", json.dumps({"max_seq_lengths": [256], "depths": [0.5], "trials": 2}),
+               "--output_path", str(tmp_path / "out")]
+    result = subprocess.run(lm_eval, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rope_ext_passkey" in result.stdout and "acc" in result.stdout
+    (saved,) = (tmp_path / "out").glob("**/results_*.json")
+    assert "acc,none" in json.loads(saved.read_text())["results"]["rope_ext_passkey"]
