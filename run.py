@@ -34,7 +34,7 @@ def run(cfg: DictConfig) -> dict:
     finished = None if cfg.force else find_finished(key, cfg.resume_from, exclude=out_dir)
     if finished:
         print(f"skip: the same job finished in {finished.parent} (force=true reruns it)")
-        return results.resume(finished)
+        return report(cfg, results.resume(finished), out_dir)
     tracker = Tracker(cfg.logger, config, out_dir, f"{cfg.model.name}-{scaling_label(cfg)}-{cfg.eval.name}", sweep_group())
     status = "failed"
     try:
@@ -46,6 +46,11 @@ def run(cfg: DictConfig) -> dict:
         results.finish(status)
         tracker.artifact(out_dir / "results.json", f"results-{out_dir.name}")
         tracker.finish()
+    return report(cfg, summary, out_dir)
+
+
+def report(cfg: DictConfig, summary: dict, out_dir: Path) -> dict:
+    """Print the job's summary as a short table and return it."""
     print(f"\n{cfg.model.name} | {scaling_label(cfg)} | {cfg.eval.name}  ->  {out_dir}")
     for key, value in summary.items():
         print(f"  {key:<40} {value:.4g}" if isinstance(value, float) else f"  {key:<40} {value}")

@@ -143,7 +143,7 @@ def load_tokenizer(cfg):
         raise ModelLoadError(_hub_hint(cfg)) from err
 
 
-def random_model(cfg, dtype: torch.dtype):
+def random_model(cfg, dtype: torch.dtype, device: torch.device | str = "cpu"):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from omegaconf import OmegaConf
@@ -154,7 +154,8 @@ def random_model(cfg, dtype: torch.dtype):
     config = AutoConfig.for_model(architecture.pop("model_type"), **architecture)
     config._attn_implementation = cfg.attn_implementation
     torch.manual_seed(cfg.seed)
-    return AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(device):  # initialise where it will run: an 8B model need not pass through CPU memory
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
 def load_model(cfg, tokenizer=None) -> LoadedModel:
@@ -167,7 +168,7 @@ def load_model(cfg, tokenizer=None) -> LoadedModel:
     dtype = resolve_dtype(cfg.dtype, device)
     tokenizer, tokenizer_source = (tokenizer, "given") if tokenizer is not None else load_tokenizer(cfg)
     if cfg.weights == "random":
-        model, source = random_model(cfg, dtype), f"random weights, {cfg.name} architecture"
+        model, source = random_model(cfg, dtype, "cpu" if cfg.device_map else device), f"random weights, {cfg.name} architecture"
     else:
         gguf = _gguf_location(cfg)
         location = gguf[0] if gguf else cfg.path or cfg.hub_id
