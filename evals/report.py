@@ -66,7 +66,9 @@ def write_report(sweep_dir: Path) -> list[Path]:
     jobs = load_jobs(sweep_dir)
     if not jobs:
         raise FileNotFoundError(f"no results.json under {sweep_dir}")
-    rows = sorted((job_row(j) for j in jobs), key=lambda r: (str(r["model"]), str(r["strategy"]), r["factor"] or 0))
+    # the unscaled baseline first, then strategies by name and factor
+    rows = sorted((job_row(j) for j in jobs),
+                  key=lambda r: (str(r["model"]), r["strategy"] != "none", str(r["strategy"]), r["factor"] or 0))
     columns = list(dict.fromkeys(k for r in rows for k in r))
     written = [sweep_dir / "report.csv", sweep_dir / "report.md"]
     with open(written[0], "w", newline="") as handle:

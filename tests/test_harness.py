@@ -22,7 +22,7 @@ from tests.conftest import ROOT, tiny_llama
 TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
         "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
         "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-        "model.architecture.vocab_size=49152", "logger=none"]
+        "model.architecture.vocab_size=49152", "logger=none", "force=true"]
 
 
 @pytest.fixture(scope="module")

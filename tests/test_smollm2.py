@@ -63,7 +63,7 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
     results = {}
     for scaling in ("none", "yarn", "ntk"):
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[f"scaling={scaling}", "logger=none", f"output_dir={tmp_path / scaling}",
+            cfg = compose("config", overrides=[f"scaling={scaling}", "logger=none", "force=true", f"output_dir={tmp_path / scaling}",
                                                "eval.lengths=[8192,16384]"])
         results[scaling] = rope_run.run(cfg)
         assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
@@ -79,7 +79,7 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
 def test_retrieval_works_within_the_trained_context(tmp_path, task):
     """Issue #5 acceptance: passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"eval={task}", "logger=none", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
+        cfg = compose("config", overrides=[f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
                                            "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]"])
     summary = rope_run.run(cfg)
     assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
@@ -110,10 +110,11 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
     assert (sweep_dir / "report_needle_heatmaps.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
     """Issue #7: eval=lm_eval on the real model, small limit; the metrics land in results.json."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["eval=lm_eval", "logger=none", f"output_dir={tmp_path}", "eval.limit=2",
+        cfg = compose("config", overrides=["eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
                                            "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000",
                                            "eval.metadata.books=[emma]"])
     summary = rope_run.run(cfg)

@@ -63,7 +63,8 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     assert groups == {f"sweep-{tmp_path.name}_sweep"}
     assert names == {"tinyllama-none-perplexity", "tinyllama-yarn-factor2-perplexity"}
     report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
-    assert "| yarn | 2" in report and "none" in report and (sweep_dir / "report_perplexity.png").stat().st_size > 0
+    assert "| yarn | 2" in report and report.index("| none |") < report.index("| yarn |")  # the baseline first
+    assert (sweep_dir / "report_perplexity.png").stat().st_size > 0
     assert (sweep_dir / "report.csv").read_text().count("\n") == 3
 
 
