@@ -131,6 +131,7 @@ class RetrievalConfig:
     max_new_tokens: int = 12
     chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
     prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
+    prefill_chunk: int = 2048  # tokens per forward when extending a cached prefix
     threshold: float = 0.9  # the largest length with accuracy >= threshold is reported
 
 

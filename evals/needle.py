@@ -36,7 +36,7 @@ def check_config(cfg) -> None:
 
     need(cfg.lengths and all(isinstance(L, int) and L > 0 for L in cfg.lengths), f"eval.lengths must be positive integers, got {list(cfg.lengths)}")
     need(cfg.depths and all(0 <= d <= 1 for d in cfg.depths), f"eval.depths must lie in [0, 1], got {list(cfg.depths)}")
-    need(cfg.trials >= 1, f"eval.trials={cfg.trials} must be >= 1")
+    need(cfg.trials >= 1 and cfg.prefill_chunk >= 1, f"eval.trials={cfg.trials} and eval.prefill_chunk={cfg.prefill_chunk} must be >= 1")
     need(cfg.scoring in SCORING, f"eval.scoring={cfg.scoring!r} is not one of {', '.join(SCORING)}")
     need(cfg.match in MATCH, f"eval.match={cfg.match!r} is not one of {', '.join(MATCH)}")
     need(cfg.ask in ASK, f"eval.ask={cfg.ask!r} is not one of {', '.join(ASK)}")
@@ -54,8 +54,9 @@ def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
 class PromptScorer:
     """Runs prompts through the model, reusing the KV cache of the previous prompt's common prefix."""
 
-    def __init__(self, model, share: bool, max_new_tokens: int, eos_id: int | None):
+    def __init__(self, model, share: bool, max_new_tokens: int, eos_id: int | None, prefill_chunk: int = 2048):
         self.model, self.share, self.max_new_tokens, self.eos_id = model, share, max_new_tokens, eos_id
+        self.prefill_chunk = prefill_chunk
         self.device = next(model.parameters()).device
         self.cache, self.cached = None, torch.tensor([], dtype=torch.int64)
         self.computed = 0  # tokens actually run through the model (prefill + decode)
@@ -72,7 +73,14 @@ class PromptScorer:
             self.cache.crop(keep - self.cache.get_seq_length())
         else:
             self.cache, keep = DynamicCache(), 0
-        logits = self._forward(torch.cat([prompt[keep:], extra]), keep=len(extra) + 1)
+        tokens, wanted = torch.cat([prompt[keep:], extra]), len(extra) + 1
+        if keep:
+            # after a cached prefix, attention takes an explicit mask (no fused causal kernel) and builds a
+            # [new tokens x cached + new] block: feed the new tokens in chunks to bound it
+            while len(tokens) - self.prefill_chunk >= wanted:
+                self._forward(tokens[: self.prefill_chunk], keep=1)
+                tokens = tokens[self.prefill_chunk :]
+        logits = self._forward(tokens, keep=wanted)
         self.cached = prompt
         return logits
 
@@ -117,7 +125,7 @@ def evaluate(cfg, ctx) -> dict:
         log.warning("prefix sharing is off: dynamic scaling '%s' gives every forward its own frequencies", ctx.scaling_label)
     # within a length, run prompts in order of where they leave the plain haystack
     prompts.sort(key=lambda p: (p.length, p.needle_position, p.depth, p.trial))
-    scorer = PromptScorer(ctx.model, share, cfg.max_new_tokens, tokenizer.eos_token_id)
+    scorer = PromptScorer(ctx.model, share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
     started, trials_path = time.perf_counter(), ctx.results.dir / f"{cfg.name}_trials.jsonl"
     records = []
     with open(trials_path, "w") as trials_file:

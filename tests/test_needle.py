@@ -29,7 +29,7 @@ def corpus(tokenizer):
 
 def retrieval(**overrides):
     return SimpleNamespace(**{**RetrievalConfig().__dict__, "lengths": [256, 512], "depths": [0.0, 0.3, 1.0],
-                              "trials": 2, "max_new_tokens": 4, **overrides})
+                              "trials": 2, "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
 
 
 @pytest.mark.parametrize("haystack", ["corpus", "filler"])
@@ -124,3 +124,13 @@ def test_length_below_needle_and_question_and_short_haystack(tokenizer, corpus):
         builder.build(40, 0.5, 0)
     with pytest.raises(HaystackError, match="the haystack has .* tokens, fewer than"):
         builder.build(100_000, 0.5, 0)
+
+
+def test_chat_template_wraps_the_prompt_and_keeps_the_exact_length(tokenizer, corpus):
+    cfg = retrieval(chat_template=True)
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    prompt = builder.build(512, 0.5, 0)
+    text = tokenizer.decode(prompt.ids)
+    assert len(prompt.ids) == 512
+    assert text.startswith("<|im_start|>") and "<|im_start|>assistant" in text
+    assert text.index("special magic number is") < text.rindex("<|im_end|>") < text.rindex("provided text is")
