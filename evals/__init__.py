@@ -51,6 +51,7 @@ def check(cfg) -> None:
 
     from .context import scaling_dict
     from .models import DTYPES
+    from .tracking import MODES
 
     if cfg.eval.name not in EVALS:
         raise ConfigError(f"eval.name={cfg.eval.name!r} is not one of {', '.join(EVALS)}")
@@ -63,5 +64,7 @@ def check(cfg) -> None:
         raise ConfigError(f"model.weights={cfg.model.weights!r} is not one of pretrained, random")
     if cfg.model.dtype != "auto" and cfg.model.dtype not in DTYPES:
         raise ConfigError(f"model.dtype={cfg.model.dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    if cfg.logger.mode not in MODES:
+        raise ConfigError(f"logger.mode={cfg.logger.mode!r} is not one of {', '.join(MODES)}")
     if cfg.model.path and not Path(cfg.model.path).exists():
         raise ConfigError(f"model.path={cfg.model.path!r} does not exist")

@@ -104,6 +104,7 @@ def run_cli(*args, timeout=120):
         (["model.path=/no/such/dir"], "model.path='/no/such/dir' does not exist"),
         (["scaling=linear", "scaling.factor=0.5"], "factor=0.5 must be >= 1"),
         (["model.weights=fake"], "model.weights='fake' is not one of pretrained, random"),
+        (["logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes' is not one of auto, online, offline, disabled"),
         (["model=llama"], "set model.path=/path/to/checkpoint"),
         (["data=text_files", "data.glob=/no/*.txt", "model=tinyllama", "model.weights=random", *REDUCED],
          "data.glob='/no/*.txt' matches no file"),
