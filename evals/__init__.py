@@ -45,12 +45,11 @@ USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.
 
 def check(cfg) -> None:
     """Fail early, with the bad value and the valid choices, before any model or data is loaded."""
-    from pathlib import Path
 
     import rope_ext
 
     from .context import scaling_dict
-    from .models import DTYPES
+    from .models import check_model_config
     from .tracking import MODES
 
     if cfg.eval.name not in EVALS:
@@ -60,11 +59,6 @@ def check(cfg) -> None:
         CHECKS[cfg.eval.name](cfg.eval)
     if cfg.data.source not in SOURCES:
         raise ConfigError(f"data.source={cfg.data.source!r} is not one of {', '.join(SOURCES)}")
-    if cfg.model.weights not in ("pretrained", "random"):
-        raise ConfigError(f"model.weights={cfg.model.weights!r} is not one of pretrained, random")
-    if cfg.model.dtype != "auto" and cfg.model.dtype not in DTYPES:
-        raise ConfigError(f"model.dtype={cfg.model.dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    check_model_config(cfg.model)
     if cfg.logger.mode not in MODES:
         raise ConfigError(f"logger.mode={cfg.logger.mode!r} is not one of {', '.join(MODES)}")
-    if cfg.model.path and not Path(cfg.model.path).exists():
-        raise ConfigError(f"model.path={cfg.model.path!r} does not exist")

@@ -11,7 +11,6 @@ early without it.
 from __future__ import annotations
 
 import difflib
-import logging
 import math
 import os
 from pathlib import Path
@@ -19,7 +18,6 @@ from pathlib import Path
 from .haystack import HaystackError
 from .models import hub_reachable, tokenizer_source
 
-log = logging.getLogger(__name__)
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
 

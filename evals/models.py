@@ -49,11 +49,19 @@ def resolve_device(device: str) -> torch.device:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def check_model_config(cfg) -> None:
+    """The model config's choices: weights, dtype and a local path, before anything is loaded."""
+    if cfg.weights not in ("pretrained", "random"):
+        raise ModelLoadError(f"model.weights={cfg.weights!r} is not one of pretrained, random")
+    if cfg.dtype != "auto" and cfg.dtype not in DTYPES:
+        raise ModelLoadError(f"model.dtype={cfg.dtype!r} is not one of auto, {', '.join(DTYPES)}")
+    if cfg.path and not Path(cfg.path).exists():
+        raise ModelLoadError(f"model.path={cfg.path!r} does not exist")
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise ModelLoadError(f"model.dtype={dtype!r} is not one of auto, {', '.join(DTYPES)}")
     return DTYPES[dtype]
 
 
@@ -130,8 +138,7 @@ def tokenizer_source(cfg) -> tuple[str | None, dict]:
 def load_tokenizer(cfg):
     from transformers import AutoTokenizer
 
-    if cfg.path and not Path(cfg.path).exists():
-        raise ModelLoadError(f"model.path={cfg.path!r} does not exist")
+    check_model_config(cfg)
     source, kwargs = tokenizer_source(cfg)
     if source is None:
         source, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
@@ -162,8 +169,7 @@ def load_model(cfg, tokenizer=None) -> LoadedModel:
     """Model (eval mode, on its device) and tokenizer for a model config."""
     from transformers import AutoModelForCausalLM
 
-    if cfg.weights not in ("pretrained", "random"):
-        raise ModelLoadError(f"model.weights={cfg.weights!r} is not one of pretrained, random")
+    check_model_config(cfg)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     tokenizer, tokenizer_source = (tokenizer, "given") if tokenizer is not None else load_tokenizer(cfg)
