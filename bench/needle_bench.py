@@ -5,6 +5,12 @@
 
 Prints, for each mode, seconds, tokens run through the model, and whether the answers of the two
 modes are identical (they must be, for static strategies). With random weights only time counts.
+
+    python bench/needle_bench.py --chunks 256,512,1024,4096 --lengths 4096 --cached 1024,2048
+
+times instead what sharing pays per prompt: extending a cached prefix of ``--cached`` tokens to the
+length in chunks of each size (``eval.prefill_chunk``), against a fresh causal prefill of the same
+tokens (the fresh prefill of the whole prompt minus that of the cached part), best of 2.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--scoring", default="generate")
     parser.add_argument("--override", nargs="*", default=[])
+    parser.add_argument("--chunks", help="comma-separated prefill chunk sizes: time prefix extension instead")
+    parser.add_argument("--cached", default="1024,2048", help="with --chunks: cached prefix lengths")
     args = parser.parse_args()
 
     from hydra import compose, initialize_config_dir
@@ -52,6 +60,9 @@ def main() -> int:
         results = Results(Path(tmp), OmegaConf.to_container(cfg, resolve=True))
         with EvalContext(cfg, results, Tracker(cfg.logger, {}, Path(tmp), "bench", None)) as ctx:
             ctx.model  # load outside the timed region
+            if args.chunks:
+                return chunk_costs(ctx.model, int(args.lengths.split(",")[-1]),
+                                   [int(c) for c in args.cached.split(",")], [int(c) for c in args.chunks.split(",")])
             for share in (False, True):
                 cfg.eval.prefix_sharing = share
                 started = time.perf_counter()
@@ -69,6 +80,46 @@ def main() -> int:
         print(f"| {r['mode']} | {r['seconds']} | {r['tokens_computed']} | {r['mean_acc']:.3f} |")
     print(f"\nshared / cell-by-cell time: {rows[1]['seconds'] / rows[0]['seconds']:.2f}; identical answers: {same}")
     return 0 if same else 1
+
+
+def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]) -> int:
+    import torch
+
+    from evals.needle import PromptScorer
+
+    torch.set_grad_enabled(False)
+
+    def best_of_2(step) -> float:
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    vocab = model.get_input_embeddings().num_embeddings
+    prompt = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(0))
+    fresh = PromptScorer(model, False, 1, None)
+    whole = best_of_2(lambda: fresh.prefill(prompt, prompt[:0]))
+    rows = []
+    for cached in cached_lengths:
+        fresh_share = whole - best_of_2(lambda: fresh.prefill(prompt[:cached], prompt[:0]))
+        for chunk in chunks:
+            shared = PromptScorer(model, True, 1, None, chunk)
+            shared.prefill(prompt[:cached], prompt[:0])
+
+            def extend():
+                shared.cache.crop(cached - shared.cache.get_seq_length())
+                shared.cached = prompt[:cached]
+                shared.prefill(prompt, prompt[:0])
+
+            rows.append({"length": length, "cached": cached, "chunk": chunk, "extend_s": round(best_of_2(extend), 2),
+                         "fresh_s": round(fresh_share, 2), "whole_fresh_s": round(whole, 2)})
+            print(json.dumps(rows[-1]), flush=True)
+    print("\n| cached | chunk | extend (s) | fresh prefill of the same tokens (s) |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['cached']} | {r['chunk']} | {r['extend_s']} | {r['fresh_s']} |")
+    return 0
 
 
 if __name__ == "__main__":

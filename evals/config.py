@@ -107,7 +107,7 @@ class RetrievalConfig:
 
     name: str = "needle"
     haystack: str = "corpus"  # corpus (data=...) | filler
-    filler: str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    filler: str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
     haystack_offset: int = 0  # corpus: start this many tokens into the first document
     preamble: str = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
                      "I will quiz you about the numbers afterwards.\n")
@@ -131,7 +131,7 @@ class RetrievalConfig:
     max_new_tokens: int = 12
     chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
     prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
-    prefill_chunk: int = 2048  # tokens per forward when extending a cached prefix
+    prefill_chunk: int = 1024  # tokens per forward when extending a cached prefix (see evals/needle.py)
     threshold: float = 0.9  # the largest length with accuracy >= threshold is reported
 
 

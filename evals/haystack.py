@@ -98,7 +98,8 @@ class PromptBuilder:
             return str(rng.randint(10 ** (digits - 1), 10**digits - 1))
 
         all_keys = {name: key() for name in [*names, *distractors]}
-        needles = [self.encode(" " + cfg.needle.format(for_name=f" for {n}" if n else "", key=k) + " ")
+        # like the haystack's sentences, a needle opens with a space and ends without one (no double spaces)
+        needles = [self.encode(" " + cfg.needle.format(for_name=f" for {n}" if n else "", key=k))
                    for n, k in all_keys.items()]
         question, answer_prefix = self._question(target)
         question_ids = self.encode(question)
@@ -130,8 +131,10 @@ class PromptBuilder:
 def haystack_ids(cfg, tokenizer, documents) -> torch.Tensor:
     """The corpus's first document (from ``haystack_offset``) or the filler repeated to the longest length."""
     if cfg.haystack == "filler":
-        unit = torch.tensor(tokenizer(cfg.filler, add_special_tokens=False)["input_ids"], dtype=torch.int64)
-        return unit.repeat(max(cfg.lengths) // len(unit) + 1)
+        unit = " " + cfg.filler.strip()
+        repeats = max(cfg.lengths) // len(tokenizer(unit, add_special_tokens=False)["input_ids"]) + 2
+        # one text, so units join as in running text: every sentence starts with a spaced token (" The")
+        return torch.tensor(tokenizer(unit * repeats, add_special_tokens=False)["input_ids"], dtype=torch.int64)
     if not documents:
         raise HaystackError("no documents for the haystack; check data=")
     ids = documents[0].ids

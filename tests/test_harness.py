@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 import run as rope_run
+from evals.config import ModelConfig
 from evals.harness import TASKS_DIR, HarnessError, check_tasks
 from evals.lm import token_nll
 from evals.models import load_tokenizer
@@ -27,7 +27,7 @@ TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidde
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    cfg = SimpleNamespace(name="x", weights="random", tokenizer=None, gguf_file=None, gguf_package=None, path=None, hub_id=None)
+    cfg = ModelConfig(name="x", weights="random", original_max_position=8192)
     return load_tokenizer(cfg)[0]
 
 
@@ -79,6 +79,20 @@ def lm_eval_windows(ids, prefix, window):
         predicted = end
 
 
+@pytest.mark.parametrize("dataset", ["needle_dataset", "passkey_dataset"])
+def test_task_datasets_hide_each_key_in_a_prompt_of_the_asked_length(tokenizer, dataset):
+    """The offline task data (needle: a book haystack; passkey: filler) — one row per length × depth × trial."""
+    from evals.lm_eval_tasks import rope_ext_utils
+
+    metadata = {"max_seq_lengths": [300, 600], "depths": [0.0, 1.0], "trials": 2}
+    rows = list(getattr(rope_ext_utils, dataset)(**metadata)["test"])
+    assert [(r["length"], r["depth"]) for r in rows] == [(L, d) for L in (300, 600) for d in (0.0, 1.0) for _ in range(2)]
+    for row in rows:
+        assert all(key in row["input"] for key in row["outputs"])
+        assert abs(len(tokenizer(row["input"], add_special_tokens=False)["input_ids"]) - row["length"]) <= 1  # BOS
+    assert len({tuple(r["outputs"]) for r in rows}) > 1  # keys vary
+
+
 def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
     """Same text, same window: lm-eval's rolling NLL equals ours over its windows; our non-overlapping
     sliding protocol differs only in each later window's first token (documented in the README)."""
@@ -104,8 +118,7 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
     """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
     model = tiny_llama(vocab=49152)
     model.save_pretrained(tmp_path / "tiny")
-    tok = load_tokenizer(SimpleNamespace(name="x", weights="random", tokenizer=None, gguf_file=None, gguf_package=None,
-                                         path=None, hub_id=None))[0]
+    tok = load_tokenizer(ModelConfig(name="x", weights="random", original_max_position=8192))[0]
     tok.save_pretrained(tmp_path / "tiny")
     lm_eval = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'tiny'}",
                "--include_path", str(TASKS_DIR), "--tasks", "rope_ext_passkey", "--device", "cpu", "--batch_size", "1",

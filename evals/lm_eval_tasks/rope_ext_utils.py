@@ -1,18 +1,22 @@
 """Data and scoring for rope_ext's lm-eval tasks (used through ``!function`` from the YAMLs here).
 
 The tasks build their data offline: passkey and needle prompts with rope_ext's prompt builder
-(evals/haystack.py), sized by the tokenizer named in the metadata (``tokenizer``, else the model's
-``pretrained``, else the bundled SmolLM2 tokenizer); the books task reads the Austen novels fetched
-at set-up. Lengths come from ``metadata.max_seq_lengths`` (lm-eval/RULER style).
+(evals/haystack.py) and the wording of ``conf/eval/{passkey,needle}.yaml``, sized by the tokenizer
+named in the metadata (``tokenizer``, else the model's ``pretrained``, else the bundled SmolLM2
+tokenizer); the books task reads the Austen novels fetched at set-up. Lengths come from
+``metadata.max_seq_lengths`` (lm-eval/RULER style).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import cache
-from types import SimpleNamespace
+from pathlib import Path
 
 import datasets
+
+CONF_EVAL = Path(__file__).resolve().parents[2] / "conf" / "eval"  # prompts as in rope_ext's eval=needle / passkey
 
 LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -23,24 +27,23 @@ def _tokenizer(name: str | None, gguf_file: str | None):
 
     if name:
         return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
-    from evals.models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, package_dir
+    from evals.models import bundled_tokenizer
 
-    return AutoTokenizer.from_pretrained(str(package_dir(SMOLLM2_PACKAGE)), gguf_file=SMOLLM2_GGUF)
+    return bundled_tokenizer()
 
 
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
-    from evals.config import RetrievalConfig
+    from evals.config import DataConfig, RetrievalConfig
     from evals.data import load_documents
     from evals.haystack import PromptBuilder, haystack_ids
 
     tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
     lengths = [int(L) for L in metadata.get("max_seq_lengths", [1024, 4096])]
-    cfg = SimpleNamespace(**{**RetrievalConfig().__dict__, **overrides, "lengths": lengths,
-                             "depths": metadata.get("depths", [0.1, 0.5, 0.9]), "trials": int(metadata.get("trials", 2))})
+    grid = {"lengths": lengths, "depths": metadata.get("depths", [0.1, 0.5, 0.9]), "trials": int(metadata.get("trials", 2))}
+    cfg = replace(RetrievalConfig(), **overrides, **grid)
     documents = []
     if cfg.haystack == "corpus":
-        books = SimpleNamespace(name="books", source="books", books=[metadata.get("book", "persuasion")], cache_dir=None,
-                                max_documents=None, min_tokens=0)
+        books = DataConfig(name="books", source="books", books=[metadata.get("book", "persuasion")])
         documents = load_documents(books, tokenizer)
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))
     rows = []
@@ -53,17 +56,21 @@ def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
     return {"test": datasets.Dataset.from_list(rows)}
 
 
+def _eval_option(name: str) -> dict:
+    """The fields of rope_ext's ``conf/eval/<name>.yaml``, so the task asks what ``python run.py eval=<name>`` asks."""
+    from omegaconf import OmegaConf
+
+    option = OmegaConf.to_container(OmegaConf.load(CONF_EVAL / f"{name}.yaml"))
+    option.pop("defaults", None)
+    return option
+
+
 def passkey_dataset(**metadata) -> dict:
-    overrides = {"name": "passkey", "haystack": "filler",
-                 "needle": "The pass key is {key}. Remember it. {key} is the pass key.",
-                 "question": " What is the pass key?", "answer_prefix": " The pass key is",
-                 "preamble": "There is an important info hidden inside a lot of irrelevant text. Find it and memorize "
-                             "it. I will quiz you about the important information there. "}
-    return _retrieval_docs("passkey", overrides, **metadata)
+    return _retrieval_docs("passkey", _eval_option("passkey"), **metadata)
 
 
 def needle_dataset(**metadata) -> dict:
-    return _retrieval_docs("needle", {"name": "needle", "haystack": "corpus"}, **metadata)
+    return _retrieval_docs("needle", _eval_option("needle"), **metadata)
 
 
 def process_retrieval(doc: dict, results: list[str]) -> dict:
