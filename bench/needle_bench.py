@@ -83,6 +83,7 @@ def main() -> int:
 
 
 def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]) -> int:
+    """Seconds to extend a cached prefix to ``length`` in chunks, against a fresh prefill of the same tail."""
     import torch
 
     from evals.needle import PromptScorer
@@ -103,7 +104,7 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
     whole = best_of_2(lambda: fresh.prefill(prompt, prompt[:0]))
     rows = []
     for cached in cached_lengths:
-        fresh_share = whole - best_of_2(lambda: fresh.prefill(prompt[:cached], prompt[:0]))
+        fresh_tail = whole - best_of_2(lambda: fresh.prefill(prompt[:cached], prompt[:0]))
         for chunk in chunks:
             shared = PromptScorer(model, True, 1, None, chunk)
             shared.prefill(prompt[:cached], prompt[:0])
@@ -114,7 +115,7 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
                 shared.prefill(prompt, prompt[:0])
 
             rows.append({"length": length, "cached": cached, "chunk": chunk, "extend_s": round(best_of_2(extend), 2),
-                         "fresh_s": round(fresh_share, 2), "whole_fresh_s": round(whole, 2)})
+                         "fresh_s": round(fresh_tail, 2), "whole_fresh_s": round(whole, 2)})
             print(json.dumps(rows[-1]), flush=True)
     print("\n| cached | chunk | extend (s) | fresh prefill of the same tokens (s) |\n|---|---|---|---|")
     for r in rows:
