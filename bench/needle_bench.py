@@ -88,8 +88,6 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
 
     from evals.needle import PromptScorer
 
-    torch.set_grad_enabled(False)
-
     def best_of_2(step) -> float:
         times = []
         for _ in range(2):

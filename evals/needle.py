@@ -66,6 +66,7 @@ class PromptScorer:
         out = self.model(input_ids=ids[None].to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
         return out.logits[0].float()
 
+    @torch.inference_mode()
     def prefill(self, prompt: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
         """Bring the cache to ``prompt`` + ``extra`` and return the logits of its last len(extra)+1 positions."""
         if self.share and self.cache is not None:
