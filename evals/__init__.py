@@ -11,7 +11,6 @@ from .haystack import HaystackError
 from .models import ModelLoadError
 
 
-
 def suite(cfg, ctx) -> dict:
     """Run the evals named in ``cfg.run`` on the same patched model; their summaries merged."""
     summary = {}
@@ -40,12 +39,12 @@ class ConfigError(ValueError):
     """A config value that cannot work, found before any work starts."""
 
 
-USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError, HaystackError)
+USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError, HaystackError,
+               harness.HarnessError)
 
 
 def check(cfg) -> None:
     """Fail early, with the bad value and the valid choices, before any model or data is loaded."""
-
     import rope_ext
 
     from .context import scaling_dict

@@ -15,14 +15,15 @@ import math
 import os
 from pathlib import Path
 
-from .haystack import HaystackError
+from rope_ext.strategies import effective
+
 from .models import hub_reachable, tokenizer_source
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
 
 
-class HarnessError(HaystackError):
+class HarnessError(ValueError):
     """A bad lm-eval task selection or setting."""
 
 
@@ -62,8 +63,7 @@ def check_tasks(manager, tasks) -> None:
 
 def default_max_length(cfg, ctx) -> int:
     """The extended context (trained x factor), and at least the longest synthetic prompt + generation."""
-    factor = ctx.scaling.get("factor") if ctx.scaling.get("name") != "none" else None
-    extended = int(ctx.trained_context * (factor or 1))
+    extended = int(ctx.trained_context * (effective(ctx.scaling).get("factor") or 1))
     prompts = max((int(L) for L in (cfg.metadata or {}).get("max_seq_lengths", [])), default=0)
     return max(extended, prompts + 64)
 

@@ -55,6 +55,11 @@ def job_row(job: dict) -> dict:
     return row
 
 
+def strategy_label(row: dict) -> str:
+    """e.g. ``yarn x2``, ``none``."""
+    return f"{row['strategy']}" + (f" x{row['factor']:g}" if row["factor"] else "")
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
@@ -66,9 +71,9 @@ def write_report(sweep_dir: Path) -> list[Path]:
     jobs = load_jobs(sweep_dir)
     if not jobs:
         raise FileNotFoundError(f"no results.json under {sweep_dir}")
+    job_rows = [job_row(job) for job in jobs]
     # the unscaled baseline first, then strategies by name and factor
-    rows = sorted((job_row(j) for j in jobs),
-                  key=lambda r: (str(r["model"]), r["strategy"] != "none", str(r["strategy"]), r["factor"] or 0))
+    rows = sorted(job_rows, key=lambda r: (str(r["model"]), r["strategy"] != "none", str(r["strategy"]), r["factor"] or 0))
     columns = list(dict.fromkeys(k for r in rows for k in r))
     written = [sweep_dir / "report.csv", sweep_dir / "report.md"]
     with open(written[0], "w", newline="") as handle:
@@ -80,13 +85,11 @@ def write_report(sweep_dir: Path) -> list[Path]:
     written[1].write_text("\n".join(lines) + "\n")
 
     curves = {}
-    for job in jobs:
+    for job, row in zip(jobs, job_rows):
         by_length = ((job.get("metrics") or {}).get("perplexity") or {}).get("by_length", [])
         scored = [r for r in by_length if r["ppl"] is not None]
         if scored:
-            row = job_row(job)
-            label = f"{row['model']} {row['strategy']}" + (f" x{row['factor']:g}" if row["factor"] else "")
-            curves[label] = ([r["length"] for r in scored], [r["ppl"] for r in scored])
+            curves[f"{row['model']} {strategy_label(row)}"] = ([r["length"] for r in scored], [r["ppl"] for r in scored])
     if curves:
         trained = jobs[0]["config"].get("model", {}).get("original_max_position")
         written.append(line_plot(sweep_dir / "report_perplexity.png", curves, xlabel="context length (tokens)",
@@ -94,15 +97,13 @@ def write_report(sweep_dir: Path) -> list[Path]:
                                  vline=trained, vlabel=f"trained {trained}"))
     for task in RETRIEVAL:
         panels = []
-        for job in jobs:
+        for job, row in zip(jobs, job_rows):
             cells = ((job.get("metrics") or {}).get(task) or {}).get("cells")
             if cells:
                 lengths, depths = sorted({c["length"] for c in cells}), sorted({c["depth"] for c in cells})
                 value = {(c["length"], c["depth"]): c["accuracy"] for c in cells}
                 grid = [[value.get((L, d), float("nan")) for L in lengths] for d in depths]
-                row = job_row(job)
-                title = f"{row['strategy']}" + (f" x{row['factor']:g}" if row["factor"] else "")
-                panels.append((title, grid, lengths, depths, job["config"]["model"].get("original_max_position")))
+                panels.append((strategy_label(row), grid, lengths, depths, job["config"]["model"].get("original_max_position")))
         if panels:
             written.append(heatmaps(sweep_dir / f"report_{task}_heatmaps.png", panels))
     return written
