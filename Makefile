@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(BOOKS): | $(STAMP)
-	$(BIN)/python -m evals.data fetch
+	$(BIN)/python -m evals.core.data fetch
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

@@ -1,63 +1,36 @@
-"""Evals for rope_ext. Each is a function ``evaluate(eval_cfg, ctx) -> summary dict`` registered in
-``EVALS`` under the name its config (``conf/eval/<name>.yaml``) carries."""
+"""The evals of rope_ext and the machinery that runs them as jobs.
+
+Each eval is one module that registers itself (``evals.core.registry.register_eval``) with its config
+dataclass, early check, user-error class and needs, plus one ``conf/eval/<name>.yaml``:
+
+- ``perplexity``  perplexity by length, prefix and sliding protocols (evals/perplexity.py)
+- ``needle``, ``passkey``  retrieval grids over lengths x depths (evals/retrieval.py, prompts: evals/haystack.py)
+- ``rope_decay``  the analytic RoPE studies, no weights (evals/rope_decay.py)
+- ``lm_eval``     lm-evaluation-harness tasks on the patched model (evals/lm_harness.py)
+- ``suite``       several of them on one loaded model (evals/suite.py)
+
+``evals/core/`` holds the job machinery: config schemas, the job model, runner, models, data, output
+sink, tracking, plots. ``load_evals()`` imports the built-in evals and any modules named in
+``$ROPE_EXT_PLUGINS`` (comma-separated), whose ``register``/``register_eval`` calls add strategies and evals.
+"""
 
 from __future__ import annotations
 
-from rope_ext import ScalingError
+import importlib
+import os
 
-from . import harness, needle, perplexity, rope_decay
-from .data import SOURCES, DataError
-from .haystack import HaystackError
-from .models import ModelLoadError
+from .core.errors import UserError
+from .core.registry import EVALS, register_eval
 
+BUILTIN = ("perplexity", "retrieval", "rope_decay", "lm_harness", "suite")
 
-def suite(cfg, ctx) -> dict:
-    """Run the evals named in ``cfg.run`` on the same patched model; their summaries merged."""
-    summary = {}
-    for name in cfg.run:
-        summary.update(EVALS[name](cfg[name], ctx))
-    return summary
+__all__ = ["EVALS", "UserError", "load_evals", "register_eval"]
 
 
-def check_suite(cfg) -> None:
-    unknown = [name for name in cfg.run if name not in EVALS or name == "suite" or cfg.get(name) is None]
-    if unknown or not cfg.run:
-        valid = [name for name in EVALS if name != "suite" and cfg.get(name) is not None]
-        raise ConfigError(f"eval.run={list(cfg.run)} has unknown {unknown or 'nothing'}; valid: {', '.join(valid)}")
-    for name in cfg.run:
-        if name in CHECKS:
-            CHECKS[name](cfg[name])
-
-
-EVALS = {"perplexity": perplexity.evaluate, "rope_decay": rope_decay.evaluate, "needle": needle.evaluate,
-         "passkey": needle.evaluate, "lm_eval": harness.evaluate, "suite": suite}
-CHECKS = {"perplexity": perplexity.check_config, "needle": needle.check_config, "passkey": needle.check_config,
-          "lm_eval": harness.check_config, "suite": check_suite}
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work, found before any work starts."""
-
-
-USER_ERRORS = (ScalingError, ModelLoadError, DataError, ConfigError, perplexity.PerplexityError, HaystackError,
-               harness.HarnessError)
-
-
-def check(cfg) -> None:
-    """Fail early, with the bad value and the valid choices, before any model or data is loaded."""
-    import rope_ext
-
-    from .context import scaling_dict
-    from .models import check_model_config
-    from .tracking import MODES
-
-    if cfg.eval.name not in EVALS:
-        raise ConfigError(f"eval.name={cfg.eval.name!r} is not one of {', '.join(EVALS)}")
-    rope_ext.validate(scaling_dict(cfg))
-    if cfg.eval.name in CHECKS:
-        CHECKS[cfg.eval.name](cfg.eval)
-    if cfg.data.source not in SOURCES:
-        raise ConfigError(f"data.source={cfg.data.source!r} is not one of {', '.join(SOURCES)}")
-    check_model_config(cfg.model)
-    if cfg.logger.mode not in MODES:
-        raise ConfigError(f"logger.mode={cfg.logger.mode!r} is not one of {', '.join(MODES)}")
+def load_evals() -> dict:
+    """Import the built-in evals and the plugins of ``$ROPE_EXT_PLUGINS``; returns the registry."""
+    for name in BUILTIN:
+        importlib.import_module(f"{__name__}.{name}")
+    for module in filter(None, (m.strip() for m in os.environ.get("ROPE_EXT_PLUGINS", "").split(","))):
+        importlib.import_module(module)
+    return EVALS

@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .core.errors import UserError
+
 NAMES = ("apple", "river", "lantern", "falcon", "meadow", "copper", "violin", "harbor", "glacier", "orchid",
          "pepper", "saddle", "thistle", "quartz", "walnut", "ember")
 
 
-class HaystackError(ValueError):
-    pass
+class HaystackError(UserError):
+    """A retrieval prompt that cannot be built (length, haystack, template)."""
 
 
 @dataclass

@@ -1,59 +1,83 @@
 """Perplexity by length, token-weighted, under the two protocols papers use.
 
-- ``prefix`` (LCEG, arXiv 2409.12181): ppl at L over the first L tokens of each document. Under causal
-  attention the loss at position t does not depend on later tokens, so for static strategies every
-  length comes out of one forward at the largest length a document allows; dynamic strategies
-  (frequencies depend on the length) get one forward per length.
+- ``prefix`` (LCEG, Lu et al. 2024, arXiv 2409.12181): ppl at L over the first L tokens of each document.
+  Under causal attention the loss at position t does not depend on later tokens, so for static
+  strategies every length comes out of one forward at the largest length a document allows; dynamic
+  strategies (frequencies depend on the length) get one forward per length.
 - ``sliding`` (Press et al. 2022, arXiv 2108.12409; used by PI and YaRN): windows of L tokens advanced
-  by ``stride``; only tokens new to a window are scored; optionally BOS first in every window.
+  by ``stride``; only tokens new to a window are scored; optionally BOS first in every window. Each
+  document is scored over its first ``max_tokens`` tokens (default: the longest length, as the yarn
+  scripts truncate); results say how many tokens each length scored.
 
-Per length: ppl, mean NLL, tokens, documents, skipped documents, a 95% confidence interval across
-documents (normal approximation on per-document mean NLL), and an out-of-memory flag. Also the
-loss-by-position curve of the longest prefix pass and the effective length: the largest length up to
-which ppl stays within (1 + tolerance) x ppl at the trained length. Results are written after each
-document, so nothing computed is lost.
+Per length: ppl, mean NLL, tokens, documents, skipped documents, a 95% confidence interval (Student-t
+across documents, or a block bootstrap within a single document; the method is recorded, see
+evals/stats.py), and an out-of-memory flag: a failed allocation at one length, on any device, is
+recorded and the other lengths go on. Also the loss-by-position curve of the longest prefix pass and
+the effective length: the largest length up to which ppl stays within (1 + tolerance) x ppl at the
+trained length (null, with the reason, when no evaluated length exceeds the trained context). Results
+are written after each document, so nothing computed is lost.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import List, Optional
 
 import torch
-from tqdm import tqdm
 
-from .lm import token_nll
-from .plots import line_plot
+from .core.config import option
+from .core.errors import UserError
+from .core.plots import line_plot
+from .core.progress import progress
+from .core.registry import register_eval
+from .scoring import free_memory, is_out_of_memory, token_nll
+from .stats import block_bootstrap, t_interval
 
-PROTOCOLS = ("prefix", "sliding")
+log = logging.getLogger(__name__)
 
 
-class PerplexityError(ValueError):
+class PerplexityError(UserError):
     pass
 
 
-def check_config(cfg) -> None:
-    if cfg.protocol not in PROTOCOLS:
-        raise PerplexityError(f"eval.protocol={cfg.protocol!r} is not one of {', '.join(PROTOCOLS)}")
-    bad = [L for L in cfg.lengths if not isinstance(L, int) or L < 2]
-    if not cfg.lengths or bad:
-        raise PerplexityError(f"eval.lengths must be integers >= 2, got {list(cfg.lengths)}")
-    if cfg.chunk_tokens < 1:
-        raise PerplexityError(f"eval.chunk_tokens must be >= 1, got {cfg.chunk_tokens}")
+@dataclass
+class PerplexityConfig:
+    name: str = "perplexity"
+    lengths: List[int] = option([1024, 2048, 4096, 8192, 16384], minimum=2, nonempty=True)
+    protocol: str = option("prefix", choices=("prefix", "sliding"))  # prefix: first L tokens; sliding: window L
+    stride: int = option(256, minimum=1)  # sliding: tokens advanced per window; only new tokens are scored
+    bos_per_window: bool = False  # sliding: prepend BOS to every window (the yarn script does)
+    max_tokens: Optional[int] = option(None, minimum=2)  # sliding: tokens scored per document (null: longest length)
+    documents: Optional[int] = option(None, minimum=1)  # how many documents to evaluate (None: all)
+    chunk_tokens: int = option(2048, minimum=1)  # LM head + cross-entropy over this many positions at a time
+    position_bins: int = option(64, minimum=1)  # bins of the loss-by-position curve
+    tolerance: float = option(0.1, minimum=0)  # effective length: ppl within (1 + tolerance) x ppl at trained length
+    bootstrap_block: int = option(256, minimum=1)  # one document: CI by resampling blocks of this many tokens
+    bootstrap_samples: int = option(1000, minimum=100)
+    seed: int = 0  # bootstrap resampling
+
+
+def check_config(cfg, job=None) -> None:
     span = min(cfg.lengths) - (1 if cfg.bos_per_window else 0)
-    if cfg.protocol == "sliding" and not 1 <= cfg.stride <= span:
-        raise PerplexityError(f"eval.stride={cfg.stride} must be between 1 and the smallest window's {span} tokens")
+    if cfg.protocol == "sliding" and not cfg.stride <= span:
+        raise PerplexityError(f"eval.stride={cfg.stride} must be at most the smallest window's {span} new tokens")
+    if cfg.protocol == "sliding" and cfg.max_tokens is not None and cfg.max_tokens < max(cfg.lengths):
+        raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
+                              f"raise it or leave it null")
 
 
-def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int):
-    """(sum of NLL, number of scored tokens) over ``ids`` with windows of ``window`` tokens.
+def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int) -> torch.Tensor:
+    """NLL of every scored token of ``ids`` with windows of ``window`` tokens, in order.
 
     Each window scores only the tokens no earlier window scored; a window's first token is scored
     only when BOS precedes it (otherwise it has no prefix in the window, as in the HF recipe).
     """
     offset = 1 if bos_id is not None else 0  # chunk index of ids[begin]
     span = window - offset
-    total, count, scored_until, begin = 0.0, 0, 1 - offset, 0
+    pieces, scored_until, begin = [], 1 - offset, 0
     while scored_until < len(ids):
         end = min(begin + span, len(ids))
         chunk = ids[begin:end]
@@ -61,29 +85,21 @@ def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int 
             chunk = torch.cat([torch.tensor([bos_id]), chunk])
         nll = token_nll(model, chunk, chunk_tokens)  # nll[j] scores chunk[j + 1]
         first = max(scored_until - begin + offset, 1)  # chunk index of the first token to score
-        new = nll[first - 1 :]
-        total += float(new.double().sum())
-        count += len(new)
+        pieces.append(nll[first - 1 :])
         scored_until = end
         begin += stride
-    return total, count
+    return torch.cat(pieces) if pieces else torch.empty(0)
 
 
-def _ci(values: list[float]) -> tuple[float | None, float | None]:
-    if len(values) < 2:
-        return None, None
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    half = 1.96 * sd / math.sqrt(len(values))
-    return math.exp(mean - half), math.exp(mean + half)
-
-
-def effective_length(rows: list[dict], trained: int, tolerance: float) -> int | None:
-    """Largest length up to which ppl stays within (1 + tolerance) x ppl at the trained length."""
+def effective_length(rows: list[dict], trained: int, tolerance: float) -> tuple[int | None, str | None]:
+    """(largest length up to which ppl stays within (1 + tolerance) x ppl at the trained length, or None;
+    why it is None)."""
     scored = [r for r in rows if r["ppl"] is not None]
     reference = [r for r in scored if r["length"] <= trained]
     if not reference:
-        return None
+        return None, f"no evaluated length is at most the trained context ({trained}) to compare with"
+    if not any(r["length"] > trained for r in scored):
+        return None, f"no evaluated length exceeds the trained context ({trained}): add longer eval.lengths"
     limit = reference[-1]["ppl"] * (1 + tolerance)
     best = reference[-1]["length"]
     for row in scored:
@@ -92,70 +108,96 @@ def effective_length(rows: list[dict], trained: int, tolerance: float) -> int | 
         if row["ppl"] > limit:
             break
         best = row["length"]
-    return best
+    return best, None
 
 
 class Accumulator:
-    def __init__(self, lengths):
+    """Token-weighted NLL per length, per-document means for the t interval, and -- with a single
+    document -- its token NLLs for the block bootstrap."""
+
+    def __init__(self, lengths, cfg, keep_tokens: bool):
+        self.lengths, self.cfg, self.keep_tokens = lengths, cfg, keep_tokens
         self.sum = defaultdict(float)
         self.count = defaultdict(int)
         self.doc_means = defaultdict(list)
+        self.tokens: dict[int, torch.Tensor] = {}
         self.skipped = defaultdict(int)
-        self.oom = set()
-        self.lengths = lengths
+        self.oom: set[int] = set()
 
-    def add(self, length: int, nll_sum: float, count: int) -> None:
-        self.sum[length] += nll_sum
-        self.count[length] += count
-        self.doc_means[length].append(nll_sum / count)
+    def add(self, length: int, nll: torch.Tensor) -> None:
+        total = float(nll.double().sum())
+        self.sum[length] += total
+        self.count[length] += len(nll)
+        self.doc_means[length].append(total / len(nll))
+        if self.keep_tokens:
+            self.tokens[length] = nll.clone()
+
+    def interval(self, length: int) -> tuple[float | None, float | None, str | None]:
+        means = self.doc_means[length]
+        if len(means) >= 2:
+            low, high = t_interval(means)
+            return math.exp(low), math.exp(high), f"t, {len(means)} documents"
+        if len(means) == 1 and length in self.tokens:
+            found = block_bootstrap(self.tokens[length], self.cfg.bootstrap_block, self.cfg.bootstrap_samples,
+                                    self.cfg.seed)
+            if found:
+                return math.exp(found[0]), math.exp(found[1]), f"block bootstrap, {self.cfg.bootstrap_block}-token blocks"
+        return None, None, None
 
     def rows(self) -> list[dict]:
         rows = []
         for L in self.lengths:
             n = self.count[L]
             nll = self.sum[L] / n if n else None
-            low, high = _ci(self.doc_means[L])
-            rows.append(
-                {
-                    "length": L,
-                    "ppl": math.exp(nll) if nll is not None else None,
-                    "nll": nll,
-                    "tokens": n,
-                    "documents": len(self.doc_means[L]),
-                    "skipped_documents": self.skipped[L],
-                    "ci95_low": low,
-                    "ci95_high": high,
-                    "oom": L in self.oom,
-                }
-            )
+            low, high, method = self.interval(L)
+            rows.append({"length": L, "ppl": math.exp(nll) if nll is not None else None, "nll": nll, "tokens": n,
+                         "documents": len(self.doc_means[L]), "skipped_documents": self.skipped[L],
+                         "ci95_low": low, "ci95_high": high, "ci_method": method, "oom": L in self.oom})
         return rows
 
 
-def _prefix_document(model, ids, lengths, acc, cfg, dynamic, progress):
+def _forward(acc: Accumulator, length: int, compute):
+    """``compute()``, or None after recording an allocation failure at ``length``."""
+    try:
+        return compute()
+    except Exception as err:
+        if not is_out_of_memory(err):
+            raise
+        log.warning("out of memory at length %d (%s); recorded, going on with the other lengths", length,
+                    str(err).splitlines()[0][:120])
+        acc.oom.add(length)
+        free_memory()
+        return None
+
+
+def _prefix_document(model, ids, lengths, acc, cfg, dynamic):
     """Score one document at every applicable length; returns the NLL of its longest pass."""
     todo = [L for L in lengths if L <= len(ids) and L not in acc.oom]
     longest = None
     while todo:
-        passes = [todo[-1]] if not dynamic else list(reversed(todo))
-        for L in passes:
-            try:
-                nll = token_nll(model, ids[:L], cfg.chunk_tokens, progress=progress and L >= 4096)
-            except torch.OutOfMemoryError:
-                acc.oom.add(L)
+        for L in [todo[-1]] if not dynamic else list(reversed(todo)):
+            nll = _forward(acc, L, lambda: token_nll(model, ids[:L], cfg.chunk_tokens, progress=L >= 4096))
+            if nll is None:
                 todo.remove(L)
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
                 break
             longest = nll if longest is None or len(nll) > len(longest) else longest
-            covered = [L] if dynamic else list(todo)
-            for length in covered:  # prefix sums: the first length-1 predictions
-                acc.add(length, float(nll[: length - 1].double().sum()), length - 1)
+            for length in [L] if dynamic else list(todo):  # prefix sums: the first length-1 predictions
+                acc.add(length, nll[: length - 1])
                 todo.remove(length)
     return longest
 
 
+def _sliding_document(model, ids, lengths, acc, cfg, bos):
+    for L in lengths:
+        if L <= len(ids) and L not in acc.oom:
+            nll = _forward(acc, L, lambda: sliding_nll(model, ids, L, cfg.stride, bos, cfg.chunk_tokens))
+            if nll is not None:
+                acc.add(L, nll)
+
+
+@register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config, needs=("model", "data"))
 def evaluate(cfg, ctx) -> dict:
-    check_config(cfg)
+    """Perplexity at each of ``eval.lengths`` (prefix or sliding protocol), with intervals and the effective length."""
     lengths = sorted(set(cfg.lengths))
     documents = ctx.documents()
     if cfg.documents is not None:
@@ -167,68 +209,66 @@ def evaluate(cfg, ctx) -> dict:
             f"eval.lengths {too_long} exceed every document (longest: {longest_doc} tokens in {len(documents)} "
             f"documents); use shorter lengths or longer data"
         )
-    model, trained = ctx.model, ctx.trained_context
-    bos = ctx.tokenizer.bos_token_id if cfg.bos_per_window else None
+    bos = ctx.tokenizer().bos_token_id if cfg.bos_per_window else None
     if cfg.bos_per_window and bos is None:
         raise PerplexityError("eval.bos_per_window=true but the tokenizer has no BOS token")
-    acc = Accumulator(lengths)
+    max_tokens = cfg.max_tokens or lengths[-1]
+    model = ctx.model()
+    acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     position_sum, position_count = torch.zeros(lengths[-1] - 1, dtype=torch.float64), torch.zeros(lengths[-1] - 1)
-    for doc in tqdm(documents, desc=f"perplexity ({cfg.protocol})", unit="doc"):
+    for doc in progress(documents, f"perplexity ({cfg.protocol})", "document"):
         for L in lengths:
             if L > len(doc.ids):
                 acc.skipped[L] += 1
         if cfg.protocol == "prefix":
-            nll = _prefix_document(model, doc.ids, lengths, acc, cfg, ctx.dynamic, progress=True)
+            nll = _prefix_document(model, doc.ids, lengths, acc, cfg, ctx.scaling.dynamic)
             if nll is not None:
                 position_sum[: len(nll)] += nll.double()
                 position_count[: len(nll)] += 1
         else:
-            ids = doc.ids[: lengths[-1]]
-            for L in lengths:
-                if L <= len(doc.ids) and L not in acc.oom:
-                    try:
-                        acc.add(L, *sliding_nll(model, ids, L, cfg.stride, bos, cfg.chunk_tokens))
-                    except torch.OutOfMemoryError:
-                        acc.oom.add(L)
+            _sliding_document(model, doc.ids[:max_tokens], lengths, acc, cfg, bos)
         rows = acc.rows()
-        ctx.results.table("perplexity", rows)
-        ctx.results.update("metrics", {"perplexity": {"protocol": cfg.protocol, "by_length": rows}})
-    return _finish(cfg, ctx, acc.rows(), position_sum, position_count, trained)
+        ctx.output.table("perplexity", rows)
+        ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows})
+    return _finish(cfg, ctx, acc.rows(), position_sum, position_count, max_tokens)
 
 
-def _finish(cfg, ctx, rows, position_sum, position_count, trained) -> dict:
-    summary = {f"ppl@{r['length']}": r["ppl"] for r in rows}
-    summary["effective_length"] = effective_length(rows, trained, cfg.tolerance)
-    bins = []
+def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
     seen = int((position_count > 0).sum())
+    rows = []
     if seen:
-        width = max(1, math.ceil(seen / cfg.position_bins))
+        width = max(1, math.ceil(seen / bins))
         for start in range(0, seen, width):
             end = min(start + width, seen)
             n = float(position_count[start:end].sum())
-            bins.append({"position_start": start + 1, "position_end": end, "mean_nll": float(position_sum[start:end].sum()) / n})
-        ctx.results.table("loss_by_position", bins)
-    label = f"{ctx.model_name} / {ctx.scaling_label}"
-    scored = [r for r in rows if r["ppl"] is not None]
-    plot = line_plot(
-        ctx.results.dir / "perplexity.png",
-        {label: ([r["length"] for r in scored], [r["ppl"] for r in scored])},
-        xlabel="context length (tokens)", ylabel="perplexity", title=f"Perplexity by length ({cfg.protocol})",
-        logx=True, logy=True, vline=trained, vlabel=f"trained {trained}",
-    )
-    images = {"perplexity": plot}
+            rows.append({"position_start": start + 1, "position_end": end,
+                         "mean_nll": float(position_sum[start:end].sum()) / n})
+    return rows
+
+
+def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
+    trained = ctx.trained_context
+    effective, reason = effective_length(rows, trained, cfg.tolerance)
+    if reason:
+        print(f"effective_length: null: {reason}")
+    summary = {f"ppl@{r['length']}": r["ppl"] for r in rows}
+    summary["effective_length"] = effective
+    bins = _position_bins(position_sum, position_count, cfg.position_bins)
     if bins:
-        images["loss_by_position"] = line_plot(
-            ctx.results.dir / "loss_by_position.png",
-            {label: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
+        ctx.output.table("loss_by_position", bins)
+    scored = [r for r in rows if r["ppl"] is not None]
+    ctx.output.figure("perplexity", line_plot(
+        {ctx.title: ([r["length"] for r in scored], [r["ppl"] for r in scored])},
+        xlabel="context length (tokens)", ylabel="perplexity", title=f"Perplexity by length ({cfg.protocol})",
+        logx=True, logy=True, vline=trained, vlabel=f"trained {trained}"))
+    if bins:
+        ctx.output.figure("loss_by_position", line_plot(
+            {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
             xlabel="position (tokens)", ylabel="mean NLL (nats)", title="Loss by position (longest pass)",
-            vline=trained, vlabel=f"trained {trained}",
-        )
-    metrics = {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins, **summary}
-    ctx.results.update("metrics", {"perplexity": metrics})
-    ctx.tracker.summary(summary)
-    ctx.tracker.table("perplexity/by_length_table", rows, line=("length", "ppl"))
-    ctx.tracker.table("perplexity/loss_by_position_table", bins, line=("position_end", "mean_nll"))
-    for key, path in images.items():
-        ctx.tracker.image(f"perplexity/{key}_plot", path)
+            vline=trained, vlabel=f"trained {trained}"))
+    ctx.output.curve("perplexity", [{k: r[k] for k in ("length", "ppl", "nll", "ci95_low", "ci95_high", "tokens")}
+                                    for r in scored])
+    ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins,
+                                      "effective_length_reason": reason,
+                                      **({"max_tokens": max_tokens} if cfg.protocol == "sliding" else {}), **summary})
     return summary

@@ -1,38 +1,41 @@
 """rope_ext: RoPE context-extension strategies as pure functions, and one patcher for any HF model.
 
-    inv_freq, attention_factor = rope_ext.frequencies({"name": "yarn", "factor": 4,
-                                                       "original_max_position": 4096}, 128, 10000.0)
-    with rope_ext.patch(model, {"name": "ntk", "factor": 2}):
-        ...  # the model runs with NTK-aware RoPE; the original is restored on exit
+    scaling = rope_ext.resolve({"name": "yarn", "factor": 4}, trained_context=4096)  # validated once
+    inv_freq, attention_factor = scaling.frequencies(128, 10000.0)
+    with rope_ext.patch(model, scaling):
+        ...  # the model runs with YaRN; the original is restored on exit
 """
 
-from .patch import RopePatch, RotaryNotFoundError, RotarySlot, find_rotary_slots, patch, trained_context
+from .patch import RopePatch, RotaryNotFoundError, RotarySlot, find_rotary_slots, patch, select_slots, trained_context
 from .strategies import (
     ALIASES,
     STRATEGIES,
+    Param,
+    Scaling,
     ScalingError,
     default_inv_freq,
     frequencies,
-    is_dynamic,
     register,
-    validate,
+    resolve,
     wavelengths,
 )
 
 __all__ = [
     "ALIASES",
     "STRATEGIES",
+    "Param",
     "RopePatch",
     "RotaryNotFoundError",
     "RotarySlot",
+    "Scaling",
     "ScalingError",
     "default_inv_freq",
     "find_rotary_slots",
     "frequencies",
-    "is_dynamic",
     "patch",
     "register",
+    "resolve",
+    "select_slots",
     "trained_context",
-    "validate",
     "wavelengths",
 ]

@@ -25,7 +25,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from .strategies import ScalingError, frequencies, is_dynamic, validate, with_trained_context
+from .strategies import Scaling, ScalingError, resolve
 
 
 class RotaryNotFoundError(ScalingError):
@@ -61,14 +61,19 @@ def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None
     return dict(params)
 
 
-def _infer_base(inv_freq: torch.Tensor) -> float:
+def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
     # inv_freq[1] = b^(-2/d)  =>  b = inv_freq[1]^(-d/2)
+    if inv_freq.is_meta or inv_freq.numel() < 2:
+        raise RotaryNotFoundError(f"{module_name}: no rope_theta in the config and no frequencies to read the base from")
     dim = 2 * inv_freq.numel()
     return float(inv_freq[1].double() ** (-dim / 2))
 
 
 def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
-    """Every rotary slot of ``model``; raises RotaryNotFoundError naming the class when there is none."""
+    """Every rotary slot of ``model``; raises RotaryNotFoundError naming the class when there is none.
+
+    Works on a model built on the ``meta`` device too (shapes only, no weights): that is how the
+    geometry a model will have is read before anything is loaded."""
     slots = []
     for module_name, module in model.named_modules():
         for buffer_name, buffer in module.named_buffers(recurse=False):
@@ -78,7 +83,7 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
             if not hasattr(module, f"{prefix}attention_scaling"):
                 continue
             params = _rope_parameters(module, model, prefix[:-1] if prefix else None)
-            base = params.get("rope_theta") or _infer_base(buffer)
+            base = params.get("rope_theta") or _infer_base(buffer, module_name)
             slots.append(RotarySlot(module, module_name, prefix, 2 * buffer.numel(), float(base)))
     if not slots:
         raise RotaryNotFoundError(
@@ -88,20 +93,24 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
     return slots
 
 
-def trained_context(model: nn.Module) -> int:
-    """The trained context from the config: ``original_max_position_embeddings`` (in the rope parameters or
-    the config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
+def trained_context(model_or_config) -> int:
+    """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
+    the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
+    config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
     ``max_position_embeddings`` after extension need the real value passed (transformers #38224)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    params = getattr(config, "rope_parameters", None) or {}
-    if params and all(isinstance(v, Mapping) for v in params.values()):
-        params = next(iter(params.values()))  # per-layer-type: they share the trained context
-    trained = params.get("original_max_position_embeddings") or getattr(config, "original_max_position_embeddings", None)
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    per_type = [v for v in params.values() if isinstance(v, Mapping)]
+    entries = per_type if params and len(per_type) == len(params) else [params]
+    found = [int(e["original_max_position_embeddings"]) for e in entries if e.get("original_max_position_embeddings")]
+    trained = max(found) if found else getattr(config, "original_max_position_embeddings", None)
     return int(trained or config.max_position_embeddings)
 
 
 def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
-    """Slots to scale: all, or the named layer types; ``auto`` skips sliding-window layer types."""
+    """Slots to scale: all, or the named layer types; ``auto`` skips sliding-window layer types (their
+    window is shorter than the trained context, so they never see a position beyond it)."""
     types = sorted({s.layer_type for s in slots if s.layer_type is not None})
     if layer_types in (None, "auto"):
         chosen = [s for s in slots if not (s.layer_type and "sliding" in s.layer_type)]
@@ -118,14 +127,13 @@ def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
 class RopePatch:
     """A scaling strategy applied to a model; a context manager that restores the model on exit."""
 
-    def __init__(self, model: nn.Module, scaling: Mapping, original_max_position: int | None = None):
-        scaling = dict(scaling)
+    def __init__(self, model: nn.Module, scaling: "Mapping | Scaling", original_max_position: int | None = None):
         self.model = model
-        self.slots = select_slots(find_rotary_slots(model), scaling.get("layer_types"))
-        trained = original_max_position or trained_context(model)
-        self.scaling = with_trained_context({k: v for k, v in scaling.items() if k != "layer_types"}, trained)
-        self.name = validate(self.scaling)["name"]
-        self.dynamic = is_dynamic(self.scaling)
+        if not isinstance(scaling, Scaling) or original_max_position is not None:
+            scaling = resolve(scaling, original_max_position or trained_context(model))
+        self.scaling = scaling
+        self.slots = select_slots(find_rotary_slots(model), scaling.layer_types)
+        self.name, self.dynamic = scaling.name, scaling.dynamic
         self._saved: list[tuple] = []
         self._hooks: list = []
         self.applied: list[dict] = []
@@ -150,7 +158,7 @@ class RopePatch:
             self.applied.append({**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())})
 
     def _set(self, slot: RotarySlot, seq_len: int | None):
-        inv_freq, attention = frequencies(self.scaling, slot.dim, slot.base, seq_len)
+        inv_freq, attention = self.scaling.frequencies(slot.dim, slot.base, seq_len)
         old = getattr(slot.module, f"{slot.prefix}inv_freq")
         slot.module.register_buffer(f"{slot.prefix}inv_freq", inv_freq.to(old.device), persistent=False)
         setattr(slot.module, f"{slot.prefix}attention_scaling", attention)
@@ -184,7 +192,8 @@ class RopePatch:
         self.restore()
 
 
-def patch(model: nn.Module, scaling: Mapping, original_max_position: int | None = None) -> RopePatch:
+def patch(model: nn.Module, scaling: "Mapping | Scaling", original_max_position: int | None = None) -> RopePatch:
     """Apply ``scaling`` to every selected rotary module of ``model`` now; use as ``with patch(...)``
-    to restore on exit, or call ``.restore()``. ``original_max_position`` defaults to the config's."""
+    to restore on exit, or call ``.restore()``. A resolved :class:`Scaling` is applied as it is; a
+    mapping is resolved here, its trained context defaulting to ``original_max_position`` or the config's."""
     return RopePatch(model, scaling, original_max_position)

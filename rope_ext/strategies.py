@@ -1,25 +1,27 @@
 """RoPE scaling strategies as pure functions: parameters -> (inv_freq, attention_factor).
 
-Notation (shared/REFERENCES.md): d = rotary dimension, b = base (rope_theta), s = factor,
-L = trained context (``original_max_position``), theta_i = b^(-2i/d) for i = 0 .. d/2-1,
-wavelength lambda_i = 2*pi / theta_i. Every strategy returns the d/2 inverse frequencies and the
-factor the rotary module multiplies cos/sin by (the "attention factor", sqrt(1/t) in YaRN).
+Notation: d = rotary dimension, b = base (rope_theta), s = factor, L = trained context
+(``original_max_position``), theta_i = b^(-2i/d) for i = 0 .. d/2-1, wavelength lambda_i = 2*pi / theta_i.
+Every strategy returns the d/2 inverse frequencies and the factor the rotary module multiplies cos/sin
+by (the "attention factor", sqrt(1/t) in YaRN).
 
 Implemented (one registry, the shape of transformers' ``ROPE_INIT_FUNCTIONS``):
-- ``none``          the model's own RoPE (Su et al. 2021, RoFormer).
+- ``none``          the model's own RoPE (Su et al. 2021, RoFormer, arXiv 2104.09864).
 - ``linear``/``pi`` positional interpolation, theta/s (Chen et al. 2023, arXiv 2306.15595).
-- ``ntk``           NTK-aware base change b*s^(d/(d-2)) (bloc97, 2023).
+- ``ntk``           NTK-aware base change b*s^(d/(d-2)) (bloc97, 2023, reddit.com/r/LocalLLaMA/comments/14lz7j5).
 - ``base``          base enlargement / ABF: a new base set directly (Xiong et al. 2023, arXiv 2309.16039).
-- ``dynamic_ntk``   NTK base recomputed from the current length (emozilla, 2023).
+- ``dynamic_ntk``   NTK base recomputed from the current length (emozilla, 2023, reddit.com/r/LocalLLaMA/comments/14mrgpr).
 - ``yarn``          NTK-by-parts ramp + attention temperature (Peng et al. 2023, arXiv 2309.00071).
 - ``ntk_by_parts``  the YaRN ramp without the temperature (same paper, section 3.2).
-- ``llama3``        Llama-3.1 low/high-frequency factors (Meta 2024; transformers ``llama3``).
+- ``llama3``        Llama-3.1 low/high-frequency factors (Meta 2024, arXiv 2407.21783; transformers ``llama3``).
 - ``longrope``      per-dimension short/long factor lists (Ding et al. 2024, arXiv 2402.13753).
 - ``mixed``         user-given per-dimension factors, as a list or as bands of dimensions/wavelengths.
 - ``compose``       stages applied in order, e.g. ``base`` then ``linear``.
 
-Each function takes ``(params, dim, base, seq_len)`` where ``params`` has already been validated
-against the strategy's declared parameters by :func:`frequencies`.
+A strategy registers its parameters as :class:`Param` (default, type, meaning, accepted range); that
+declaration is the one place they live: :func:`resolve` validates against it, and the Hydra schemas of
+``evals`` are generated from it. :func:`resolve` turns a config mapping into a frozen :class:`Scaling`
+once; everything downstream (the patcher, the analyses) takes that value without validating again.
 """
 
 from __future__ import annotations
@@ -39,27 +41,72 @@ class ScalingError(ValueError):
 
 
 @dataclass(frozen=True)
-class Strategy:
-    """A registered strategy: its function, its parameters with defaults, and whether it is dynamic."""
+class Param:
+    """A strategy parameter: its default, type, meaning and the values it accepts.
 
+    ``type`` is float, int, bool or list; ``minimum`` is an inclusive lower bound and ``above`` an
+    exclusive one (numbers); floats must be finite. ``required`` parameters have no usable default.
+    """
+
+    default: Any = None
+    type: type = float
+    doc: str = ""
+    minimum: float | None = None
+    above: float | None = None
+    required: bool = False
+
+    def coerce(self, strategy: str, key: str, value: Any) -> Any:
+        """``value`` checked against this declaration (ints become floats where a float is declared)."""
+        where = f"scaling '{strategy}': {key}={value!r}"
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise ScalingError(f"{where} must be true or false")
+            return value
+        if self.type is list:
+            if not isinstance(value, (list, tuple)):
+                raise ScalingError(f"{where} must be a list")
+            return list(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ScalingError(f"{where} must be a number")
+        if self.type is int:
+            if float(value) != int(value):
+                raise ScalingError(f"{where} must be a whole number")
+            value = int(value)
+        else:
+            value = float(value)
+            if not math.isfinite(value):
+                raise ScalingError(f"{where} must be a finite number")
+        if self.minimum is not None and not value >= self.minimum:
+            raise ScalingError(f"{where} must be >= {self.minimum:g}" + (" (1 = no scaling)" if key == "factor" else ""))
+        if self.above is not None and not value > self.above:
+            raise ScalingError(f"{where} must be > {self.above:g}")
+        return value
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registered strategy: its function, declared parameters, cross-parameter check and dynamic flag."""
+
+    name: str
     fn: StrategyFn
-    params: Mapping[str, Any]
-    required: tuple[str, ...] = ()
+    params: Mapping[str, Param]
+    check: Callable[[dict], None] = field(default=lambda p: None)
     dynamic: Callable[[dict], bool] = field(default=lambda p: False)
     doc: str = ""
 
 
 STRATEGIES: dict[str, Strategy] = {}
 ALIASES: dict[str, str] = {}
-# Keys a scaling config may carry that belong to the patcher or the run, not to any strategy.
-NON_STRATEGY_KEYS = frozenset({"name", "layer_types"})
+# Keys a scaling config may carry that belong to the patcher, not to any strategy (see patch.select_slots).
+PATCH_KEYS = {"layer_types": "auto"}
 
 
-def register(name: str, *, params: Mapping[str, Any], required=(), dynamic=None, aliases=()):
+def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=()):
+    """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry."""
+
     def deco(fn: StrategyFn) -> StrategyFn:
-        STRATEGIES[name] = Strategy(
-            fn, dict(params), tuple(required), dynamic or (lambda p: False), (fn.__doc__ or "").strip()
-        )
+        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False),
+                                    (fn.__doc__ or "").strip())
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -74,26 +121,24 @@ def default_inv_freq(dim: int, base: float) -> torch.Tensor:
 
 
 def wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
-    # lambda_i = 2*pi / theta_i: tokens per full rotation of dimension pair i
+    # lambda_i = 2*pi / theta_i: tokens per full rotation of dimension pair i (inf for theta = 0)
     return 2 * math.pi / inv_freq
 
 
-def _check_factor(name: str, factor: float) -> None:
-    if factor is None or not (factor >= 1.0):
-        raise ScalingError(f"scaling '{name}': factor={factor!r} must be >= 1 (1 = no scaling)")
+FACTOR = Param(2.0, float, "scale s = target length / trained length", minimum=1.0)
+TRAINED = Param(None, int, "trained context L (default: the model's)", minimum=1, required=True)
 
 
-@register("none", params={"factor": None})
+@register("none", params={"factor": Param(None, float, "accepted and ignored, so a factor sweep can include the baseline")})
 def none(p, dim, base, seq_len):
     """The model's own RoPE: theta_i = b^(-2i/d). ``factor`` is accepted and ignored, so a sweep over
     factors can include the baseline (``-m scaling=none,yarn scaling.factor=2,4``)."""
     return default_inv_freq(dim, base), 1.0
 
 
-@register("linear", params={"factor": 2.0}, aliases=("pi",))
+@register("linear", params={"factor": FACTOR}, aliases=("pi",))
 def linear(p, dim, base, seq_len):
     """Positional interpolation: positions / s, i.e. theta_i / s."""
-    _check_factor("linear", p["factor"])
     return default_inv_freq(dim, base) / p["factor"], 1.0
 
 
@@ -102,32 +147,22 @@ def ntk_base(base: float, factor: float, dim: int) -> float:
     return base * factor ** (dim / (dim - 2))
 
 
-@register("ntk", params={"factor": 2.0})
+@register("ntk", params={"factor": FACTOR})
 def ntk(p, dim, base, seq_len):
     """NTK-aware scaling: base enlarged to b * s^(d/(d-2))."""
-    _check_factor("ntk", p["factor"])
     return default_inv_freq(dim, ntk_base(base, p["factor"], dim)), 1.0
 
 
-@register("base", params={"base": None}, required=("base",))
+@register("base", params={"base": Param(None, float, "the new base b'", above=1.0, required=True)})
 def base_enlargement(p, dim, base, seq_len):
     """Adjusted base frequency (ABF): theta_i = b_new^(-2i/d)."""
-    new_base = p["base"]
-    if not (new_base > 1.0):
-        raise ScalingError(f"scaling 'base': base={new_base!r} must be > 1")
-    return default_inv_freq(dim, float(new_base)), 1.0
+    return default_inv_freq(dim, p["base"]), 1.0
 
 
-@register(
-    "dynamic_ntk",
-    params={"factor": 2.0, "original_max_position": None},
-    required=("original_max_position",),
-    dynamic=lambda p: True,
-)
+@register("dynamic_ntk", params={"factor": FACTOR, "original_max_position": TRAINED}, dynamic=lambda p: True)
 def dynamic_ntk(p, dim, base, seq_len):
     """Dynamic NTK: at length n > L, b' = b * ((s*n/L) - (s-1))^(d/(d-2)); below L the original."""
     s, trained = p["factor"], p["original_max_position"]
-    _check_factor("dynamic_ntk", s)
     n = max(seq_len or trained, trained)
     return default_inv_freq(dim, base * ((s * n / trained) - (s - 1)) ** (dim / (dim - 2))), 1.0
 
@@ -154,13 +189,21 @@ def yarn_ramp(dim: int, base: float, trained: int, beta_fast: float, beta_slow: 
     return torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
 
 
+# beta_fast/beta_slow: transformers reads 0 (or a missing value) as "use the default 32 / 1"; here 0 is
+# rejected instead, so a value in a config always means what it says.
 YARN_PARAMS = {
-    "factor": 2.0,
-    "original_max_position": None,
-    "beta_fast": 32.0,
-    "beta_slow": 1.0,
-    "truncate": True,
+    "factor": FACTOR,
+    "original_max_position": TRAINED,
+    "beta_fast": Param(32.0, float, "rotations over L below which a pair starts to be interpolated", above=0.0),
+    "beta_slow": Param(1.0, float, "rotations over L below which a pair is fully interpolated", above=0.0),
+    "truncate": Param(True, bool, "round the ramp's ends to whole dimensions (transformers' truncate)"),
 }
+
+
+def check_betas(p: dict) -> None:
+    if not p["beta_fast"] > p["beta_slow"]:
+        raise ScalingError(f"scaling: beta_fast={p['beta_fast']:g} must be > beta_slow={p['beta_slow']:g} "
+                           "(fast pairs turn more often over L than slow ones)")
 
 
 def _by_parts(p, dim, base, factor):
@@ -170,17 +213,22 @@ def _by_parts(p, dim, base, factor):
     return theta / factor * ramp + theta * (1 - ramp)
 
 
-@register("ntk_by_parts", params=YARN_PARAMS, required=("original_max_position",))
+@register("ntk_by_parts", params=YARN_PARAMS, check=check_betas)
 def ntk_by_parts(p, dim, base, seq_len):
     """NTK-by-parts: interpolate long-wavelength pairs, keep short ones, linear ramp between."""
-    _check_factor("ntk_by_parts", p["factor"])
     return _by_parts(p, dim, base, p["factor"]), 1.0
 
 
 @register(
     "yarn",
-    params={**YARN_PARAMS, "attention_factor": None, "mscale": None, "mscale_all_dim": None, "dynamic": False},
-    required=("original_max_position",),
+    params={
+        **YARN_PARAMS,
+        "attention_factor": Param(None, float, "cos/sin factor (default 0.1 ln s + 1)", above=0.0),
+        "mscale": Param(None, float, "DeepSeek mscale", above=0.0),
+        "mscale_all_dim": Param(None, float, "DeepSeek mscale_all_dim", above=0.0),
+        "dynamic": Param(False, bool, "factor follows the length: s = max(1, n/L)"),
+    },
+    check=check_betas,
     dynamic=lambda p: bool(p["dynamic"]),
 )
 def yarn(p, dim, base, seq_len):
@@ -192,7 +240,6 @@ def yarn(p, dim, base, seq_len):
     factor = p["factor"]
     if p["dynamic"]:
         factor = max(1.0, (seq_len or 0) / p["original_max_position"])
-    _check_factor("yarn", factor)
     attention = p["attention_factor"]
     if attention is None:
         if p["mscale"] and p["mscale_all_dim"]:
@@ -202,18 +249,23 @@ def yarn(p, dim, base, seq_len):
     return _by_parts(p, dim, base, factor), float(attention)
 
 
+def check_llama3(p: dict) -> None:
+    if not p["high_freq_factor"] > p["low_freq_factor"]:
+        raise ScalingError(f"scaling 'llama3': high_freq_factor={p['high_freq_factor']:g} must be > "
+                           f"low_freq_factor={p['low_freq_factor']:g}")
+
+
 @register(
     "llama3",
-    params={"factor": 8.0, "original_max_position": None, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-    required=("original_max_position",),
+    params={"factor": Param(8.0, float, "scale s", minimum=1.0), "original_max_position": TRAINED,
+            "low_freq_factor": Param(1.0, float, "wavelengths above L/low are interpolated by s", above=0.0),
+            "high_freq_factor": Param(4.0, float, "wavelengths below L/high are kept", above=0.0)},
+    check=check_llama3,
 )
 def llama3(p, dim, base, seq_len):
     """Llama-3.1: lambda > L/low -> theta/s; lambda < L/high -> theta; smooth blend between."""
     s, trained = p["factor"], p["original_max_position"]
     low, high = p["low_freq_factor"], p["high_freq_factor"]
-    _check_factor("llama3", s)
-    if not high > low > 0:
-        raise ScalingError(f"scaling 'llama3': need high_freq_factor > low_freq_factor > 0, got {high} and {low}")
     theta = default_inv_freq(dim, base)
     wavelen = wavelengths(theta)
     # smooth = (L/lambda - low) / (high - low), clamped to [0, 1]; theta' = (1-smooth)*theta/s + smooth*theta
@@ -225,22 +277,30 @@ def _factor_list(name: str, key: str, values, dim: int) -> torch.Tensor:
     if values is None or len(values) != dim // 2:
         got = "none" if values is None else f"{len(values)} values"
         raise ScalingError(f"scaling '{name}': {key} needs d/2 = {dim // 2} values (one per dimension pair), got {got}")
-    factors = torch.tensor([float(v) for v in values], dtype=torch.float32)
-    if not bool((factors > 0).all()):
-        raise ScalingError(f"scaling '{name}': {key} values must be > 0, got {values}")
+    try:
+        factors = torch.tensor([float(v) for v in values], dtype=torch.float32)
+    except (TypeError, ValueError):
+        raise ScalingError(f"scaling '{name}': {key} must be numbers, got {list(values)}") from None
+    if not bool((factors > 0).all() & factors.isfinite().all()):
+        raise ScalingError(f"scaling '{name}': {key} values must be finite and > 0, got {list(values)}")
     return factors
+
+
+def check_longrope(p: dict) -> None:
+    if p["factor"] is None and p["attention_factor"] is None:
+        raise ScalingError("scaling 'longrope': set factor (target length / L) or attention_factor")
 
 
 @register(
     "longrope",
     params={
-        "short_factor": None,
-        "long_factor": None,
-        "factor": None,
-        "original_max_position": None,
-        "attention_factor": None,
+        "short_factor": Param(None, list, "d/2 factors used up to L", required=True),
+        "long_factor": Param(None, list, "d/2 factors used beyond L", required=True),
+        "factor": Param(None, float, "target length / L (sets the attention factor)", minimum=1.0),
+        "original_max_position": TRAINED,
+        "attention_factor": Param(None, float, "cos/sin factor (default sqrt(1 + ln s / ln L))", above=0.0),
     },
-    required=("short_factor", "long_factor", "original_max_position"),
+    check=check_longrope,
     dynamic=lambda p: True,
 )
 def longrope(p, dim, base, seq_len):
@@ -252,8 +312,6 @@ def longrope(p, dim, base, seq_len):
     attention = p["attention_factor"]
     if attention is None:
         s = p["factor"]
-        if s is None:
-            raise ScalingError("scaling 'longrope': set factor (target length / L) or attention_factor")
         # attention factor sqrt(1 + ln(s) / ln(L)), 1 when not extending
         attention = 1.0 if s <= 1 else math.sqrt(1 + math.log(s) / math.log(trained))
     return default_inv_freq(dim, base) / factors, float(attention)
@@ -265,8 +323,9 @@ def band_factors(bands, dim: int, base: float) -> torch.Tensor:
     factors = torch.full((dim // 2,), float("nan"))
     for k, band in enumerate(bands):
         band = dict(band)
-        if "factor" not in band:
-            raise ScalingError(f"scaling 'mixed': band {k} has no factor: {band}")
+        factor = band.get("factor")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (0 < factor < math.inf):
+            raise ScalingError(f"scaling 'mixed': band {k} needs a finite factor > 0: {band}")
         if "dims" in band:
             start, end = band["dims"]
             if not 0 <= start < end <= dim // 2:
@@ -276,28 +335,37 @@ def band_factors(bands, dim: int, base: float) -> torch.Tensor:
         else:
             lo = band.get("min_wavelength") or 0.0
             hi = band.get("max_wavelength") or float("inf")
+            if not lo < hi:
+                raise ScalingError(f"scaling 'mixed': band {k} needs min_wavelength < max_wavelength: {band}")
             members = (wavelen >= lo) & (wavelen < hi)
         overlap = members & ~factors.isnan()
         if bool(overlap.any()):
             raise ScalingError(f"scaling 'mixed': band {k} overlaps earlier bands at pairs {overlap.nonzero().flatten().tolist()}")
-        factors[members] = float(band["factor"])
+        factors[members] = float(factor)
     missing = factors.isnan()
     if bool(missing.any()):
         raise ScalingError(f"scaling 'mixed': bands leave pairs {missing.nonzero().flatten().tolist()} uncovered (d/2 = {dim // 2})")
     return factors
 
 
-@register("mixed", params={"factors": None, "bands": None, "attention_factor": 1.0})
-def mixed(p, dim, base, seq_len):
-    """Per-dimension frequencies theta_i / f_i, from a factor list or from bands (seed 001's channels)."""
+def check_mixed(p: dict) -> None:
     if (p["factors"] is None) == (p["bands"] is None):
         raise ScalingError("scaling 'mixed': give exactly one of factors (a list of d/2) or bands")
+
+
+@register(
+    "mixed",
+    params={"factors": Param(None, list, "one factor per dimension pair"),
+            "bands": Param(None, list, "[{dims: [start, end], factor}] or [{min_wavelength, max_wavelength, factor}]"),
+            "attention_factor": Param(1.0, float, "cos/sin factor", above=0.0)},
+    check=check_mixed,
+)
+def mixed(p, dim, base, seq_len):
+    """Per-dimension frequencies theta_i / f_i, from a factor list or from bands of dimensions or wavelengths."""
     if p["factors"] is not None:
         factors = _factor_list("mixed", "factors", p["factors"], dim)
     else:
         factors = band_factors(p["bands"], dim, base)
-        if not bool((factors > 0).all()):
-            raise ScalingError("scaling 'mixed': band factors must be > 0")
     return default_inv_freq(dim, base) / factors, float(p["attention_factor"])
 
 
@@ -309,12 +377,13 @@ def effective_base(inv_freq: torch.Tensor, dim: int) -> float | None:
     return candidate if torch.allclose(default_inv_freq(dim, candidate), inv_freq, rtol=1e-4) else None
 
 
-@register("compose", params={"stages": None}, required=("stages",), dynamic=lambda p: any(is_dynamic(s) for s in p["stages"]))
+@register("compose", params={"stages": Param(None, list, "scaling configs applied in order", required=True)},
+          dynamic=lambda p: any(stage.dynamic for stage in p["stages"]))
 def compose(p, dim, base, seq_len):
     """Stages in order: each sees the base left by the previous ones; per-pair ratios and factors multiply."""
     inv_freq, attention, current_base = default_inv_freq(dim, base), 1.0, base
     for stage in p["stages"]:
-        stage_inv, stage_attention = frequencies(stage, dim, current_base, seq_len)
+        stage_inv, stage_attention = stage.frequencies(dim, current_base, seq_len)
         # each stage rescales pair i by stage_inv / theta(current base)
         inv_freq = inv_freq * stage_inv / default_inv_freq(dim, current_base)
         attention *= stage_attention
@@ -334,62 +403,110 @@ def resolve_name(name: str) -> str:
     raise ScalingError(f"unknown scaling name '{name}'. Valid: {', '.join(valid)}.{hint}")
 
 
-def validate(scaling: Mapping) -> dict:
-    """Check a scaling config and return its parameters with defaults filled in (None values = unset)."""
-    scaling = {k: v for k, v in dict(scaling).items() if v is not None}
-    if "name" not in scaling:
-        raise ScalingError(f"scaling config has no 'name': {scaling}")
-    name = resolve_name(scaling["name"])
+def _short(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A validated scaling: strategy name, every parameter (defaults and trained context filled in), the
+    layer types it applies to, and whether its frequencies follow the sequence length. Built once by
+    :func:`resolve`; its methods never validate again."""
+
+    name: str
+    params: dict
+    layer_types: Any = "auto"
+    dynamic: bool = False
+
+    @property
+    def strategy(self) -> Strategy:
+        return STRATEGIES[self.name]
+
+    def frequencies(self, dim: int, base: float, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
+        """Inverse frequencies (d/2,) and attention factor on a rotary dim ``dim`` with base ``base``."""
+        if dim <= 0 or dim % 2:
+            raise ScalingError(f"rotary dimension must be a positive even number, got head_dim={dim}")
+        if not base > 1:
+            raise ScalingError(f"RoPE base must be > 1, got {base}")
+        inv_freq, attention = self.strategy.fn(self.params, dim, float(base), seq_len)
+        return inv_freq.to(torch.float32), float(attention)
+
+    def effective(self) -> dict:
+        """What changes the frequencies: the parameters (nested for compose) and the layer types; ``none``
+        is just its name (it ignores its factor and changes no layer)."""
+        if self.name == "none":
+            return {"name": "none"}
+        params = {k: ([s.effective() for s in v] if k == "stages" else v) for k, v in self.params.items()}
+        return {"name": self.name, **params, "layer_types": self.layer_types}
+
+    def to_dict(self) -> dict:
+        """A plain config mapping that :func:`resolve` turns back into this value."""
+        params = {k: ([s.to_dict() for s in v] if k == "stages" else v) for k, v in self.params.items()}
+        return {"name": self.name, **params, "layer_types": self.layer_types}
+
+    @property
+    def label(self) -> str:
+        """e.g. ``yarn-factor2``, ``yarn-factor2-beta_fast16``, ``base-base1e+06``, ``none``: the name, then
+        every parameter that differs from its registered default (the trained context left out)."""
+        if self.name == "none":
+            return "none"
+        if self.name == "compose":
+            return "compose[" + ",".join(stage.label for stage in self.params["stages"]) + "]"
+        parts = [self.name]
+        for key, param in self.strategy.params.items():
+            value = self.params.get(key)
+            if key == "original_max_position" or value is None:
+                continue
+            if key in ("factor", "base") or value != param.default:
+                parts.append(f"{key}{_short(value)}" if not isinstance(value, list) else f"{key}[{len(value)}]")
+        if self.layer_types != "auto":
+            types = self.layer_types if isinstance(self.layer_types, str) else "+".join(self.layer_types)
+            parts.append(f"layers_{types}")
+        return "-".join(parts)
+
+
+def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) -> Scaling:
+    """Validate a scaling config once: name (aliases resolved), parameters against the registration,
+    defaults filled in, ``original_max_position`` set to ``trained_context`` where a strategy takes it
+    and it is unset. Unset (None) keys mean "use the default"."""
+    if isinstance(scaling, Scaling):
+        if trained_context is None:
+            return scaling
+        scaling = scaling.to_dict()
+    config = {k: v for k, v in dict(scaling).items() if v is not None}
+    if "name" not in config:
+        raise ScalingError(f"scaling config has no 'name': {config}")
+    name = resolve_name(config.pop("name"))
+    layer_types = config.pop("layer_types", PATCH_KEYS["layer_types"])
+    if not isinstance(layer_types, str):
+        layer_types = list(layer_types)
     strategy = STRATEGIES[name]
-    given = {k: v for k, v in scaling.items() if k not in NON_STRATEGY_KEYS}
-    unknown = sorted(set(given) - set(strategy.params))
+    unknown = sorted(set(config) - set(strategy.params))
     if unknown:
-        valid = ", ".join(sorted(strategy.params)) or "(none)"
+        valid = ", ".join(strategy.params) or "(none)"
         raise ScalingError(f"scaling '{name}' does not take {', '.join(unknown)}. Its parameters: {valid}")
-    params = {**strategy.params, **given}
-    missing = [k for k in strategy.required if params.get(k) is None]
+    params = {}
+    for key, param in strategy.params.items():
+        value = config.get(key, param.default)
+        if key == "original_max_position" and value is None:
+            value = trained_context
+        params[key] = None if value is None else param.coerce(name, key, value)
+    missing = [key for key, param in strategy.params.items() if param.required and params[key] is None]
     if missing:
         raise ScalingError(f"scaling '{name}' needs {', '.join(missing)}")
     if name == "compose":
-        params["stages"] = [dict(s) for s in params["stages"]]
-        for stage in params["stages"]:
-            validate(stage)
-    return {"name": name, **params}
+        params["stages"] = [resolve(stage, trained_context) for stage in params["stages"]]
+    try:
+        strategy.check(params)
+    except ScalingError as err:
+        raise ScalingError(str(err).replace("scaling:", f"scaling '{name}':", 1)) from None
+    return Scaling(name, params, layer_types, bool(strategy.dynamic(params)))
 
 
-def with_trained_context(scaling: Mapping, trained: int) -> dict:
-    """``scaling`` with ``original_max_position`` set to ``trained`` wherever a strategy takes it and it is unset."""
-    scaling = dict(scaling)
-    takes_it = "original_max_position" in STRATEGIES[resolve_name(scaling.get("name"))].params
-    if takes_it and scaling.get("original_max_position") is None:
-        scaling["original_max_position"] = int(trained)
-    if scaling.get("stages"):
-        scaling["stages"] = [with_trained_context(stage, trained) for stage in scaling["stages"]]
-    return scaling
-
-
-def effective(scaling: Mapping) -> dict:
-    """The parameters that change the frequencies: validated, without parameters a strategy ignores."""
-    params = validate(scaling)
-    return {"name": "none"} if params["name"] == "none" else params
-
-
-def is_dynamic(scaling: Mapping) -> bool:
-    """Whether the strategy's frequencies depend on the current sequence length."""
-    params = validate(scaling)
-    return STRATEGIES[params["name"]].dynamic(params)
-
-
-def frequencies(scaling: Mapping, head_dim: int, base: float, seq_len: int | None = None):
+def frequencies(scaling: "Mapping | Scaling", head_dim: int, base: float, seq_len: int | None = None):
     """Inverse frequencies (d/2,) and attention factor for ``scaling`` on a rotary dim ``head_dim``.
 
-    ``scaling`` is a mapping with ``name`` and the strategy's parameters; ``seq_len`` is the current
-    sequence length (used by dynamic strategies; None means "at most the trained length").
+    ``scaling`` is a :class:`Scaling` or a mapping with ``name`` and the strategy's parameters (resolved
+    here); ``seq_len`` is the current sequence length (dynamic strategies; None = at most the trained length).
     """
-    if head_dim <= 0 or head_dim % 2:
-        raise ScalingError(f"rotary dimension must be a positive even number, got head_dim={head_dim}")
-    if not base > 0:
-        raise ScalingError(f"RoPE base must be > 0, got {base}")
-    params = validate(scaling)
-    inv_freq, attention = STRATEGIES[params["name"]].fn(params, head_dim, float(base), seq_len)
-    return inv_freq.to(torch.float32), float(attention)
+    return resolve(scaling).frequencies(head_dim, base, seq_len)

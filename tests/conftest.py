@@ -1,22 +1,67 @@
+"""Shared test set-up: the Hydra config composed as the CLI composes it (lightning-hydra-template style),
+one tiny-model override list, and real eval contexts built from real jobs."""
+
+import contextlib
+import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForCausalLM
 
-import rope_ext
-from evals.data import Document
-from evals.results import Results
-from evals.tracking import Tracker
+from evals import load_evals
+from evals.core.config import config_dir, register_configs
+from evals.core.data import Document
+from evals.core.job import parse_job
+from evals.core.runner import ModelCache, started
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TQDM_DISABLE", "1")
+
+# the one tiny random-weight model of a real architecture (TinyLlama's), for jobs run end to end
+TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
+        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
+        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
+        "model.architecture.vocab_size=49152", "logger=none"]
+# smaller still, eager attention, trained context 64: for evals checked token by token against transformers
+MICRO = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
+         "model.architecture.hidden_size=32", "model.architecture.intermediate_size=64",
+         "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
+         "model.architecture.max_position_embeddings=64", "model.original_max_position=64",
+         "model.attn_implementation=eager", "logger=none"]
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs); CI runs them after the default suite")
+
+
+def compose_config(*overrides, searchpath: list[str] | None = None):
+    """The config ``python run.py <overrides>`` composes."""
+    load_evals()
+    register_configs()
+    extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose("config", overrides=[*extra, *overrides])
+
+
+def scaling_overrides(scaling: dict | None) -> list[str]:
+    """{"name": "yarn", "factor": 4.0} -> ["scaling=yarn", "scaling.factor=4.0"]."""
+    scaling = dict(scaling or {"name": "none"})
+    name = scaling.pop("name")
+    return [f"scaling={name}"] + [f"scaling.{k}={json.dumps(v)}" for k, v in scaling.items()]
+
+
+def run_job(out_dir, *overrides):
+    """One job through run.run(cfg), forced: (summary, results.json)."""
+    import run as rope_run
+
+    cfg = compose_config(*TINY, "force=true", f"output_dir={out_dir}", *overrides)
+    summary = rope_run.run(cfg)
+    return summary, json.loads((Path(out_dir) / "results.json").read_text())
 
 
 def tiny_llama(vocab=96, trained=64, seed=0, **extra):
@@ -28,26 +73,6 @@ def tiny_llama(vocab=96, trained=64, seed=0, **extra):
     return AutoModelForCausalLM.from_config(config).eval()
 
 
-class TinyContext:
-    """The eval-context interface (evals.context.EvalContext) over a given model and documents."""
-
-    def __init__(self, model, documents, out_dir, scaling=None, trained=64):
-        self.model, self._documents = model, documents
-        self.tokenizer = SimpleNamespace(bos_token_id=1)
-        self.scaling = rope_ext.strategies.with_trained_context(scaling or {"name": "none"}, trained)
-        self.dynamic = rope_ext.is_dynamic(self.scaling)
-        self.trained_context, self.model_name, self.scaling_label = trained, "tiny", self.scaling["name"]
-        self.results = Results(out_dir, {})
-        self.tracker = Tracker(SimpleNamespace(name="none", mode="disabled"), {}, out_dir, "tiny", None)
-        self._patch = rope_ext.patch(model, self.scaling, trained)
-
-    def documents(self):
-        return self._documents
-
-    def close(self):
-        self._patch.restore()
-
-
 @pytest.fixture
 def documents():
     generator = torch.Generator().manual_seed(0)
@@ -55,14 +80,22 @@ def documents():
 
 
 @pytest.fixture
-def tiny_context(tmp_path, documents):
-    contexts = []
+def eval_context(tmp_path, documents):
+    """``make(scaling, *overrides, docs=..., eval_cfg=...)``: a real EvalContext of a real job on the MICRO model
+    (vocabulary 96 unless overridden), with the given documents in place of the job's data."""
+    stack, count = contextlib.ExitStack(), [0]
 
-    def make(model=None, scaling=None, docs=None):
-        ctx = TinyContext(model or tiny_llama(), docs or documents, tmp_path / f"run{len(contexts)}", scaling)
-        contexts.append(ctx)
-        return ctx
+    def make(scaling=None, *overrides, docs=None):
+        count[0] += 1
+        cfg = compose_config(*MICRO, "model.architecture.vocab_size=96", *scaling_overrides(scaling), *overrides)
+        job = parse_job(cfg, tmp_path / f"run{count[0]}")
+        job.out_dir.mkdir(parents=True)
+        return stack.enter_context(started(job, job.out_dir, ModelCache(), documents=docs or documents))
 
-    yield make
-    for ctx in contexts:
-        ctx.close()
+    with stack:
+        yield make
+
+
+def structured(schema, **values):
+    """An eval config as composition makes it: the registered schema, typed, with ``values`` set."""
+    return OmegaConf.structured(schema(**values))

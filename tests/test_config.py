@@ -5,26 +5,20 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
 
-import evals
 import rope_ext
-from evals.config import register_configs
-from evals.models import ModelLoadError, random_model, rope_geometry
-from tests.conftest import ROOT
+from evals.core.errors import ScalingConfigError
+from evals.core.job import parse_job
+from evals.core.models import model_config, random_model, rotary_shapes
+from tests.conftest import ROOT, compose_config
 
-register_configs()
 GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
           ("model", "scaling", "eval", "data", "logger", "experiment")}
+GROUPS["eval"].append("suite")  # derived from the eval registry, not a file
 REDUCED = ["model.architecture.num_hidden_layers=2", "model.architecture.hidden_size=64",
            "model.architecture.intermediate_size=96", "model.architecture.vocab_size=512"]
-
-
-def compose_config(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
@@ -42,14 +36,14 @@ def test_defaults_read_like_a_table_of_contents():
 
 
 @pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])
-def test_every_scaling_preset_is_valid_for_the_default_model(option):
-    cfg = compose_config(f"scaling={option}")
-    evals.check(cfg)  # the preset's parameters are accepted by rope_ext
+def test_every_scaling_preset_is_valid_for_the_default_model(option, tmp_path):
+    job = parse_job(compose_config(f"scaling={option}"), tmp_path)  # accepted by rope_ext on SmolLM2's geometry
+    assert job.scaled is None if option == "none" else [(s.dim, s.base) for s in job.scaled] == [(64, 100000.0)]
 
 
-def test_longrope_preset_asks_for_its_factor_lists():
-    with pytest.raises(rope_ext.ScalingError, match="needs short_factor, long_factor"):
-        evals.check(compose_config("scaling=longrope"))
+def test_longrope_preset_asks_for_its_factor_lists(tmp_path):
+    with pytest.raises(ScalingConfigError, match="needs short_factor, long_factor"):
+        parse_job(compose_config("scaling=longrope"), tmp_path)
 
 
 @pytest.mark.parametrize("option", GROUPS["model"])
@@ -60,8 +54,9 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option):
                          f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
     model = random_model(cfg.model, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
-    dim, base = rope_geometry(cfg.model)
-    assert [(s.dim, s.base) for s in slots] == [(dim, base)] == [(64 // heads, cfg.model.architecture.rope_parameters.rope_theta)]
+    shapes = rotary_shapes(model_config(cfg.model))  # from the config alone, on the meta device
+    assert [(s.dim, s.base) for s in slots] == [(s.dim, s.base) for s in shapes] == [
+        (64 // heads, cfg.model.architecture.rope_parameters.rope_theta)]
     with torch.no_grad():
         assert model(torch.arange(16)[None]).logits.shape == (1, 16, 512)
 
@@ -95,16 +90,16 @@ def run_cli(*args, timeout=120):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["scaling=yran"], "Available options in 'scaling'"),
+        (["scaling=yran"], "scaling=yran is not an option; available: base, base_20k, compose"),
         (["scaling.name=yran"], "unknown scaling name 'yran'. Valid: base, compose"),
-        (["model=gpt"], "Available options in 'model'"),
-        (["eval=ppl"], "Available options in 'eval'"),
-        (["data=wiki"], "Available options in 'data'"),
-        (["eval.lengths=[1024,-5]"], "eval.lengths must be integers >= 2, got [1024, -5]"),
+        (["model=gpt"], "model=gpt is not an option; available: llama"),
+        (["eval=ppl"], "eval=ppl is not an option; available:"),
+        (["data=wiki"], "data=wiki is not an option; available: books"),
+        (["eval.lengths=[1024,-5]"], "eval.lengths=[1024, -5]: each value must be >= 2"),
         (["model.path=/no/such/dir"], "model.path='/no/such/dir' does not exist"),
         (["scaling=linear", "scaling.factor=0.5"], "factor=0.5 must be >= 1"),
-        (["model.weights=fake"], "model.weights='fake' is not one of pretrained, random"),
-        (["logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes' is not one of auto, online, offline, disabled"),
+        (["model.weights=fake"], "model.weights='fake': is not one of pretrained, random"),
+        (["logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes': is not one of auto, online, offline, disabled"),
         (["model=llama"], "set model.path=/path/to/checkpoint"),
         (["data=text_files", "data.glob=/no/*.txt", "model=tinyllama", "model.weights=random", *REDUCED],
          "data.glob='/no/*.txt' matches no file"),
@@ -114,6 +109,6 @@ def run_cli(*args, timeout=120):
 )
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message):
     result = run_cli(*args)
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr

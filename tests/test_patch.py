@@ -149,6 +149,6 @@ def test_model_without_rope_names_its_class():
 def test_trained_context_comes_from_config_or_argument():
     model = build("llama")
     with rope_ext.patch(model, {"name": "yarn", "factor": 2.0}) as patched:
-        assert patched.scaling["original_max_position"] == TRAINED
+        assert patched.scaling.params["original_max_position"] == TRAINED
     with rope_ext.patch(model, {"name": "yarn", "factor": 2.0}, original_max_position=32) as patched:
-        assert patched.scaling["original_max_position"] == 32
+        assert patched.scaling.params["original_max_position"] == 32

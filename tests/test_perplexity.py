@@ -2,19 +2,20 @@
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from evals import perplexity
-from evals.config import PerplexityConfig
-from evals.lm import token_nll
-from tests.conftest import tiny_llama
+from evals.core.config import check_options
+from evals.core.errors import ConfigError
+from evals.perplexity import PerplexityConfig
+from evals.scoring import token_nll
+from tests.conftest import structured, tiny_llama
 
 
 def config(**overrides):
-    return SimpleNamespace(**{**PerplexityConfig().__dict__, **overrides})
+    return structured(PerplexityConfig, **overrides)
 
 
 def test_token_nll_equals_transformers_loss():
@@ -28,37 +29,37 @@ def test_token_nll_equals_transformers_loss():
 
 
 @pytest.mark.parametrize("scaling", [{"name": "none"}, {"name": "yarn", "factor": 4.0}])
-def test_prefix_one_pass_equals_per_length_runs(tiny_context, documents, scaling):
-    ctx = tiny_context(scaling=scaling)
+def test_prefix_one_pass_equals_per_length_runs(eval_context, documents, scaling):
+    ctx = eval_context(scaling)
     summary = perplexity.evaluate(config(lengths=[32, 100, 256]), ctx)
     for length in (32, 100, 256):
         losses, weights = [], []
         for doc in documents:
             if len(doc.ids) >= length:
                 with torch.no_grad():
-                    losses.append(float(ctx.model(doc.ids[None, :length], labels=doc.ids[None, :length]).loss))
+                    losses.append(float(ctx.model()(doc.ids[None, :length], labels=doc.ids[None, :length]).loss))
                 weights.append(length - 1)
         expected = math.exp(sum(l * w for l, w in zip(losses, weights)) / sum(weights))
         assert summary[f"ppl@{length}"] == pytest.approx(expected, rel=1e-5)
 
 
-def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_length(tiny_context):
+def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_length(eval_context):
     calls = []
     for scaling, expected in [({"name": "ntk", "factor": 2.0}, 3), ({"name": "dynamic_ntk", "factor": 2.0}, 3 + 3 + 1)]:
-        ctx = tiny_context(scaling=scaling)
-        hook = ctx.model.get_decoder().register_forward_hook(lambda m, a, k, o: calls.append(1), with_kwargs=True)
+        ctx = eval_context(scaling)
+        hook = ctx.model().get_decoder().register_forward_hook(lambda m, a, k, o: calls.append(1), with_kwargs=True)
         perplexity.evaluate(config(lengths=[32, 200, 256]), ctx)
         hook.remove()
         assert len(calls) == expected, scaling
         calls.clear()
 
 
-def test_dynamic_per_length_equals_native_per_length(tiny_context, documents):
-    ctx = tiny_context(scaling={"name": "dynamic_ntk", "factor": 2.0})
+def test_dynamic_per_length_equals_native_per_length(eval_context, documents):
+    ctx = eval_context({"name": "dynamic_ntk", "factor": 2.0})
     summary = perplexity.evaluate(config(lengths=[128, 280]), ctx)
     doc = documents[0]
     with torch.no_grad():
-        loss = float(ctx.model(doc.ids[None, :280], labels=doc.ids[None, :280]).loss)
+        loss = float(ctx.model()(doc.ids[None, :280], labels=doc.ids[None, :280]).loss)
     assert summary["ppl@280"] == pytest.approx(math.exp(loss), rel=1e-5)  # only doc0 has 280 tokens
 
 
@@ -89,7 +90,8 @@ def brute_force_sliding(model, ids, window, stride, bos=None):
 def test_sliding_equals_brute_force(window, stride, bos):
     model = tiny_llama()
     ids = torch.randint(3, 96, (300,), generator=torch.Generator().manual_seed(5))
-    total, count = perplexity.sliding_nll(model, ids, window, stride, bos, chunk_tokens=64)
+    nll = perplexity.sliding_nll(model, ids, window, stride, bos, chunk_tokens=64)
+    total, count = float(nll.double().sum()), len(nll)
     expected_total, expected_count = brute_force_sliding(model, ids, window, stride, bos)
     assert count == expected_count
     if stride <= window - 1:  # windows leave no gap: every token is scored (the first only after a BOS)
@@ -97,16 +99,16 @@ def test_sliding_equals_brute_force(window, stride, bos):
     assert total == pytest.approx(expected_total, rel=1e-5)
 
 
-def test_sliding_protocol_end_to_end(tiny_context):
-    ctx = tiny_context()
+def test_sliding_protocol_end_to_end(eval_context):
+    ctx = eval_context()
     summary = perplexity.evaluate(config(lengths=[64, 128], protocol="sliding", stride=32, bos_per_window=True), ctx)
     assert summary["ppl@64"] > 1 and summary["ppl@128"] > 1
 
 
-def test_results_rows_ci_skips_curve_and_files(tiny_context, documents):
-    ctx = tiny_context()
+def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
+    ctx = eval_context()
     summary = perplexity.evaluate(config(lengths=[64, 200, 300], position_bins=10), ctx)
-    data = json.loads((ctx.results.dir / "results.json").read_text())
+    data = json.loads((ctx.output.dir / "results.json").read_text())
     rows = {r["length"]: r for r in data["metrics"]["perplexity"]["by_length"]}
     assert rows[64]["documents"] == 3 and rows[64]["skipped_documents"] == 0 and rows[64]["tokens"] == 3 * 63
     assert rows[200]["documents"] == 2 and rows[200]["skipped_documents"] == 1
@@ -115,28 +117,28 @@ def test_results_rows_ci_skips_curve_and_files(tiny_context, documents):
     bins = data["metrics"]["perplexity"]["loss_by_position"]
     assert bins[0]["position_start"] == 1 and bins[-1]["position_end"] == 299 and len(bins) == 10
     for name in ("perplexity.csv", "loss_by_position.csv", "perplexity.png", "loss_by_position.png"):
-        assert (ctx.results.dir / name).stat().st_size > 0
+        assert (ctx.output.dir / name).stat().st_size > 0
     assert summary["effective_length"] in (64, 200, 300)
 
 
 def test_effective_length():
     rows = [{"length": L, "ppl": p} for L, p in [(1024, 20.0), (4096, 18.0), (8192, 19.0), (16384, 19.9), (32768, 40.0)]]
-    assert perplexity.effective_length(rows, trained=8192, tolerance=0.1) == 16384
-    assert perplexity.effective_length(rows, trained=8192, tolerance=0.01) == 8192
-    assert perplexity.effective_length(rows, trained=512, tolerance=0.1) is None
+    assert perplexity.effective_length(rows, trained=8192, tolerance=0.1) == (16384, None)
+    assert perplexity.effective_length(rows, trained=8192, tolerance=0.01) == (8192, None)
+    assert perplexity.effective_length(rows, trained=512, tolerance=0.1)[0] is None
 
 
-def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(tiny_context):
-    model = tiny_llama()
+def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_context):
+    ctx = eval_context()
 
     def fail_long_inputs(module, args, kwargs):  # the failure a GPU gives at a too-long length
         if kwargs["input_ids"].shape[1] > 200:
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
-    model.get_decoder().register_forward_pre_hook(fail_long_inputs, with_kwargs=True)
-    ctx = tiny_context(model=model)
+    hook = ctx.model().get_decoder().register_forward_pre_hook(fail_long_inputs, with_kwargs=True)
     summary = perplexity.evaluate(config(lengths=[64, 128, 256]), ctx)
-    rows = {r["length"]: r for r in json.loads((ctx.results.dir / "results.json").read_text())
+    hook.remove()
+    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())
             ["metrics"]["perplexity"]["by_length"]}
     assert rows[256]["oom"] and rows[256]["ppl"] is None
     assert not rows[128]["oom"] and rows[128]["documents"] == 3 and summary["ppl@64"] > 1
@@ -144,14 +146,24 @@ def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(tiny_cont
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"lengths": [-5]}, "integers >= 2"), ({"lengths": []}, "integers >= 2"), ({"protocol": "window"}, "prefix, sliding"),
-     ({"protocol": "sliding", "stride": 500, "lengths": [128]}, "stride=500")],
+    [({"lengths": [-5]}, "lengths=\\[-5\\]: each value must be >= 2"), ({"lengths": []}, "lengths is empty"),
+     ({"protocol": "window"}, "is not one of prefix, sliding")],
+)
+def test_bad_options(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_options(config(**overrides), PerplexityConfig, "eval")
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [({"protocol": "sliding", "stride": 500, "lengths": [128]}, "stride=500"),
+     ({"protocol": "sliding", "max_tokens": 100, "stride": 64, "lengths": [128]}, "max_tokens=100 is below the longest length 128")],
 )
 def test_bad_eval_config(overrides, message):
     with pytest.raises(perplexity.PerplexityError, match=message):
         perplexity.check_config(config(**overrides))
 
 
-def test_length_beyond_every_document_is_an_error(tiny_context):
+def test_length_beyond_every_document_is_an_error(eval_context):
     with pytest.raises(perplexity.PerplexityError, match="exceed every document \\(longest: 300 tokens"):
-        perplexity.evaluate(config(lengths=[64, 1000]), tiny_context())
+        perplexity.evaluate(config(lengths=[64, 1000]), eval_context())

@@ -3,22 +3,14 @@
 import json
 
 import pytest
-from hydra import compose, initialize_config_dir
 
-import run as rope_run
-from tests.conftest import ROOT
+from tests import conftest
 
-TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
-        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
-        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-        "model.architecture.vocab_size=49152", "logger=none", "force=true", "data.books=[persuasion,emma]", "data.max_documents=2"]
+BOOKS = ["data.books=[persuasion,emma]", "data.max_documents=2"]
 
 
 def run_job(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, f"output_dir={tmp_path}", *overrides])
-    summary = rope_run.run(cfg)
-    return summary, json.loads((tmp_path / "results.json").read_text())
+    return conftest.run_job(tmp_path, *BOOKS, *overrides)
 
 
 def test_perplexity_job_writes_results_csv_png(tmp_path):
@@ -27,6 +19,7 @@ def test_perplexity_job_writes_results_csv_png(tmp_path):
     assert results["config"]["scaling"]["name"] == "yarn" and results["versions"]["transformers"].startswith("5.")
     assert results["rope"]["patched"][0]["attention_factor"] > 1  # YaRN temperature applied to the model
     assert results["rope"]["scaling"]["original_max_position"] == 2048  # filled from the model config
+    assert results["config"]["scaling"]["label"] == "yarn-factor2" and results["job"]["model_label"] == "tinyllama[random]"
     rows = results["metrics"]["perplexity"]["by_length"]
     assert [r["length"] for r in rows] == [256, 1024, 4096] and all(r["documents"] == 2 for r in rows)
     assert summary["ppl@4096"] == rows[2]["ppl"] > 1
@@ -58,7 +51,10 @@ def test_rope_decay_job_needs_no_weights(tmp_path):
 
 
 def test_failed_job_keeps_what_it_wrote(tmp_path):
-    with pytest.raises(Exception):
+    from evals import UserError
+
+    with pytest.raises(UserError, match="exceed every document"):
         run_job(tmp_path, "eval.lengths=[512,100000000]")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["config"]["eval"]["lengths"] == [512, 100000000]
+    assert "exceed every document" in results["error"]["message"] and results["error"]["user_error"]

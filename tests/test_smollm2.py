@@ -5,25 +5,19 @@ import json
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM
 
 import rope_ext
 import run as rope_run
-from evals.data import load_documents
-from evals.models import load_model
-from tests.conftest import ROOT
-
-
-def compose_config(*overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+from evals.core.data import load_documents
+from evals.core.models import load_model
+from tests.conftest import ROOT, compose_config
 
 
 @pytest.fixture(scope="module")
 def smollm2():
     cfg = compose_config("data.books=[emma]")
-    loaded = load_model(cfg.model)
+    loaded = load_model(cfg.model, torch.device("cpu"), torch.float32)
     emma = load_documents(cfg.data, loaded.tokenizer)[0]
     return loaded, emma
 
@@ -62,9 +56,8 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
     """Issue #2/#3 acceptance: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover."""
     results = {}
     for scaling in ("none", "yarn", "ntk"):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[f"scaling={scaling}", "logger=none", "force=true", f"output_dir={tmp_path / scaling}",
-                                               "eval.lengths=[8192,16384]"])
+        cfg = compose_config(f"scaling={scaling}", "logger=none", "force=true", f"output_dir={tmp_path / scaling}",
+                             "eval.lengths=[8192,16384]")
         results[scaling] = rope_run.run(cfg)
         assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
     none = results["none"]
@@ -78,9 +71,8 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
 @pytest.mark.parametrize("task", ["passkey", "needle"])
 def test_retrieval_works_within_the_trained_context(tmp_path, task):
     """Issue #5 acceptance: passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
-                                           "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]"])
+    cfg = compose_config(f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
+                         "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]")
     summary = rope_run.run(cfg)
     assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
     assert summary[f"{task}_prefix_sharing"] is True
@@ -113,10 +105,8 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
 @pytest.mark.slow
 def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
     """Issue #7: eval=lm_eval on the real model, small limit; the metrics land in results.json."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=["eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
-                                           "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000",
-                                           "eval.metadata.books=[emma]"])
+    cfg = compose_config("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
+                         "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
     summary = rope_run.run(cfg)
     results = json.loads((tmp_path / "results.json").read_text())["metrics"]["lm_eval"]
     assert results["max_length"] == 8192

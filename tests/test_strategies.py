@@ -106,7 +106,7 @@ def test_ntk_by_parts_is_yarn_without_temperature():
 
 def test_dynamic_yarn_follows_length():
     params = {"name": "yarn", "dynamic": True, "original_max_position": 4096}
-    assert rope_ext.is_dynamic(params) and not rope_ext.is_dynamic({"name": "yarn", "original_max_position": 4096})
+    assert rope_ext.resolve(params).dynamic and not rope_ext.resolve({"name": "yarn", "original_max_position": 4096}).dynamic
     short, short_attention = frequencies(params, 64, 1e4, seq_len=2000)
     torch.testing.assert_close(short, default_inv_freq(64, 1e4))
     assert short_attention == 1.0

@@ -61,9 +61,9 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
         groups.add(run["run_group"])
         names.add(run["display_name"])
     assert groups == {f"sweep-{tmp_path.name}_sweep"}
-    assert names == {"tinyllama-none-perplexity", "tinyllama-yarn-factor2-perplexity"}
+    assert names == {"tinyllama[random]-none-perplexity", "tinyllama[random]-yarn-factor2-perplexity"}
     report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
-    assert "| yarn | 2" in report and report.index("| none |") < report.index("| yarn |")  # the baseline first
+    assert "| yarn-factor2 |" in report and report.index("| none |") < report.index("| yarn-factor2 |")  # baseline first
     assert (sweep_dir / "report_perplexity.png").stat().st_size > 0
     assert (sweep_dir / "report.csv").read_text().count("\n") == 3
 
@@ -104,7 +104,9 @@ def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path):
 
 def test_report_cli_on_a_single_run_and_a_missing_dir(tmp_path):
     with pytest.raises(FileNotFoundError):
-        write_report(tmp_path)
+        write_report([tmp_path])
     result = subprocess.run([sys.executable, "-m", "evals.report", str(tmp_path / "nope")], cwd=ROOT, capture_output=True,
                             text=True)
+    assert result.returncode == 2 and "not a directory" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "evals.report", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and "no results.json" in result.stderr

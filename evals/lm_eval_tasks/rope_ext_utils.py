@@ -12,11 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 
 import datasets
 
-CONF_EVAL = Path(__file__).resolve().parents[2] / "conf" / "eval"  # prompts as in rope_ext's eval=needle / passkey
 
 LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
@@ -27,15 +25,16 @@ def _tokenizer(name: str | None, gguf_file: str | None):
 
     if name:
         return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
-    from evals.models import bundled_tokenizer
+    from evals.core.models import bundled_tokenizer
 
     return bundled_tokenizer()
 
 
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
-    from evals.config import DataConfig, RetrievalConfig
-    from evals.data import load_documents
+    from evals.core.config import DataConfig
+    from evals.core.data import load_documents
     from evals.haystack import PromptBuilder, haystack_ids
+    from evals.retrieval import RetrievalConfig
 
     tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
     lengths = [int(L) for L in metadata.get("max_seq_lengths", [1024, 4096])]
@@ -60,7 +59,9 @@ def _eval_option(name: str) -> dict:
     """The fields of rope_ext's ``conf/eval/<name>.yaml``, so the task asks what ``python run.py eval=<name>`` asks."""
     from omegaconf import OmegaConf
 
-    option = OmegaConf.to_container(OmegaConf.load(CONF_EVAL / f"{name}.yaml"))
+    from evals.core.config import config_dir
+
+    option = OmegaConf.to_container(OmegaConf.load(config_dir() / "eval" / f"{name}.yaml"))
     option.pop("defaults", None)
     return option
 
@@ -88,7 +89,9 @@ def aggregate_scores(values: list[float]) -> float:
 
 def books_dataset(**metadata) -> dict:
     """The Austen novels, each cut to ``max_chars`` characters at a line end (default 60000, ~15k tokens)."""
-    from evals.data import AUSTEN_BOOKS, cache_dir, fetch_austen, read_austen
+    from evals.core.cache import cache_dir
+    from evals.core.config import AUSTEN_BOOKS
+    from evals.core.data import fetch_austen, read_austen
 
     novels = read_austen(fetch_austen(cache_dir()))
     max_chars = int(metadata.get("max_chars", 60000))

@@ -1,8 +1,7 @@
-"""PNG plots of the eval results (matplotlib, headless)."""
+"""Figures of the eval results (matplotlib, headless). Each function returns a figure; the output sink
+(``Output.figure``) writes it as ``<name>.png`` and sends it to the tracker under the same name."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import matplotlib
 
@@ -10,8 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def line_plot(path: Path, series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str, title: str,
-              logx: bool = False, logy: bool = False, vline: float | None = None, vlabel: str = "") -> Path:
+def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str, title: str,
+              logx: bool = False, logy: bool = False, vline: float | None = None, vlabel: str = ""):
     """One figure with a line per series {label: (x, y)}; an optional vertical marker (e.g. trained length)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, (x, y) in series.items():
@@ -26,9 +25,7 @@ def line_plot(path: Path, series: dict[str, tuple[list, list]], *, xlabel: str, 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _heatmap_on(ax, grid, lengths, depths, title, trained):
@@ -42,7 +39,7 @@ def _heatmap_on(ax, grid, lengths, depths, title, trained):
     return image
 
 
-def heatmaps(path: Path, panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]]) -> Path:
+def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]]):
     """Accuracy heatmaps side by side, one panel per (title, grid[depth][length], lengths, depths, trained)."""
     width = sum(1.2 + 0.9 * len(p[2]) for p in panels)
     height = 1.4 + 0.5 * max(len(p[3]) for p in panels)
@@ -50,11 +47,9 @@ def heatmaps(path: Path, panels: list[tuple[str, list[list[float]], list[int], l
     for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
         image = _heatmap_on(ax, grid, lengths, depths, title, trained)
     fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
-def heatmap(path: Path, grid, lengths, depths, *, title: str, trained: int | None = None) -> Path:
+def heatmap(grid, lengths, depths, *, title: str, trained: int | None = None):
     """One accuracy heatmap: rows = depths, columns = lengths, cells annotated."""
-    return heatmaps(path, [(title, grid, lengths, depths, trained)])
+    return heatmaps([(title, grid, lengths, depths, trained)])

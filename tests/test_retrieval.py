@@ -1,23 +1,23 @@
 """Needle and passkey: exact prompt construction, prefix sharing equal to cell-by-cell, bad input."""
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from evals import needle
-from evals.config import ModelConfig, RetrievalConfig
-from evals.data import Document
+from evals import retrieval as needle
+from evals.core.config import check_options
+from evals.core.data import Document
+from evals.core.errors import ConfigError
+from evals.core.models import bundled_tokenizer
 from evals.haystack import HaystackError, PromptBuilder, haystack_ids
-from evals.models import load_tokenizer
-from tests.conftest import TinyContext, tiny_llama
+from evals.retrieval import RetrievalConfig
+from tests.conftest import structured
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    cfg = ModelConfig(name="smollm2", weights="random", original_max_position=8192)
-    return load_tokenizer(cfg)[0]  # the bundled SmolLM2 tokenizer
+    return bundled_tokenizer()  # SmolLM2's, what a random-weight model gets
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,8 @@ def corpus(tokenizer):
 
 
 def retrieval(**overrides):
-    return SimpleNamespace(**{**RetrievalConfig().__dict__, "lengths": [256, 512], "depths": [0.0, 0.3, 1.0],
-                              "trials": 2, "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
+    return structured(RetrievalConfig, **{"lengths": [256, 512], "depths": [0.0, 0.3, 1.0], "trials": 2,
+                                          "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
 
 
 @pytest.mark.parametrize("haystack", ["corpus", "filler"])
@@ -79,41 +79,47 @@ def test_multi_needle_with_distractors(tokenizer, corpus):
     assert needle.is_correct("x1234567y", ["1234567"], "substring") == 1 and needle.is_correct("x1234567y", ["123456"], "exact") == 0
 
 
-def run_grid(tmp_path, tokenizer, corpus, scaling=None, **overrides):
-    model = tiny_llama(vocab=len(tokenizer))
-    ctx = TinyContext(model, corpus, tmp_path, scaling)
-    ctx.tokenizer = tokenizer
-    try:
-        summary = needle.evaluate(retrieval(**overrides), ctx)
-    finally:
-        ctx.close()
-    trials = [json.loads(line) for line in (tmp_path / "needle_trials.jsonl").read_text().splitlines()]
-    return summary, sorted(trials, key=lambda r: (r["length"], r["depth"], r["trial"]))
+def run_grid(eval_context, corpus, scaling=None, **overrides):
+    ctx = eval_context(scaling, "model.architecture.vocab_size=49152", docs=corpus)
+    summary = needle.evaluate(retrieval(**overrides), ctx)
+    trials = [json.loads(line) for line in (ctx.output.dir / "needle_trials.jsonl").read_text().splitlines()]
+    return summary, sorted(trials, key=lambda r: (r["length"], r["depth"], r["trial"])), ctx.output.dir
 
 
 @pytest.mark.parametrize("scaling", [None, {"name": "yarn", "factor": 4.0}])
-def test_prefix_sharing_equals_cell_by_cell(tmp_path, tokenizer, corpus, scaling):
-    shared, shared_trials = run_grid(tmp_path / "shared", tokenizer, corpus, scaling, prefix_sharing=True)
-    alone, alone_trials = run_grid(tmp_path / "alone", tokenizer, corpus, scaling, prefix_sharing=False)
+def test_prefix_sharing_equals_cell_by_cell(eval_context, corpus, scaling):
+    shared, shared_trials, shared_dir = run_grid(eval_context, corpus, scaling, prefix_sharing=True)
+    alone, alone_trials, _ = run_grid(eval_context, corpus, scaling, prefix_sharing=False)
     assert shared["needle_prefix_sharing"] and not alone["needle_prefix_sharing"]
     assert [r["answer"] for r in shared_trials] == [r["answer"] for r in alone_trials]
     assert [r["tf_correct"] for r in shared_trials] == [r["tf_correct"] for r in alone_trials]
     assert [r["tf_logprob"] for r in shared_trials] == pytest.approx([r["tf_logprob"] for r in alone_trials], abs=1e-3)
     assert shared["needle_tokens_computed"] < 0.8 * alone["needle_tokens_computed"]
+    assert shared["needle_nll@256"] == pytest.approx(alone["needle_nll@256"], abs=1e-4) and shared["needle_nll@256"] > 0
     for name in ("needle_cells.csv", "needle_heatmap.png", "needle_trials.jsonl"):
-        assert (tmp_path / "shared" / name).stat().st_size > 0
+        assert (shared_dir / name).stat().st_size > 0
 
 
-def test_dynamic_strategy_falls_back_to_cell_by_cell(tmp_path, tokenizer, corpus):
-    summary, _ = run_grid(tmp_path, tokenizer, corpus, {"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
+def test_dynamic_strategy_falls_back_to_cell_by_cell(eval_context, corpus):
+    summary, _, _ = run_grid(eval_context, corpus, {"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
     assert summary["needle_prefix_sharing"] is False
 
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"depths": [0.5, 1.5]}, "must lie in \\[0, 1\\]"), ({"depths": [-0.1]}, "must lie in \\[0, 1\\]"),
-     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "positive integers"),
-     ({"key_digits": [7, 5]}, "must be \\[min, max\\]")],
+    [({"depths": [0.5, 1.5]}, "each value must be <= 1"), ({"depths": [-0.1]}, "must be >= 0"),
+     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "must be >= 1"),
+     ({"num_needles": 40}, "must be <= 16")],
+)
+def test_bad_options(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        check_options(retrieval(**overrides), RetrievalConfig, "eval")
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [({"key_digits": [7, 5]}, "must be \\[min, max\\]"), ({"needle": "The number is {code}."}, "placeholder other than"),
+     ({"needle": "No key here."}, "must contain \\{key\\}")],
 )
 def test_bad_config(overrides, message):
     with pytest.raises(HaystackError, match=message):

@@ -13,25 +13,42 @@ from __future__ import annotations
 import difflib
 import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import List, Optional
 
-from rope_ext.strategies import effective
-
-from .models import hub_reachable, tokenizer_source
+from .core.config import option
+from .core.errors import UserError
+from .core.models import hub_reachable, tokenizer_source
+from .core.registry import register_eval
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
 
 
-class HarnessError(ValueError):
+class HarnessError(UserError):
     """A bad lm-eval task selection or setting."""
 
 
-def check_config(cfg) -> None:
-    if not cfg.tasks:
-        raise HarnessError("eval.tasks is empty; e.g. eval.tasks=[rope_ext_passkey,rope_ext_books]")
-    if cfg.batch_size < 1 or (cfg.max_length is not None and cfg.max_length < 1):
-        raise HarnessError(f"eval.batch_size={cfg.batch_size} and eval.max_length={cfg.max_length} must be >= 1")
+@dataclass
+class LmEvalConfig:
+    """lm-evaluation-harness tasks on the patched model."""
+
+    name: str = "lm_eval"
+    tasks: List[str] = option(["rope_ext_passkey", "rope_ext_books"], nonempty=True)
+    num_fewshot: Optional[int] = option(None, minimum=0)
+    limit: Optional[float] = option(None, above=0)  # documents per task (a fraction when < 1)
+    batch_size: int = option(1, minimum=1)
+    max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest prompt + 64
+    include_path: List[str] = field(default_factory=list)  # more task directories (ours are always included)
+    metadata: dict = field(default_factory=lambda: {"max_seq_lengths": [1024, 4096], "max_chars": 20000,
+                                                    "books": ["emma", "persuasion"]})
+
+
+def check_config(cfg, job=None) -> None:
+    for path in cfg.include_path:
+        if not Path(path).is_dir():
+            raise HarnessError(f"eval.include_path entry {path!r} is not a directory")
 
 
 def _needs_hub(config: dict) -> str | None:
@@ -63,24 +80,26 @@ def check_tasks(manager, tasks) -> None:
 
 def default_max_length(cfg, ctx) -> int:
     """The extended context (trained x factor), and at least the longest synthetic prompt + generation."""
-    extended = int(ctx.trained_context * (effective(ctx.scaling).get("factor") or 1))
+    factor = ctx.scaling.params.get("factor") if ctx.scaling.name != "none" else None
+    extended = int(ctx.trained_context * (factor or 1))
     prompts = max((int(L) for L in (cfg.metadata or {}).get("max_seq_lengths", [])), default=0)
     return max(extended, prompts + 64)
 
 
+@register_eval("lm_eval", config=LmEvalConfig, error=HarnessError, check=check_config, needs=("model",))
 def evaluate(cfg, ctx) -> dict:
-    check_config(cfg)
+    """lm-evaluation-harness tasks (ours run offline) on the loaded, patched model, through HFLM."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
     from omegaconf import OmegaConf
 
-    tokenizer, kwargs = tokenizer_source(ctx.cfg.model)
+    tokenizer, kwargs = tokenizer_source(ctx.job.model.cfg)
     metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "tokenizer": tokenizer, **kwargs}
     manager = TaskManager(include_path=[str(TASKS_DIR), *cfg.include_path], metadata=metadata)
     check_tasks(manager, list(cfg.tasks))
     max_length = cfg.max_length or default_max_length(cfg, ctx)
-    lm = HFLM(pretrained=ctx.model, tokenizer=ctx.tokenizer, max_length=max_length, batch_size=cfg.batch_size)
+    lm = HFLM(pretrained=ctx.model(), tokenizer=ctx.tokenizer(), max_length=max_length, batch_size=cfg.batch_size)
     output = simple_evaluate(model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
                              task_manager=manager, log_samples=False, metadata=metadata)
     rows, summary = [], {}
@@ -92,13 +111,11 @@ def evaluate(cfg, ctx) -> dict:
                 rows.append({"task": task, "metric": metric, "filter": filter_name, "value": value})
                 if not is_missing and not (isinstance(value, float) and math.isnan(value)):
                     summary[f"lm_eval/{task}/{metric}"] = value
-    ctx.results.table("lm_eval", rows)
-    ctx.results.update("metrics", {"lm_eval": {
+    ctx.output.table("lm_eval", rows)
+    ctx.output.metrics("lm_eval", {
         "results": output["results"], "versions": output.get("versions"), "n-samples": output.get("n-samples"),
         "max_length": max_length, "lm_eval_version": output.get("lm_eval_version") or _version(),
-        "config": {k: str(v) for k, v in (output.get("config") or {}).items()}}})
-    ctx.tracker.summary(summary)
-    ctx.tracker.table("lm_eval/results", rows)
+        "config": {k: str(v) for k, v in (output.get("config") or {}).items()}})
     return summary
 
 

@@ -6,40 +6,24 @@ import sys
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from lm_eval import simple_evaluate
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
-import run as rope_run
-from evals.config import ModelConfig
-from evals.harness import TASKS_DIR, HarnessError, check_tasks
-from evals.lm import token_nll
-from evals.models import load_tokenizer
+from evals.core.models import bundled_tokenizer
+from evals.lm_harness import TASKS_DIR, HarnessError, check_tasks
 from evals.perplexity import sliding_nll
-from tests.conftest import ROOT, tiny_llama
-
-TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
-        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
-        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-        "model.architecture.vocab_size=49152", "logger=none", "force=true"]
+from evals.scoring import token_nll
+from tests.conftest import run_job, tiny_llama
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    cfg = ModelConfig(name="x", weights="random", original_max_position=8192)
-    return load_tokenizer(cfg)[0]
-
-
-def run_job(tmp_path, *overrides):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, f"output_dir={tmp_path}", "eval=lm_eval", *overrides])
-    summary = rope_run.run(cfg)
-    return summary, json.loads((tmp_path / "results.json").read_text())
+    return bundled_tokenizer()
 
 
 def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path):
-    summary, results = run_job(tmp_path, "eval.metadata.max_seq_lengths=[256,512]", "eval.metadata.max_chars=3000",
+    summary, results = run_job(tmp_path, "eval=lm_eval", "eval.metadata.max_seq_lengths=[256,512]", "eval.metadata.max_chars=3000",
                                "eval.limit=4", "scaling=yarn", "scaling.factor=2")
     metrics = results["metrics"]["lm_eval"]
     assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
@@ -109,7 +93,8 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
             nll = token_nll(model, torch.cat([inputs, ids[end - 1 : end]]), chunk_tokens=128)  # targets: inputs[1:] + last
             ours_exact += float(nll[-scored:].double().sum())
         assert ours_exact == pytest.approx(their_nll, rel=1e-5)
-        total, count = sliding_nll(model, ids, window, window - 1, tokenizer.bos_token_id, 128)  # BOS + 255 new
+        nll = sliding_nll(model, ids, window, window - 1, tokenizer.bos_token_id, 128)  # BOS + 255 new
+        total, count = float(nll.double().sum()), len(nll)
         assert count == len(ids)
         assert total / count == pytest.approx(their_nll / len(ids), rel=0.02)
 
@@ -118,8 +103,7 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
     """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
     model = tiny_llama(vocab=49152)
     model.save_pretrained(tmp_path / "tiny")
-    tok = load_tokenizer(ModelConfig(name="x", weights="random", original_max_position=8192))[0]
-    tok.save_pretrained(tmp_path / "tiny")
+    bundled_tokenizer().save_pretrained(tmp_path / "tiny")
     lm_eval = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'tiny'}",
                "--include_path", str(TASKS_DIR), "--tasks", "rope_ext_passkey", "--device", "cpu", "--batch_size", "1",
                "--metadata", json.dumps({"max_seq_lengths": [256], "depths": [0.5], "trials": 2}),

@@ -1,13 +1,34 @@
-"""Scoring helpers shared by the evals: per-token NLL without materialising [tokens, vocab] logits,
-and a per-layer progress bar for long forwards."""
+"""Scoring helpers shared by the evals: per-token NLL without materialising [tokens, vocab] logits, a
+per-layer progress bar for long forwards (on a terminal), and out-of-memory handling that treats a CPU
+allocation failure like a CUDA one."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
+
+from .core.progress import interactive
+
+# how allocators word a failed allocation: CUDA / MPS raise torch.OutOfMemoryError; the CPU allocator a
+# RuntimeError ("DefaultCPUAllocator: can't allocate memory ..."), and Python a MemoryError
+_OOM_WORDS = ("can't allocate memory", "cannot allocate memory", "not enough memory", "out of memory")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is a failed allocation on any device."""
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(err, RuntimeError) and any(word in str(err).lower() for word in _OOM_WORDS)
+
+
+def free_memory() -> None:
+    """Release what a failed forward left behind, so the next (shorter) one can run."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
@@ -18,10 +39,12 @@ def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
 @contextlib.contextmanager
 def layer_progress(model: torch.nn.Module, desc: str, enabled: bool = True):
     """A tqdm bar that advances once per decoder layer during the forwards inside the block."""
-    layers = _decoder_layers(model) if enabled else None
+    layers = _decoder_layers(model) if enabled and interactive() else None
     if layers is None:
         yield
         return
+    from tqdm import tqdm
+
     bar = tqdm(total=len(layers), desc=desc, unit="layer", leave=False)
 
     def advance(*_) -> None:  # must return None: a forward hook's return value replaces the output

