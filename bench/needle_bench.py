@@ -41,27 +41,27 @@ def main() -> int:
     args = parser.parse_args()
 
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    from evals.config import register_configs
-    from evals.context import EvalContext
-    from evals.needle import evaluate
-    from evals.results import Results
-    from evals.tracking import Tracker
+    from evals import load_evals
+    from evals.core.config import config_dir, register_configs
+    from evals.core.job import parse_job
+    from evals.core.runner import started
+    from evals.retrieval import evaluate
 
+    load_evals()
     register_configs()
     overrides = [f"model={args.model}", f"model.weights={args.weights}", f"scaling={args.scaling}", "eval=needle",
                  f"eval.lengths=[{args.lengths}]", f"eval.depths=[{args.depths}]", f"eval.trials={args.trials}",
                  f"eval.scoring={args.scoring}", "logger=none", *args.override]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     rows, answers = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        results = Results(Path(tmp), OmegaConf.to_container(cfg, resolve=True))
-        with EvalContext(cfg, results, Tracker(cfg.logger, {}, Path(tmp), "bench", None)) as ctx:
-            ctx.model  # load outside the timed region
+        job = parse_job(cfg, Path(tmp))
+        with started(job, Path(tmp)) as ctx:
+            model = ctx.model()  # load outside the timed region
             if args.chunks:
-                return chunk_costs(ctx.model, int(args.lengths.split(",")[-1]),
+                return chunk_costs(model, int(args.lengths.split(",")[-1]),
                                    [int(c) for c in args.cached.split(",")], [int(c) for c in args.chunks.split(",")])
             for share in (False, True):
                 cfg.eval.prefix_sharing = share
@@ -72,7 +72,7 @@ def main() -> int:
                 answers[share] = {(t["length"], t["depth"], t["trial"]): t.get("answer", t.get("tf_correct")) for t in trials}
                 rows.append({"mode": "shared prefix" if share else "cell by cell", "seconds": round(seconds, 1),
                              "tokens_computed": summary["needle_tokens_computed"], "mean_acc": summary["needle_mean_acc"],
-                             "device": str(ctx.loaded.device)})
+                             "device": str(next(model.parameters()).device)})
     same = answers[False] == answers[True]
     print(json.dumps({"config": overrides, "rows": rows, "identical_answers": same}))
     print(f"\n| mode | seconds | tokens computed | mean accuracy |\n|---|---|---|---|")
@@ -86,7 +86,7 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
     """Seconds to extend a cached prefix to ``length`` in chunks, against a fresh prefill of the same tail."""
     import torch
 
-    from evals.needle import PromptScorer
+    from evals.retrieval import PromptScorer
 
     def best_of_2(step) -> float:
         times = []

@@ -33,15 +33,18 @@ def load(args):
     import torch
     from hydra import compose, initialize_config_dir
 
-    from evals.config import register_configs
-    from evals.data import load_documents
-    from evals.models import load_model
+    from evals import load_evals
+    from evals.core.config import config_dir, register_configs
+    from evals.core.data import load_documents
+    from evals.core.models import load_model, resolve_device, resolve_dtype
 
+    load_evals()
     register_configs()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=[f"model={args.model}", f"model.weights={args.weights}",
                                            f"model.device={args.device}", f"model.dtype={args.dtype}", *args.override])
-    loaded = load_model(cfg.model)
+    device = resolve_device(cfg.model.device)
+    loaded = load_model(cfg.model, device, resolve_dtype(cfg.model.dtype, device))
     need = max(args.lengths + [args.tokens or 0])
     vocab = loaded.model.get_input_embeddings().num_embeddings
     if args.weights == "pretrained":
@@ -63,8 +66,8 @@ def run_mode(args) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from evals.lm import token_nll
     from evals.perplexity import sliding_nll
+    from evals.scoring import is_out_of_memory, token_nll
 
     loaded, ids = load(args)
     model, lengths, device = loaded.model, sorted(args.lengths), loaded.device
@@ -106,8 +109,8 @@ def run_mode(args) -> dict:
                     del logits
                 return out
             elif args.mode == "sliding":
-                total, count = sliding_nll(model, ids[: args.tokens], lengths[-1], args.stride, None, args.chunk_tokens)
-                return {"nll": total / count, "scored": count}
+                nll = sliding_nll(model, ids[: args.tokens], lengths[-1], args.stride, None, args.chunk_tokens)
+                return {"nll": float(nll.double().mean()), "scored": len(nll)}
             elif args.mode == "sliding_naive":
                 total, count = per_window_naive(lengths[-1], args.stride, ids[: args.tokens])
                 return {"nll": total / count, "scored": count}
@@ -122,7 +125,9 @@ def run_mode(args) -> dict:
     oom, values = False, None
     try:
         values = work()
-    except torch.OutOfMemoryError:
+    except Exception as err:  # a failed allocation on any device is a result (OOM), anything else a bug
+        if not is_out_of_memory(err):
+            raise
         oom = True
     sync()
     seconds = time.perf_counter() - start

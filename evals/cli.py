@@ -44,6 +44,8 @@ def composition_error(err: BaseException) -> str:
         strategy = next((s for s in STRATEGIES.values() if schema.__name__ == scaling_schema_name(s.name)), None)
         if strategy is not None:
             return f"scaling '{strategy.name}' does not take {key}. Its parameters: {', '.join(fields)}.{hint}"
+        if not fields:
+            return f"{cause.full_key} is not in the config; to add a key there, write +{cause.full_key}=..."
         return f"{cause.full_key} is not an option here; valid: {', '.join(fields)}.{hint}"
     text = str(err)
     if "Available options in" in text:  # MissingConfigException: an unknown option of a group

@@ -33,7 +33,7 @@ from .core.errors import UserError
 from .core.plots import line_plot
 from .core.progress import progress
 from .core.registry import register_eval
-from .scoring import free_memory, is_out_of_memory, token_nll
+from .scoring import free_memory, is_out_of_memory, token_nll, warn_if_too_large
 from .stats import block_bootstrap, t_interval
 
 log = logging.getLogger(__name__)
@@ -214,6 +214,8 @@ def evaluate(cfg, ctx) -> dict:
         raise PerplexityError("eval.bos_per_window=true but the tokenizer has no BOS token")
     max_tokens = cfg.max_tokens or lengths[-1]
     model = ctx.model()
+    for L in lengths:
+        warn_if_too_large(model, L, "perplexity")
     acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     position_sum, position_count = torch.zeros(lengths[-1] - 1, dtype=torch.float64), torch.zeros(lengths[-1] - 1)
     for doc in progress(documents, f"perplexity ({cfg.protocol})", "document"):
@@ -257,12 +259,12 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
     if bins:
         ctx.output.table("loss_by_position", bins)
     scored = [r for r in rows if r["ppl"] is not None]
-    ctx.output.figure("perplexity", line_plot(
+    ctx.output.figure("perplexity_plot", line_plot(
         {ctx.title: ([r["length"] for r in scored], [r["ppl"] for r in scored])},
         xlabel="context length (tokens)", ylabel="perplexity", title=f"Perplexity by length ({cfg.protocol})",
         logx=True, logy=True, vline=trained, vlabel=f"trained {trained}"))
     if bins:
-        ctx.output.figure("loss_by_position", line_plot(
+        ctx.output.figure("loss_by_position_plot", line_plot(
             {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
             xlabel="position (tokens)", ylabel="mean NLL (nats)", title="Loss by position (longest pass)",
             vline=trained, vlabel=f"trained {trained}"))

@@ -33,7 +33,7 @@ from .core.plots import heatmap
 from .core.progress import progress
 from .core.registry import register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
-from .scoring import free_memory, is_out_of_memory
+from .scoring import free_memory, is_out_of_memory, warn_if_too_large
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,8 @@ def evaluate(cfg, ctx) -> dict:
     # within a length, run prompts in order of where they leave the plain haystack
     prompts.sort(key=lambda p: (p.length, p.needle_position, p.depth, p.trial))
     scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
+    for L in sorted(set(cfg.lengths)):
+        warn_if_too_large(scorer.model, L, cfg.name, cfg.prefill_chunk if share else None)
     started, records, oom = time.perf_counter(), [], set()
     with ctx.output.records(f"{cfg.name}_trials") as write:
         for prompt in progress(prompts, f"{cfg.name} ({'shared prefix' if share else 'cell by cell'})", "prompt"):

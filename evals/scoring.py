@@ -85,3 +85,57 @@ def token_nll(model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 204
             logits = torch.tanh(logits / cap) * cap  # Gemma-style final soft-capping
         out[start:end] = F.cross_entropy(logits, targets[start:end], reduction="none").cpu()
     return out
+
+
+def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: int | None = None) -> int:
+    """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached):
+    one layer's activations (hidden, q/k/v, MLP), the KV cache, and the attention scores where the kernel
+    materialises them (eager attention; or any attention after a cache, whose mask is explicit)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    new = query_tokens or length
+    width = next(model.parameters()).element_size()
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    intermediate = getattr(config, "intermediate_size", 4 * hidden)
+    layer = new * (4 * hidden + 2 * kv * head_dim + 3 * intermediate) * width
+    cache = 2 * config.num_hidden_layers * length * kv * head_dim * width
+    materialised = getattr(config, "_attn_implementation", "eager") == "eager" or query_tokens is not None
+    scores = 2 * heads * new * length * max(width, 4) if materialised else 0
+    return layer + cache + scores
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory a new allocation can still get on ``device`` (CUDA: free memory; CPU: the least of available
+    RAM, the cgroup limit and the process's address-space limit), or None when it cannot be told."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    limits = []
+    try:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        limits.append(int(meminfo["MemAvailable"].split()[0]) * 1024)
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft - int(status["VmSize"].split()[0]) * 1024)
+        cgroup = open("/sys/fs/cgroup/memory.max").read().strip()
+        if cgroup != "max":
+            limits.append(int(cgroup) - int(open("/sys/fs/cgroup/memory.current").read()))
+    except (OSError, KeyError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+def warn_if_too_large(model: torch.nn.Module, length: int, what: str, query_tokens: int | None = None) -> bool:
+    """Say before a forward that it will likely not fit (it is still tried; a failure is recorded as OOM)."""
+    need = estimate_forward_bytes(model, length, query_tokens)
+    have = available_bytes(next(model.parameters()).device)
+    if have is not None and need > have:
+        print(f"memory: {what} at {length} tokens needs about {need / 2**30:.1f} GiB, {max(have, 0) / 2**30:.1f} GiB "
+              "available; it will likely fail and be recorded as out of memory", flush=True)
+        return True
+    return False

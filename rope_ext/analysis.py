@@ -1,11 +1,14 @@
-"""Analytic RoPE studies from the seed notes, for any frequency set a strategy produces.
+"""Analytic RoPE studies for any frequency set a strategy produces.
 
-- Long-distance decay (seed 000; Su 2021, RoFormer section 3.4.3): the score <R_m q, R_n k> = q^T R_{n-m} k
-  against relative distance r = n - m, for q = k = all-ones, or for q and k drawn per position from
-  Gaussians with given means and standard deviations (seed 002, after Barbero et al. 2024,
-  "Round and Round We Go! What makes Rotary Positional Encodings useful?", arXiv 2410.06205).
-- Base bound (seed 004; Su 2024, "RoPE base design principles", kexue.fm/archives/10122; Men et al.
-  2024, arXiv 2405.14591): the smallest base b with sum_i cos(m * theta_i) >= 0 for every m < L.
+- Long-distance decay (Su et al. 2021, RoFormer, arXiv 2104.09864, section 3.4.3; kexue.fm/archives/8265): the
+  score <R_m q, R_n k> = q^T R_{n-m} k against relative distance r = n - m, for q = k = all-ones, or for q
+  and k drawn per position from Gaussians with given means and standard deviations (Barbero et al. 2024,
+  "Round and Round We Go! What makes Rotary Positional Encodings useful?", arXiv 2410.06205, found no decay
+  for zero means; the non-zero-mean experiment follows the tinymind blog post of 2024-10-13,
+  github.com/Paul33333/tinymind-blog).
+- Base bound (Su 2024, "RoPE base design principles", kexue.fm/archives/10122; Men et al. 2024, "Base of
+  RoPE Bounds Context Length", arXiv 2405.14591): the smallest base b with sum_i cos(m * theta_i) >= 0 for
+  every m < L.
 - A per-dimension table for a strategy: wavelength, its ratio to the trained context, the factor
   applied, and whether the pair is extrapolated, interpolated or blended.
 """
@@ -40,8 +43,8 @@ def decay_curve(
 ) -> torch.Tensor:
     """Score against distance 0 .. max_distance-1 for a query at position 0 and keys at positions r.
 
-    With ``q_mean``/``k_mean`` None, q = k = all-ones (seed 000). Otherwise each key position draws
-    its own k ~ N(k_mean, std^2) and the query q ~ N(q_mean, std^2), as in seed 002's experiment.
+    With ``q_mean``/``k_mean`` None, q = k = all-ones (RoFormer's bound). Otherwise each key position draws
+    its own k ~ N(k_mean, std^2) and the query q ~ N(q_mean, std^2), as in the tinymind experiment.
     ``attention_factor`` scales cos/sin, so it multiplies the score by its square.
     """
     dim = 2 * inv_freq.numel()

@@ -4,6 +4,8 @@ one tiny-model override list, and real eval contexts built from real jobs."""
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,81 @@ def run_job(out_dir, *overrides):
     cfg = compose_config(*TINY, "force=true", f"output_dir={out_dir}", *overrides)
     summary = rope_run.run(cfg)
     return summary, json.loads((Path(out_dir) / "results.json").read_text())
+
+
+def run_cli(*args, env=None, timeout=300, **popen):
+    """``python run.py <args>`` in a subprocess: the CompletedProcess, or the Popen with ``popen`` arguments."""
+    command = [sys.executable, str(ROOT / "run.py"), *args]
+    if popen:
+        return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+PLUGIN = '''
+"""Strategies and evals from outside rope_ext, one function each (and test-only behaviours)."""
+import os
+import resource
+import time
+from dataclasses import dataclass
+
+import torch
+
+import rope_ext
+from evals import register_eval
+from evals.core.config import option
+from evals.scoring import token_nll
+
+if os.environ.get("TEST_MEMORY_LIMIT_GIB"):  # a process memory limit, so an allocation fails without harm
+    with open("/proc/self/status") as status:
+        size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    limit = size + int(float(os.environ["TEST_MEMORY_LIMIT_GIB"]) * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+@rope_ext.register("halve_slow", params={"factor": rope_ext.Param(2.0, float, "slow pairs / factor", minimum=1.0)})
+def halve_slow(p, dim, base, seq_len):
+    """The slower half of the pairs interpolated by factor, the faster half kept."""
+    factors = torch.ones(dim // 2)
+    factors[dim // 4 :] = p["factor"]
+    return rope_ext.default_inv_freq(dim, base) / factors, 1.0
+
+
+@dataclass
+class FirstTokensConfig:
+    name: str = "first_tokens"
+    tokens: int = option(64, minimum=2)
+    sleep: float = 0.0  # seconds to wait after scoring (to interrupt a running job)
+    crash: bool = False  # raise an error that is not a user error (a bug)
+
+
+@register_eval("first_tokens", config=FirstTokensConfig, needs=("model", "data"))
+def first_tokens(cfg, ctx):
+    """Mean NLL of the first tokens of the first document."""
+    ids = ctx.documents()[0].ids[: cfg.tokens]
+    nll = token_nll(ctx.model(), ids)
+    ctx.output.table("first_tokens", [{"position": i + 1, "nll": float(v)} for i, v in enumerate(nll)])
+    if cfg.crash:
+        raise RuntimeError("boom: a bug in an eval")
+    time.sleep(cfg.sleep)
+    return {"first_tokens_nll": float(nll.mean())}
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    """(dir, env): the plugin module and its two YAMLs in a temp dir (nothing of the project touched), and the
+    environment that loads it (``ROPE_EXT_PLUGINS``); pass ``searchpath(dir)`` to the CLI."""
+    (tmp_path / "my_ext.py").write_text(PLUGIN)
+    (tmp_path / "conf" / "scaling").mkdir(parents=True)
+    (tmp_path / "conf" / "eval").mkdir()
+    (tmp_path / "conf" / "scaling" / "halve_slow.yaml").write_text("defaults:\n  - /schema/scaling@_here_: halve_slow\n  - _self_\n")
+    (tmp_path / "conf" / "eval" / "first_tokens.yaml").write_text("defaults:\n  - /schema/eval@_here_: first_tokens\n  - _self_\n")
+    env = {**os.environ, "ROPE_EXT_PLUGINS": "my_ext", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    return tmp_path, env
+
+
+def searchpath(directory) -> str:
+    return f"hydra.searchpath=[file://{Path(directory) / 'conf'}]"
 
 
 def tiny_llama(vocab=96, trained=64, seed=0, **extra):

@@ -1,4 +1,5 @@
-"""The seed notes' claims about RoPE, as tests (seeds 000, 002, 004)."""
+"""Published claims about RoPE's long-distance decay and base bound, as tests (RoFormer; Barbero et al. 2024;
+the tinymind mean/variance experiment; Men et al. 2024)."""
 
 import pytest
 import torch
@@ -24,7 +25,7 @@ def test_all_ones_score_is_twice_the_cosine_sum_and_matches_explicit_rotation():
         assert float(q @ rotated) == pytest.approx(float(analysis.decay_curve(inv_freq, r + 1)[r]), abs=1e-9)
 
 
-def test_seed000_base_1e4_decays_over_4096_but_rises_again_near_15000():
+def test_roformer_base_1e4_decays_over_4096_but_rises_again_near_15000():
     score = curve(10000.0)
     assert analysis.decay_strength(score[:4096]) > 0.3
     assert analysis.first_rise(score[:4096]) is None
@@ -32,7 +33,7 @@ def test_seed000_base_1e4_decays_over_4096_but_rises_again_near_15000():
     assert rise is not None and 10000 < rise < 20000
 
 
-def test_seed000_base_5e6_keeps_decaying_over_65536():
+def test_roformer_base_5e6_keeps_decaying_over_65536():
     score = curve(5e6)
     assert analysis.first_rise(score) is None
     assert analysis.decay_strength(score) > 0.3
@@ -43,31 +44,31 @@ def strengths(q_mean, k_mean, std=1.0, seeds=range(4)):
                                           seed=seed)) for seed in seeds]
 
 
-def test_seed002_zero_mean_gaussians_show_no_decay():
+def test_zero_mean_gaussian_qk_show_no_decay():
     assert all(abs(s) < 0.1 for s in strengths(0.0, 0.0))
 
 
-def test_seed002_same_sign_means_decay_more_as_mean_grows():
+def test_gaussian_qk_same_sign_means_decay_more_as_mean_grows():
     weak, strong = strengths(0.2, 0.2), strengths(1.0, 1.0)
     assert min(weak) > 0.05 and sum(strong) > sum(weak) + 0.5
     assert all(s > 0.3 for s in strengths(-1.0, -1.0))
 
 
-def test_seed002_opposite_sign_means_rise_with_distance():
+def test_gaussian_qk_opposite_sign_means_rise_with_distance():
     assert all(s < -0.3 for s in strengths(1.0, -1.0))
 
 
-def test_seed002_larger_variance_weakens_decay():
+def test_gaussian_qk_larger_variance_weakens_decay():
     assert sum(strengths(1.0, 1.0, std=3.0)) < sum(strengths(1.0, 1.0, std=0.5))
 
 
-def test_seed004_base_bound_matches_men_et_al_table():
+def test_base_bound_matches_men_et_al_table():
     # Men et al. 2024 (arXiv 2405.14591) Table 1, d = 128: L = 1k -> 4.3e3, 4k -> 2.7e4 (2.9e4 on our finer search)
     assert analysis.base_lower_bound(128, 1024) == pytest.approx(4.3e3, rel=0.05)
     assert analysis.base_lower_bound(128, 4096) == pytest.approx(2.8e4, rel=0.06)
 
 
-def test_seed004_bound_is_tight_and_grows_with_context():
+def test_base_bound_is_tight_and_grows_with_context():
     b = analysis.base_lower_bound(64, 2048)
     assert analysis.satisfies_bound(b, 64, 2048) and not analysis.satisfies_bound(b * 0.99, 64, 2048)
     assert analysis.base_lower_bound(64, 512) < b < 10 * 2048 * 100

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 import rope_ext
 from evals.core.errors import ScalingConfigError
 from evals.core.job import parse_job
-from evals.core.models import model_config, random_model, rotary_shapes
+from evals.core.models import meta_model, model_config, random_model, rotary_shapes
 from tests.conftest import ROOT, compose_config
 
 GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
@@ -54,7 +54,7 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option):
                          f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
     model = random_model(cfg.model, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
-    shapes = rotary_shapes(model_config(cfg.model))  # from the config alone, on the meta device
+    shapes = rotary_shapes(meta_model(model_config(cfg.model)))  # from the config alone, on the meta device
     assert [(s.dim, s.base) for s in slots] == [(s.dim, s.base) for s in shapes] == [
         (64 // heads, cfg.model.architecture.rope_parameters.rope_theta)]
     with torch.no_grad():

@@ -152,3 +152,15 @@ def test_trained_context_comes_from_config_or_argument():
         assert patched.scaling.params["original_max_position"] == TRAINED
     with rope_ext.patch(model, {"name": "yarn", "factor": 2.0}, original_max_position=32) as patched:
         assert patched.scaling.params["original_max_position"] == 32
+
+
+def test_trained_context_reads_every_layer_types_rope_parameters():
+    """Gemma-3 keeps original_max_position_embeddings under full_attention only, listed after sliding_attention."""
+    config = AutoConfig.for_model("gemma3_text", num_hidden_layers=2, hidden_size=32, intermediate_size=64,
+                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=131072)
+    config.rope_parameters = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6,
+                                                 "original_max_position_embeddings": 32768}}
+    assert rope_ext.trained_context(config) == 32768
+    config.rope_parameters["full_attention"].pop("original_max_position_embeddings")
+    assert rope_ext.trained_context(config) == 131072

@@ -116,7 +116,7 @@ def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
     assert rows[64]["ci95_low"] < rows[64]["ppl"] < rows[64]["ci95_high"]
     bins = data["metrics"]["perplexity"]["loss_by_position"]
     assert bins[0]["position_start"] == 1 and bins[-1]["position_end"] == 299 and len(bins) == 10
-    for name in ("perplexity.csv", "loss_by_position.csv", "perplexity.png", "loss_by_position.png"):
+    for name in ("perplexity.csv", "loss_by_position.csv", "perplexity_plot.png", "loss_by_position_plot.png"):
         assert (ctx.output.dir / name).stat().st_size > 0
     assert summary["effective_length"] in (64, 200, 300)
 

@@ -53,7 +53,7 @@ def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, na
 
 @pytest.mark.slow
 def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
-    """Issue #2/#3 acceptance: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover."""
+    """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover."""
     results = {}
     for scaling in ("none", "yarn", "ntk"):
         cfg = compose_config(f"scaling={scaling}", "logger=none", "force=true", f"output_dir={tmp_path / scaling}",
@@ -70,7 +70,7 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["passkey", "needle"])
 def test_retrieval_works_within_the_trained_context(tmp_path, task):
-    """Issue #5 acceptance: passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
+    """Passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
     cfg = compose_config(f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
                          "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]")
     summary = rope_run.run(cfg)
@@ -80,7 +80,7 @@ def test_retrieval_works_within_the_trained_context(tmp_path, task):
 
 @pytest.mark.slow
 def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
-    """Issue #6 acceptance: the preset sweep runs offline (reduced lengths) with W&B offline and a report."""
+    """The preset sweep runs offline (reduced lengths) with W&B offline and a report."""
     import subprocess
     import sys
 
@@ -104,7 +104,7 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
 
 @pytest.mark.slow
 def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
-    """Issue #7: eval=lm_eval on the real model, small limit; the metrics land in results.json."""
+    """eval=lm_eval on the real model, small limit; the metrics land in results.json."""
     cfg = compose_config("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
                          "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
     summary = rope_run.run(cfg)

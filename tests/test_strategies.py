@@ -161,8 +161,38 @@ def test_compose_base_then_linear_and_base_then_yarn():
         ({"name": "mixed", "bands": [{"dims": [0, 20], "factor": 1}]}, 64, "uncovered"),
         ({"name": "mixed", "bands": [{"max_wavelength": 100, "factor": 1}]}, 64, "uncovered"),
         ({"name": "base", "base": 0.5}, 64, "must be > 1"),
+        ({"name": "linear", "factor": 0}, 64, "factor=0 must be >= 1"),
+        ({"name": "ntk", "factor": float("inf")}, 64, "factor=inf must be a finite number"),
+        ({"name": "linear", "factor": "2"}, 64, "factor='2' must be a number"),
+        ({"name": "yarn", "factor": 2, "original_max_position": 0}, 64, "original_max_position=0 must be >= 1"),
+        ({"name": "yarn", "factor": 2, "original_max_position": 100, "beta_fast": 0}, 64, "beta_fast=0 must be > 0"),
+        ({"name": "yarn", "factor": 2, "original_max_position": 100, "beta_fast": 1, "beta_slow": 2}, 64,
+         "scaling 'yarn': beta_fast=1 must be > beta_slow=2"),
+        ({"name": "yarn", "factor": 2, "original_max_position": 100, "truncate": 1}, 64, "truncate=1 must be true or false"),
+        ({"name": "llama3", "factor": 2, "original_max_position": 100, "low_freq_factor": 4, "high_freq_factor": 1}, 64,
+         "high_freq_factor=1 must be > low_freq_factor=4"),
+        ({"name": "mixed", "factors": [1.0] * 31 + [float("nan")]}, 64, "values must be finite and > 0"),
+        ({"name": "mixed", "bands": [{"dims": [0, 32], "factor": 0}]}, 64, "needs a finite factor > 0"),
     ],
 )
 def test_bad_scaling_is_a_clear_error(scaling, dim, message):
     with pytest.raises(ScalingError, match=message.replace("(", r"\(").replace("[", r"\[")):
         frequencies({**scaling}, dim, 10000.0, seq_len=10**6)
+
+
+def test_resolve_once_fills_defaults_and_the_trained_context_and_labels_the_scaling():
+    yarn = rope_ext.resolve({"name": "yarn", "factor": 4}, trained_context=4096)
+    assert yarn.params == {"factor": 4.0, "original_max_position": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
+                           "truncate": True, "attention_factor": None, "mscale": None, "mscale_all_dim": None,
+                           "dynamic": False}
+    assert rope_ext.resolve(yarn) is yarn  # a resolved scaling is taken as it is
+    assert rope_ext.resolve(yarn.to_dict()) == yarn
+    assert yarn.label == "yarn-factor4"
+    assert rope_ext.resolve({"name": "yarn", "factor": 2, "beta_fast": 16}, 4096).label == "yarn-factor2-beta_fast16"
+    assert rope_ext.resolve({"name": "pi", "factor": 2, "layer_types": "all"}).label == "linear-factor2-layers_all"
+    assert rope_ext.resolve({"name": "none", "factor": 4}).label == "none"
+    assert rope_ext.resolve({"name": "none", "factor": 4}).effective() == {"name": "none"}
+    compose = rope_ext.resolve({"name": "compose", "stages": [{"name": "base", "base": 5e5}, {"name": "yarn", "factor": 2}]},
+                               trained_context=2048)
+    assert compose.label == "compose[base-base500000,yarn-factor2]"
+    assert compose.params["stages"][1].params["original_max_position"] == 2048 and not compose.dynamic

@@ -12,17 +12,14 @@ from pathlib import Path
 import pytest
 
 from evals.report import write_report
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY
 
-TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
-        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
-        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-        "data.books=[persuasion]", "eval.lengths=[256,512]"]
+SMALL = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]"]
 WANDB = Path(sys.executable).parent / "wandb"
 
 
 def sweep(sweep_dir, *args, timeout=600, **popen):
-    command = [sys.executable, str(ROOT / "run.py"), "-m", *TINY, f"hydra.sweep.dir={sweep_dir}",
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *SMALL, f"hydra.sweep.dir={sweep_dir}",
                f"resume_from=[{sweep_dir.parent}]", *args]
     env = {**os.environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
     if popen:
@@ -49,7 +46,7 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict]:
 
 def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger.mode=offline")
+    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger=wandb", "logger.mode=offline")
     jobs = results(sweep_dir)
     assert len(jobs) == 2 and all(j["status"] == "done" for j in jobs.values())
     groups, names = set(), set()

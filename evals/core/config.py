@@ -170,9 +170,11 @@ def scaling_schema(strategy) -> type:
 
 
 def suite_schema(evals: dict) -> type:
-    """``eval=suite``: one field per registered eval, each composed from ``conf/eval/<name>.yaml``."""
+    """``eval=suite``: one field per registered eval, each composed from its ``eval/<name>.yaml`` where one is on
+    the search path (``optional``: an eval registered without a YAML leaves its field null)."""
     names = [name for name in evals if name != "suite"]
-    specs = [("defaults", List[Any], field(default_factory=lambda: ["_self_", *[{f"/eval@{n}": n} for n in names]])),
+    specs = [("defaults", List[Any],
+              field(default_factory=lambda: ["_self_", *[{f"optional /eval@{n}": n} for n in names]])),
              ("name", str, field(default="suite")),
              ("run", List[str], field(default_factory=lambda: ["perplexity", "needle"]))]
     specs += [(name, Any, field(default=None)) for name in names]

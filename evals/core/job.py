@@ -29,8 +29,8 @@ from omegaconf import OmegaConf
 from .config import DataConfig, LoggerConfig, ModelConfig, check_options
 from .data import data_identity
 from .errors import ConfigError, scaling_errors_as_user_errors
-from .models import (ModelLoadError, RotaryShape, gguf_location, model_config, model_identity, require_hub,
-                     resolve_device, resolve_dtype, rotary_shapes)
+from .models import (ModelLoadError, RotaryShape, gguf_location, meta_model, model_config, model_identity,
+                     require_hub, resolve_device, resolve_dtype, rotary_shapes)
 from .registry import EVALS, EvalSpec
 
 KEY_PACKAGES = ("torch", "transformers", "gguf", "lm-eval")
@@ -98,9 +98,10 @@ def parse_model(cfg, geometry: bool, weights: bool) -> ModelSpec:
     config = model_config(cfg, allow_architecture=not weights)
     trained = int(cfg.original_max_position or rope_ext.trained_context(config))
     shapes = None
-    if geometry:
+    if geometry or weights:
+        model = meta_model(config, cfg.attn_implementation if weights else None)
         try:
-            shapes = tuple(rotary_shapes(config))
+            shapes = tuple(rotary_shapes(model)) if geometry else None
         except rope_ext.RotaryNotFoundError as err:
             raise ModelLoadError(f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}") from None
     identity = model_identity(cfg, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
@@ -141,6 +142,15 @@ def code_identity(*functions) -> str:
     return _source_hash(tuple(sorted(files)))
 
 
+def scaling_identity(scaling: rope_ext.Scaling, scaled) -> dict:
+    """The effective scaling with the layer types it actually scales (``auto`` and the names it resolves
+    to are the same job)."""
+    effective = scaling.effective()
+    if scaling.name != "none" and scaled is not None:
+        effective["layer_types"] = sorted({str(s.layer_type) for s in scaled})
+    return effective
+
+
 def eval_identity(spec: EvalSpec, cfg) -> Any:
     if spec.name == "suite":
         return {"run": list(cfg.run), **{name: _container(cfg[name]) for name in cfg.run}}
@@ -151,6 +161,8 @@ def resolved_config(cfg, scaling: rope_ext.Scaling) -> dict:
     """The composed config, its scaling replaced by the resolved one (with its label; ``none`` without the
     factor it ignores)."""
     config = _container(cfg)
+    if config["eval"].get("name") == "suite":  # only the evals it runs
+        config["eval"] = {k: v for k, v in config["eval"].items() if k in ("name", "run", *config["eval"]["run"])}
     config["scaling"] = {"label": scaling.label, **({"name": "none", "layer_types": scaling.layer_types}
                                                     if scaling.name == "none" else scaling.to_dict())}
     return config
@@ -175,8 +187,7 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
     data = data_identity(cfg.data) if "data" in needs else None
     identity = {
         "model": model.identity,
-        "scaling": {**scaling.effective(), "scaled_layers": None if scaled is None else [s.layer_type for s in scaled]}
-        if scaling.name != "none" else {"name": "none"},
+        "scaling": scaling_identity(scaling, scaled),
         "eval": eval_identity(spec, cfg.eval),
         "data": data,
         "seed": cfg.seed,

@@ -173,8 +173,12 @@ def _config_from_architecture(cfg):
     model_type = architecture.pop("model_type")
     try:
         return AutoConfig.for_model(model_type, **architecture)
-    except (ValueError, TypeError, KeyError) as err:
-        raise ModelLoadError(f"model '{cfg.name}': model.architecture does not make a {model_type} config: {err}") from None
+    except Exception as err:  # transformers validates configs with several exception types
+        root = err
+        while root.__cause__ is not None:
+            root = root.__cause__
+        raise ModelLoadError(f"model '{cfg.name}': model.architecture does not make a {model_type} config: "
+                             f"{str(root).splitlines()[0][:200]}") from None
 
 
 def _gguf_config(directory: Path, filename: str):
@@ -225,15 +229,31 @@ def model_config(cfg, allow_architecture: bool = True):
     raise ModelLoadError(hub_hint(cfg))
 
 
-def rotary_shapes(config) -> list[RotaryShape]:
-    """The rotary slots of a model built from ``config``, found by rope_ext's patcher on a ``meta``-device
-    instance (no weights, no memory); a model without RoPE raises rope_ext's RotaryNotFoundError."""
-    import rope_ext
+def meta_model(config, attn_implementation: str | None = None):
+    """The model ``config`` describes, built on the ``meta`` device: shapes only, no weights, no memory.
+    Building it checks what transformers checks at load (the attention implementation among them)."""
     from transformers import AutoModelForCausalLM
 
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return [RotaryShape(s.layer_type, s.dim, s.base) for s in rope_ext.find_rotary_slots(model)]
+    kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config, **kwargs)
+    except (ValueError, ImportError, KeyError) as err:
+        what = f"attn_implementation={attn_implementation!r}" if attn_implementation else f"a {config.model_type} config"
+        raise ModelLoadError(f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}") from None
+
+
+def rotary_shapes(model) -> list[RotaryShape]:
+    """The rotary slots of a (meta) model as rope_ext's patcher finds them; a model without RoPE raises
+    rope_ext's RotaryNotFoundError."""
+    import rope_ext
+
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    slots = rope_ext.find_rotary_slots(model)
+    if head_dim % 2 or any(s.dim > head_dim for s in slots):
+        raise ModelLoadError(f"the model config has head_dim={head_dim}: RoPE rotates pairs of dimensions, so it must be even")
+    return [RotaryShape(s.layer_type, s.dim, s.base) for s in slots]
 
 
 def _files_identity(directory: Path) -> list[dict]:
@@ -340,7 +360,14 @@ def load_model(cfg, device: torch.device, dtype: torch.dtype, tokenizer=None) ->
             model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation=cfg.attn_implementation,
                                                          **kwargs)
         except OSError as err:
-            raise ModelLoadError(hub_hint(cfg)) from err
+            if location == cfg.hub_id:
+                raise ModelLoadError(hub_hint(cfg)) from err
+            raise ModelLoadError(f"the checkpoint in {location} cannot be loaded: {str(err).splitlines()[0][:200]}") from None
+        except Exception as err:  # a damaged weights file: safetensors, torch and gguf raise many types
+            if "memory" in str(err).lower():
+                raise
+            raise ModelLoadError(f"the checkpoint in {location} cannot be loaded ({type(err).__name__}: "
+                                 f"{str(err).splitlines()[0][:200] if str(err) else ''})") from None
         source = f"{location}/{gguf[1]}" if gguf else location
     if not cfg.device_map:
         model.to(device)

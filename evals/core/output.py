@@ -95,8 +95,15 @@ class Output:
     def timing(self, name: str, seconds: float) -> None:
         self.record.update("timings", {name: round(seconds, 3)})
 
+    def _claim(self, name: str, kind: dict) -> None:
+        """One name, one thing: a table and a figure may not share a name (they would share a W&B key)."""
+        others = [k for k in (self._tables, self._figures) if k is not kind and name in k]
+        if others or not name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"output name {name!r} is taken by another table or figure, or is not [A-Za-z0-9_-]")
+
     def table(self, name: str, rows: list[dict]) -> Path:
         """``<name>.csv`` now; the W&B table ``<name>`` at close (its latest rows)."""
+        self._claim(name, self._tables)
         self._tables[name] = [dict(row) for row in rows]
         return write_csv(self.dir / f"{name}.csv", rows)
 
@@ -104,6 +111,7 @@ class Output:
         """A matplotlib figure as ``<name>.png`` now; the W&B image ``<name>`` at close."""
         import matplotlib.pyplot as plt
 
+        self._claim(name, self._figures)
         path = self.dir / f"{name}.png"
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
@@ -128,6 +136,7 @@ class Output:
                 handle.write(json.dumps(record, default=str) + "\n")
                 handle.flush()
 
+            self._claim(name, self._tables)
             try:
                 yield write
             finally:
