@@ -41,11 +41,17 @@ class LmEvalConfig:
     batch_size: int = option(1, minimum=1)
     max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest prompt + 64
     include_path: List[str] = field(default_factory=list)  # more task directories (ours are always included)
+    apply_chat_template: bool = False  # wrap prompts in the tokenizer's chat template (instruct models)
+    fewshot_as_multiturn: bool = False  # with the chat template: few-shot examples as turns
+    system_instruction: Optional[str] = None
+    log_samples: bool = False  # every sample's prompt, response and score: <name>_samples_<task>.jsonl and W&B
     metadata: dict = field(default_factory=lambda: {"max_seq_lengths": [1024, 4096], "max_chars": 20000,
                                                     "books": ["emma", "persuasion"]})
 
 
 def check_config(cfg, job=None) -> None:
+    if cfg.fewshot_as_multiturn and not cfg.apply_chat_template:
+        raise HarnessError("eval.fewshot_as_multiturn=true needs eval.apply_chat_template=true")
     for path in cfg.include_path:
         if not Path(path).is_dir():
             raise HarnessError(f"eval.include_path entry {path!r} is not a directory")
@@ -101,22 +107,34 @@ def evaluate(cfg, ctx) -> dict:
     max_length = cfg.max_length or default_max_length(cfg, ctx)
     lm = HFLM(pretrained=ctx.model(), tokenizer=ctx.tokenizer(), max_length=max_length, batch_size=cfg.batch_size)
     output = simple_evaluate(model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
-                             task_manager=manager, log_samples=False, metadata=metadata)
+                             task_manager=manager, log_samples=cfg.log_samples, metadata=metadata,
+                             apply_chat_template=cfg.apply_chat_template, fewshot_as_multiturn=cfg.fewshot_as_multiturn,
+                             system_instruction=cfg.system_instruction)
+    results = {task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)} for task, metrics in output["results"].items()}
     rows, summary = [], {}
-    for task, metrics in output["results"].items():
+    for task, metrics in results.items():
         for key, value in metrics.items():
             metric, _, filter_name = key.partition(",")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "alias":
-                is_missing = value == -1 and metric.isdigit()  # a length with no prompts
                 rows.append({"task": task, "metric": metric, "filter": filter_name, "value": value})
-                if not is_missing and not (isinstance(value, float) and math.isnan(value)):
+                if not (isinstance(value, float) and math.isnan(value)):
                     summary[f"lm_eval/{task}/{metric}"] = value
     ctx.output.table("lm_eval", rows)
+    for task, samples in (output.get("samples") or {}).items():
+        with ctx.output.records(f"lm_eval_samples_{task}") as write:
+            for sample in samples:
+                write(sample)
     ctx.output.metrics("lm_eval", {
-        "results": output["results"], "versions": output.get("versions"), "n-samples": output.get("n-samples"),
+        "results": results, "versions": output.get("versions"), "n-samples": output.get("n-samples"),
         "max_length": max_length, "lm_eval_version": output.get("lm_eval_version") or _version(),
         "config": {k: str(v) for k, v in (output.get("config") or {}).items()}})
     return summary
+
+
+def _unevaluated(key: str, value) -> bool:
+    """A per-length metric of a length that had no prompts (our retrieval tasks report -1 there)."""
+    metric = key.partition(",")[0].removesuffix("_stderr")
+    return metric.isdigit() and (value == -1 or value == "N/A")
 
 
 def _version() -> str | None:

@@ -30,7 +30,7 @@ import torch
 
 from .core.config import option
 from .core.errors import UserError
-from .core.plots import line_plot
+from .core.plots import length_figure, line_plot
 from .core.progress import progress
 from .core.registry import register_eval
 from .scoring import free_memory, is_out_of_memory, token_nll, warn_if_too_large
@@ -255,14 +255,16 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
         print(f"effective_length: null: {reason}")
     summary = {f"ppl@{r['length']}": r["ppl"] for r in rows}
     summary["effective_length"] = effective
+    for r in rows:  # the W&B summary carries how much each number rests on, and its interval
+        summary.update({f"tokens@{r['length']}": r["tokens"], f"ppl_ci95_low@{r['length']}": r["ci95_low"],
+                        f"ppl_ci95_high@{r['length']}": r["ci95_high"]})
     bins = _position_bins(position_sum, position_count, cfg.position_bins)
     if bins:
         ctx.output.table("loss_by_position", bins)
     scored = [r for r in rows if r["ppl"] is not None]
-    ctx.output.figure("perplexity_plot", line_plot(
-        {ctx.title: ([r["length"] for r in scored], [r["ppl"] for r in scored])},
-        xlabel="context length (tokens)", ylabel="perplexity", title=f"Perplexity by length ({cfg.protocol})",
-        logx=True, logy=True, vline=trained, vlabel=f"trained {trained}"))
+    ctx.output.figure("perplexity_plot", length_figure(
+        [(ctx.title, scored, trained)], "ppl", ylabel="perplexity (band: 95% interval)", logy=True,
+        title=f"Perplexity by length ({cfg.protocol})", band=("ci95_low", "ci95_high")))
     if bins:
         ctx.output.figure("loss_by_position_plot", line_plot(
             {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},

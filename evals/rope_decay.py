@@ -1,12 +1,16 @@
-"""Analytic RoPE studies for the configured strategy on the model's own RoPE geometry; no weights needed.
+"""Analytic RoPE studies for the configured strategy on the model's RoPE geometry; no weights needed.
 
-- Long-distance decay (Su et al. 2021, RoFormer, arXiv 2104.09864, section 3.4.3): q^T R_r k against
-  distance r for q = k = ones, and for Gaussian q, k with the configured means and std (Barbero et al.
-  2024, arXiv 2410.06205, showed zero-mean q, k show no decay); the curve's decay strength and where it
-  first rises again (``rope_ext.analysis``). Compared with the unscaled RoPE of the same model.
+- Long-distance decay (Su et al. 2021, RoFormer, arXiv 2104.09864, section 3.4.3): E[q^T R_r k] against
+  distance r, exactly (``rope_ext.analysis.expected_decay``): for q = k = ones, and for Gaussian q, k with
+  the configured means and std, whose mean curve is the all-ones curve times mu_q * mu_k (Barbero et al.
+  2024, arXiv 2410.06205: zero means, no decay) with a spread that does not depend on r. Log-scale
+  distance, the unscaled RoPE of the same model beside the strategy, trained and target lengths marked;
+  the decay strength, where the curve first rises again, and the decay's signal-to-noise ratio.
 - Base bound (Su 2024, kexue.fm/archives/10122; Men et al. 2024, arXiv 2405.14591): the smallest base
-  keeping sum_i cos(m theta_i) >= 0 for all m < L, per context L, against the model's base.
-- Per-dimension table of the strategy: wavelength, lambda/L, factor and regime of every pair.
+  keeping sum_i cos(m theta_i) >= 0 for all m < L, as a curve over L (log-log) beside Men et al.'s published
+  points (head dim 128) and power-law fit, with the model's base and the strategy's effective base
+  (the base of plain RoPE with the same slowest frequency) marked. Bounds are cached per (dim, L).
+- Per-dimension table and plot of the strategy: wavelength, lambda/L, factor and regime of every pair.
 
 The geometry is that of the rotary slots the strategy scales (on Gemma-3: the global layers, base 1e6),
 read from the model's config; ``eval.head_dim`` / ``eval.base`` override it.
@@ -14,16 +18,25 @@ read from the model's config; ``eval.head_dim`` / ``eval.base`` override it.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
+
+import torch
 
 import rope_ext
 from rope_ext import analysis
 
+from .core.cache import atomic_write, cache_dir
 from .core.config import option
 from .core.errors import UserError, scaling_errors_as_user_errors
-from .core.plots import line_plot
+from .core.plots import plt
 from .core.registry import register_eval
+
+# Men et al. 2024 (arXiv 2405.14591), head dim 128: published lower bounds (Table 1) and the figure's fit
+MEN_ET_AL_POINTS = {1024: 4.3e3, 4096: 2.7e4, 32768: 6.4e5}
+MEN_ET_AL_FIT = (0.0424, 1.628)  # base >= 0.0424 * L^1.628
 
 
 class RopeDecayError(UserError):
@@ -44,7 +57,7 @@ class RopeDecayConfig:
             {"label": "gauss_opposite", "q_mean": 1.0, "k_mean": -1.0, "std": 1.0},
         ]
     )
-    seed: int = 0
+    points: int = option(256, minimum=16)  # distances per curve in the table and figures (log-spaced)
     bound_contexts: List[int] = option([1024, 2048, 4096, 8192, 16384, 32768], minimum=1, nonempty=True)
 
 
@@ -55,14 +68,14 @@ def check_config(cfg, job) -> None:
     for k, vec in enumerate(cfg.vectors):
         if "label" not in vec or set(vec) - {"label", "q_mean", "k_mean", "std"}:
             raise RopeDecayError(f"eval.vectors[{k}]={dict(vec)} needs a label and only q_mean, k_mean, std")
-        if vec.get("std", 1.0) is not None and not vec.get("std", 1.0) > 0:
+        if not vec.get("std", 1.0) > 0:
             raise RopeDecayError(f"eval.vectors[{k}].std={vec.get('std')} must be > 0")
         labels.append(vec["label"])
     if len(set(labels)) != len(labels):
         raise RopeDecayError(f"eval.vectors labels {labels} must be distinct")
-    for shape in geometries(cfg, job):
+    for _, dim, base in geometries(cfg, job):
         with scaling_errors_as_user_errors():
-            job.scaling.frequencies(shape[1], shape[2], cfg.max_distance)
+            job.scaling.frequencies(dim, base, cfg.max_distance)
 
 
 def geometries(cfg, job) -> list[tuple[str | None, int, float]]:
@@ -72,52 +85,154 @@ def geometries(cfg, job) -> list[tuple[str | None, int, float]]:
     return [(layer, cfg.head_dim or dim, float(cfg.base or base)) for (dim, base), layer in found.items()]
 
 
-def study(cfg, ctx, layer_type: str | None, dim: int, base: float, suffix: str) -> dict:
+def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
+    """The base lower bound per context, computed once per (dim, context) on this machine."""
+    path = cache_dir() / "base_bounds.json"
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    found, new = {}, False
+    for L in contexts:
+        key = f"{dim}/{L}"
+        if key not in known:
+            known[key], new = analysis.base_lower_bound(dim, L), True
+        found[L] = known[key]
+    if new:
+        atomic_write(path, json.dumps(known, indent=1, sort_keys=True))
+    return found
+
+
+def log_distances(max_distance: int, points: int) -> torch.Tensor:
+    return torch.unique(torch.logspace(0, math.log10(max_distance - 1), points).round().long())
+
+
+def target_length(scaling, trained: int) -> int | None:
+    factor = scaling.params.get("factor") if scaling.name != "none" else None
+    return int(trained * factor) if factor and factor > 1 else None
+
+
+def decay_figure(curves: dict, vectors: list, trained: int, target: int | None, title: str):
+    """One panel per q/k distribution; one line (mean) and band (+/- 1 sd) per strategy; log distance."""
+    fig, axes = plt.subplots(1, len(vectors), figsize=(4.2 * len(vectors), 3.6), squeeze=False)
+    for ax, vec in zip(axes[0], vectors):
+        for label, by_vector in curves.items():
+            x, mean, sd = by_vector[vec["label"]]
+            line, = ax.plot(x, mean, linewidth=1.3, label=label)
+            if any(sd):
+                ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
+                                color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
+        if target:
+            ax.axvline(target, color="black", linestyle=":", linewidth=1, label=f"target {target}")
+        ax.set_xscale("log")
+        ax.set(xlabel="relative distance r", title=vec["label"] + ("" if "q_mean" not in vec else
+                                                                  f" (mu_q={vec['q_mean']}, mu_k={vec['k_mean']}, s={vec.get('std', 1.0)})"))
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("E[q . R_r k]  (band: +/- 1 sd)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float], reference: dict[int, float] | None):
+    """The base lower bound over context length (log-log), the published points, and bases marked."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    contexts = sorted(bounds)
+    ax.plot(contexts, [bounds[L] for L in contexts], marker="o", label=f"lower bound, d={dim} (this run)")
+    if reference is not None:
+        ax.plot(contexts, [reference[L] for L in contexts], marker=".", linestyle="--", label="lower bound, d=128 (this run)")
+    published = [L for L in sorted(MEN_ET_AL_POINTS) if contexts[0] / 2 <= L <= contexts[-1] * 2]
+    ax.scatter(published, [MEN_ET_AL_POINTS[L] for L in published], marker="^", color="black", zorder=3,
+               label="Men et al. 2024, d=128 (published)")
+    a, k = MEN_ET_AL_FIT
+    ax.plot(contexts, [a * L**k for L in contexts], color="black", linewidth=0.8, alpha=0.5, label=f"their fit {a}·L^{k}")
+    for (label, base), color in zip(marks.items(), ("tab:green", "tab:red")):
+        ax.axhline(base, linestyle=":", linewidth=1.4, color=color, label=f"{label}: {base:.3g}")
+    ax.set(xscale="log", yscale="log", xlabel="context length L", ylabel="smallest base with sum cos(m theta) >= 0",
+           title="RoPE base lower bound (Men et al. 2024)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def dimension_figure(table: list[dict], trained: int, title: str):
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot([r["wavelength"] for r in table], [r["factor"] for r in table], marker=".")
+    ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
+    ax.set(xscale="log", xlabel="wavelength of the pair (tokens, unscaled)", ylabel="theta / theta' (interpolation)",
+           title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     trained = ctx.trained_context
+    target = target_length(ctx.scaling, trained)
     strategies = {"none": rope_ext.resolve({"name": "none"}), ctx.scaling.label: ctx.scaling}
+    dense, sampled = torch.arange(cfg.max_distance), log_distances(cfg.max_distance, cfg.points)
     curves, rows, summary = {}, [], {f"rotary_dim{suffix}": dim, f"base{suffix}": base}
     for label, scaling in strategies.items():
         inv_freq, attention = scaling.frequencies(dim, base, seq_len=cfg.max_distance)
+        curves[label] = {}
         for vec in cfg.vectors:
             vec = dict(vec)
-            score = analysis.decay_curve(inv_freq, cfg.max_distance, q_mean=vec.get("q_mean"), k_mean=vec.get("k_mean"),
-                                         std=vec.get("std", 1.0), attention_factor=attention, seed=cfg.seed)
+            moments = dict(q_mean=vec.get("q_mean"), k_mean=vec.get("k_mean"), std=vec.get("std", 1.0),
+                           attention_factor=attention)
+            mean, _ = analysis.expected_decay(inv_freq, dense, **moments)
             key = f"{label}/{vec['label']}"
-            summary[f"decay_strength/{key}{suffix}"] = analysis.decay_strength(score)
-            summary[f"first_rise/{key}{suffix}"] = analysis.first_rise(score)
-            step = max(1, cfg.max_distance // 2048)
-            curves[key] = (list(range(0, cfg.max_distance, step)), (score[::step] / score.abs().max()).tolist())
-            rows += [{"strategy": label, "vectors": vec["label"], "distance": d, "score": float(score[d])}
-                     for d in range(0, cfg.max_distance, step)]
+            flat = float(mean.abs().max()) == 0
+            summary[f"decay_strength/{key}{suffix}"] = 0.0 if flat else analysis.decay_strength(mean)
+            summary[f"first_rise/{key}{suffix}"] = None if flat else analysis.first_rise(mean)
+            at, sd = analysis.expected_decay(inv_freq, sampled, **moments)
+            if float(sd[0]) > 0:  # how far the decay stands out of the noise of one q, k draw
+                summary[f"decay_snr/{key}{suffix}"] = float((mean[:64].mean() - mean[-len(mean) // 4:].mean()) / sd[0])
+            curves[label][vec["label"]] = (sampled.tolist(), at.tolist(), sd.tolist())
+            rows += [{"strategy": label, "vectors": vec["label"], "distance": int(d), "mean": float(m), "sd": float(s)}
+                     for d, m, s in zip(sampled, at, sd)]
     ctx.output.table(f"rope_decay{suffix}", rows)
-    for vec in cfg.vectors:
-        name = vec["label"]
-        ctx.output.figure(f"rope_decay_{name}{suffix}", line_plot(
-            {k: v for k, v in curves.items() if k.endswith(f"/{name}")}, xlabel="relative distance",
-            ylabel="score / max |score|", title=f"RoPE long-distance decay, d={dim}, base={base:g} ({name})",
-            vline=trained, vlabel="trained"))
-    bounds = [{"context": L, "rotary_dim": dim, "base_lower_bound": analysis.base_lower_bound(dim, L), "model_base": base}
-              for L in cfg.bound_contexts]
-    for row in bounds:
-        row["model_base_ok"] = base >= row["base_lower_bound"]
-    ctx.output.table(f"base_bound{suffix}", bounds)
-    supported = [r["context"] for r in bounds if r["model_base_ok"]]
-    summary[f"base_bound_max_context{suffix}"] = max(supported) if supported else None
+    title = f"{ctx.title}: d={dim}, base={base:g}"
+    ctx.output.figure(f"rope_decay_plot{suffix}", decay_figure(curves, [dict(v) for v in cfg.vectors], trained, target, title))
+
+    bounds = base_bounds(dim, list(cfg.bound_contexts))
     inv_freq, _ = ctx.scaling.frequencies(dim, base, seq_len=None)
+    effective = analysis.lowest_frequency_base(inv_freq)
+    rows = [{"context": L, "rotary_dim": dim, "base_lower_bound": bounds[L], "model_base": base,
+             "model_base_ok": base >= bounds[L], "effective_base": effective,
+             "effective_base_ok": None if effective is None else effective >= bounds[L]} for L in sorted(bounds)]
+    ctx.output.table(f"base_bound{suffix}", rows)
+    marks = {"model base": base, **({f"{ctx.scaling.label} effective base": effective}
+                                    if effective and ctx.scaling.name != "none" else {})}
+    reference = base_bounds(128, list(cfg.bound_contexts)) if dim != 128 else None
+    ctx.output.figure(f"base_bound_plot{suffix}", bound_figure(bounds, dim, marks, reference))
+    supported = [r["context"] for r in rows if r["model_base_ok"]]
+    summary[f"base_bound_max_context{suffix}"] = max(supported) if supported else None
+    summary[f"effective_base{suffix}"] = effective
+    supported = [r["context"] for r in rows if r["effective_base_ok"]]
+    summary[f"effective_base_max_context{suffix}"] = max(supported) if supported else None
+
     table = analysis.dimension_table(inv_freq, base, trained)
     ctx.output.table(f"dimensions{suffix}", table)
+    ctx.output.figure(f"dimensions_plot{suffix}", dimension_figure(table, trained, f"{ctx.scaling.label} per pair, {title}"))
     for regime in ("extrapolated", "blended", "interpolated"):
         summary[f"pairs_{regime}{suffix}"] = sum(r["regime"] == regime for r in table)
-    return summary
+    return summary, curves
 
 
 @register_eval("rope_decay", config=RopeDecayConfig, error=RopeDecayError, check=check_config, needs=("geometry",))
 def evaluate(cfg, ctx) -> dict:
-    """Decay curves, base bound and per-dimension table of the strategy on the model's RoPE geometry."""
-    summary = {}
+    """Expected decay curves, base bound and per-dimension table of the strategy on the model's RoPE geometry."""
+    summary, studied = {}, {}
     shapes = geometries(cfg, ctx.job)
     for layer_type, dim, base in shapes:
         suffix = f"_{layer_type}" if len(shapes) > 1 and layer_type else ""
-        summary.update(study(cfg, ctx, layer_type, dim, base, suffix))
-    ctx.output.metrics("rope_decay", summary)
+        found, curves = study(cfg, ctx, dim, base, suffix)
+        summary.update(found)
+        studied[suffix or "all"] = {"dim": dim, "base": base, "curves": curves}
+    ctx.output.metrics("rope_decay", {**summary, "studied": studied, "trained_context": ctx.trained_context,
+                                      "target_length": target_length(ctx.scaling, ctx.trained_context)})
     return summary

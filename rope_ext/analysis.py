@@ -60,6 +60,37 @@ def decay_curve(
     return score * attention_factor**2
 
 
+def expected_decay(inv_freq: torch.Tensor, distance: torch.Tensor, *, q_mean: float | None = None,
+                   k_mean: float | None = None, std: float = 1.0, attention_factor: float = 1.0):
+    """(mean, standard deviation) of q^T R_r k at each ``distance`` r, exactly, instead of one random draw.
+
+    All-ones (means None): 2 * sum_i cos(r theta_i), no spread. q ~ N(mu_q, s^2 I), k ~ N(mu_k, s^2 I)
+    independent: E = mu_q * mu_k * 2 * sum_i cos(r theta_i) -- the all-ones curve scaled by the product of
+    the means (so zero means have no decay, opposite signs turn it into a rise) -- and
+    Var = d * s^2 * (mu_q^2 + mu_k^2) + d * s^4, the same at every distance (R_r is orthogonal): a larger
+    variance does not change the mean curve, it buries it in noise. Both scaled by attention_factor^2.
+    """
+    dim = 2 * inv_freq.numel()
+    ones = 2 * torch.cos(distance[:, None].double() * inv_freq.double()).sum(-1)
+    scale = attention_factor**2
+    if q_mean is None and k_mean is None:
+        return ones * scale, torch.zeros_like(ones)
+    mq, mk = q_mean or 0.0, k_mean or 0.0
+    sd = math.sqrt(dim * std**2 * (mq**2 + mk**2) + dim * std**4)
+    return mq * mk * ones * scale, torch.full_like(ones, sd * scale)
+
+
+def lowest_frequency_base(inv_freq: torch.Tensor) -> float | None:
+    """The base b of plain RoPE whose slowest pair turns as slowly as this frequency set's: theta_(d/2-1) =
+    b^(-(d-2)/d). Equal to the base for base-form frequencies (NTK, ABF); PI by s gives b * s^(d/(d-2)).
+    None when the slowest pair does not turn (theta = 0, p-RoPE)."""
+    dim = 2 * inv_freq.numel()
+    slowest = float(inv_freq.min())
+    if slowest <= 0 or dim < 4:
+        return None
+    return slowest ** (-dim / (dim - 2))
+
+
 def decay_strength(score: torch.Tensor, near: int = 64, far_fraction: float = 0.25) -> float:
     """(mean score over r < near - mean over the last far_fraction of distances) / max |score|.
 

@@ -22,9 +22,10 @@ def tokenizer():
     return bundled_tokenizer()
 
 
-def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path):
+def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog):
     summary, results = run_job(tmp_path, "eval=lm_eval", "eval.metadata.max_seq_lengths=[256,512]", "eval.metadata.max_chars=3000",
-                               "eval.limit=4", "scaling=yarn", "scaling.factor=2")
+                               "eval.limit=4", "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true",
+                               "eval.log_samples=true")
     metrics = results["metrics"]["lm_eval"]
     assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
     assert metrics["max_length"] == 2048 * 2  # passed explicitly: the extended context
@@ -32,7 +33,12 @@ def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path):
     assert 0 <= summary["lm_eval/rope_ext_passkey/acc"] <= 1
     assert summary["lm_eval/rope_ext_books/byte_perplexity"] > 1
     assert "lm_eval/rope_ext_passkey/1024" not in summary  # lengths without prompts are left out
-    assert (tmp_path / "lm_eval.csv").read_text().count("rope_ext_books") == 4  # 3 metrics + sample_len
+    table = (tmp_path / "lm_eval.csv").read_text()
+    assert table.count("rope_ext_books") == 4 and ",-1" not in table  # 3 metrics + sample_len; no unevaluated length
+    assert "1024" not in metrics["results"]["rope_ext_passkey"] and "1024,none" not in metrics["results"]["rope_ext_passkey"]
+    samples = [json.loads(line) for line in (tmp_path / "lm_eval_samples_rope_ext_passkey.jsonl").read_text().splitlines()]
+    assert len(samples) == 4 and "<|im_start|>user" in json.dumps(samples[0]["arguments"])  # the chat template applied
+    assert not [r for r in caplog.records if "aggregation is not" in r.getMessage() or "higher_is_better is not" in r.getMessage()]
 
 
 def test_unknown_and_offline_hub_tasks_fail_early():

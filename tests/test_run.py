@@ -46,7 +46,7 @@ def test_rope_decay_job_needs_no_weights(tmp_path):
     assert summary["base_bound_max_context"] == 1024  # base 1e4 is below the bound for 2k at d = 64
     assert summary["pairs_extrapolated"] > 0 and summary["pairs_interpolated"] > 0
     assert "rope" not in results  # no model was loaded
-    for name in ("rope_decay.csv", "base_bound.csv", "dimensions.csv", "rope_decay_ones.png"):
+    for name in ("rope_decay.csv", "base_bound.csv", "dimensions.csv", "rope_decay_plot.png", "base_bound_plot.png", "dimensions_plot.png"):
         assert (tmp_path / name).stat().st_size > 0
 
 

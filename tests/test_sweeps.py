@@ -33,15 +33,19 @@ def results(sweep_dir):
     return {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/results.json"))}
 
 
-def wandb_read(run_dir: Path) -> tuple[dict, dict]:
-    """(summary, run record) of an offline run, read with wandb's own `wandb leet inspect`."""
+def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
+    """(summary, run record, history rows, metric definitions) of an offline run, read with wandb's own
+    `wandb leet inspect`."""
     (offline,) = run_dir.glob("wandb/offline-run-*")
     summary = subprocess.run([str(WANDB), "leet", "inspect", "--summary", "--json", str(offline)], capture_output=True,
                              text=True, timeout=120, check=True)
-    records = subprocess.run([str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True,
-                             timeout=120, check=True)
-    run = next(json.loads(line)["run"] for line in records.stdout.splitlines() if '"type":"run"' in line)
-    return json.loads(summary.stdout), run
+    records = [json.loads(line) for line in subprocess.run(
+        [str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True, timeout=120,
+        check=True).stdout.splitlines()]
+    run = next(r["run"] for r in records if r["type"] == "run")
+    history = [r["history"]["item"] for r in records if r["type"] == "history"]
+    metrics = [r["metric"] for r in records if r["type"] == "metric"]
+    return json.loads(summary.stdout), run, history, metrics
 
 
 def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
@@ -51,10 +55,19 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     assert len(jobs) == 2 and all(j["status"] == "done" for j in jobs.values())
     groups, names = set(), set()
     for name, job in jobs.items():
-        summary, run = wandb_read(sweep_dir / name)
+        summary, run, history, metrics = wandb_read(sweep_dir / name)
         assert summary["state"] == "finished"
-        assert summary["summary"]["ppl@512"] == pytest.approx(job["metrics"]["perplexity"]["by_length"][1]["ppl"])
+        by_length = job["metrics"]["perplexity"]["by_length"]
+        assert summary["summary"]["ppl@512"] == pytest.approx(by_length[1]["ppl"])
+        assert summary["summary"]["tokens@512"] == 511
         assert summary["config"]["scaling.name"] == job["config"]["scaling"]["name"]  # flat, filterable config
+        assert summary["config"]["scaling.label"] == job["job"]["scaling"]
+        assert ("scaling.factor" in summary["config"]) == (job["config"]["scaling"]["name"] != "none")
+        # ppl over length as native history, so the group's runs overlay in the default workspace
+        curve = [(row["length"], row["perplexity/ppl"]) for row in history if "perplexity/ppl" in row]
+        assert curve == [(r["length"], pytest.approx(r["ppl"])) for r in by_length]
+        assert {"name": "perplexity/ppl", "step_metric": "length"} in [
+            {k: m.get(k) for k in ("name", "step_metric")} for m in metrics]
         groups.add(run["run_group"])
         names.add(run["display_name"])
     assert groups == {f"sweep-{tmp_path.name}_sweep"}

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -35,13 +37,14 @@ def _heatmap_on(ax, grid, lengths, depths, title, trained):
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
-    ax.set(xlabel="context length (* beyond trained)", ylabel="needle depth", title=title)
+    ax.set(xlabel="context length (* beyond trained)", ylabel="needle depth")
+    ax.set_title(textwrap.fill(title, 28), fontsize=8)
     return image
 
 
 def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]]):
     """Accuracy heatmaps side by side, one panel per (title, grid[depth][length], lengths, depths, trained)."""
-    width = sum(1.2 + 0.9 * len(p[2]) for p in panels)
+    width = sum(max(2.6, 1.2 + 0.9 * len(p[2])) for p in panels)
     height = 1.4 + 0.5 * max(len(p[3]) for p in panels)
     fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
     for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
@@ -53,3 +56,36 @@ def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], 
 def heatmap(grid, lengths, depths, *, title: str, trained: int | None = None):
     """One accuracy heatmap: rows = depths, columns = lengths, cells annotated."""
     return heatmaps([(title, grid, lengths, depths, trained)])
+
+
+def length_figure(curves: list[tuple[str, list[dict], int | None]], y: str, *, ylabel: str, title: str,
+                  band: tuple[str, str] | None = None, logy: bool = False, ylim=None):
+    """A metric against context length (log2 axis), one line per (label, rows, trained length); an interval
+    band from the rows' ``band`` columns where every row has them; the trained lengths marked."""
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    for label, rows, _ in curves:
+        rows = [r for r in rows if r.get(y) is not None]
+        x = [r["length"] for r in rows]
+        line, = ax.plot(x, [r[y] for r in rows], marker="o", markersize=4, linewidth=1.4, label=label)
+        if band and any(r.get(band[0]) is not None for r in rows):  # where a row has no interval, a gap
+            nan = float("nan")
+            ax.fill_between(x, [nan if r.get(band[0]) is None else r[band[0]] for r in rows],
+                            [nan if r.get(band[1]) is None else r[band[1]] for r in rows], color=line.get_color(),
+                            alpha=0.18, linewidth=0)
+            ax.errorbar([xi for xi, r in zip(x, rows) if r.get(band[0]) is not None],
+                        [r[y] for r in rows if r.get(band[0]) is not None],
+                        yerr=[[r[y] - r[band[0]] for r in rows if r.get(band[0]) is not None],
+                              [r[band[1]] - r[y] for r in rows if r.get(band[0]) is not None]],
+                        fmt="none", ecolor=line.get_color(), capsize=3, linewidth=1)
+    for trained in sorted({t for *_, t in curves if t}):
+        ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set(xlabel="context length (tokens)", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

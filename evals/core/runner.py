@@ -145,9 +145,14 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
     return summary
 
 
+DETAIL = ("tokens@", "ppl_ci95_")  # in results.json and W&B, not in the printed table
+
+
 def print_summary(job: Job, summary: dict, run_dir: Path) -> None:
     print(f"\n{job.model.label} | {job.scaling.label} | {job.eval.name}  ->  {run_dir}")
     for key, value in summary.items():
+        if key.startswith(DETAIL):
+            continue
         print(f"  {key:<40} {value:.4g}" if isinstance(value, float) else f"  {key:<40} {value}")
 
 
