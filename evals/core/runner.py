@@ -26,7 +26,7 @@ from .cache import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, UserError
 from .job import Job, ModelSpec, parse_job
-from .models import LoadedModel, load_model, load_tokenizer
+from .models import LoadedModel, load_model, load_tokenizer, tokenizer_identity
 from .output import Output, RunRecord
 from .rundir import claim, find_finished, read_results
 from .tracking import Tracker, sweep_group
@@ -48,7 +48,7 @@ class ModelCache:
         return json.dumps(spec.identity, sort_keys=True, default=str) + str(spec.cfg.device_map)
 
     def tokenizer(self, spec: ModelSpec):
-        key = json.dumps(spec.identity.get("tokenizer"), sort_keys=True, default=str)
+        key = json.dumps(tokenizer_identity(spec.cfg), sort_keys=True, default=str)
         if key not in self._tokenizers:
             self._tokenizers[key] = load_tokenizer(spec.cfg)[0]
         return self._tokenizers[key]
