@@ -166,3 +166,5 @@ def test_logn_on_a_model_whose_attention_cannot_be_hooked_is_one_line_before_loa
         with pytest.raises(UserError, match="scales queries inside attention, but model 'tinyfalcon' cannot be hooked: "
                                             r"FalconForCausalLM: its attention \(FalconAttention\) does not call"):
             parse_job(compose_config("model=tinyfalcon", "logger=none", *scaling, searchpath(tmp_path)), tmp_path / "bad")
+    with pytest.raises(UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyfalcon' cannot"):
+        parse_job(compose_config("model=tinyfalcon", "logger=none", "eval=qk_study", searchpath(tmp_path)), tmp_path / "qk")
