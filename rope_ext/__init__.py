@@ -4,8 +4,12 @@
     inv_freq, attention_factor = scaling.frequencies(128, 10000.0)
     with rope_ext.patch(model, scaling):
         ...  # the model runs with YaRN; the original is restored on exit
+
+Query-scaling strategies (``logn``) and q/k captures go through one hook on the model's attention
+function (:mod:`rope_ext.attention`).
 """
 
+from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
 from .patch import RopePatch, RotaryNotFoundError, RotarySlot, find_rotary_slots, patch, select_slots, trained_context
 from .strategies import (
     ALIASES,
@@ -22,6 +26,8 @@ from .strategies import (
 
 __all__ = [
     "ALIASES",
+    "AttentionCall",
+    "AttentionHookError",
     "STRATEGIES",
     "Param",
     "RopePatch",
@@ -29,10 +35,13 @@ __all__ = [
     "RotarySlot",
     "Scaling",
     "ScalingError",
+    "capture",
     "default_inv_freq",
     "find_rotary_slots",
     "frequencies",
+    "hook_attention",
     "patch",
+    "probe",
     "register",
     "resolve",
     "select_slots",

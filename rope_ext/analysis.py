@@ -10,7 +10,11 @@
   RoPE Bounds Context Length", arXiv 2405.14591): the smallest base b with sum_i cos(m * theta_i) >= 0 for
   every m < L.
 - A per-dimension table for a strategy: wavelength, its ratio to the trained context, the factor
-  applied, and whether the pair is extrapolated, interpolated or blended.
+  applied, and whether the pair is extrapolated, interpolated, blended, or removed (theta = 0: p-RoPE).
+- Score profiles of real queries and keys (the tinymind conjecture on a model's own q, k): per rotary pair
+  the complex cross-correlation C_i(r) = mean_m z_q(m + r) conj(z_k(m)) of the unrotated pairs
+  z = x_a + i x_b, by FFT; the score profile for any frequencies is sum_i Re(C_i(r) e^{i r theta_i}),
+  and its mean-field part (the means alone) sum_i Re(mu_q,i conj(mu_k,i) e^{i r theta_i}).
 """
 
 from __future__ import annotations
@@ -158,15 +162,21 @@ def base_lower_bound(dim: int, context: int, ratio: float = 1.01, rel_tol: float
 
 
 def dimension_table(inv_freq: torch.Tensor, base: float, trained: int) -> list[dict]:
-    """Per pair i: original and scaled wavelength, lambda/L, the factor theta_i/theta'_i and its regime."""
+    """Per pair i: original and scaled wavelength, lambda/L, the factor theta_i/theta'_i and its regime.
+
+    A pair with theta'_i = 0 (p-RoPE) has an infinite scaled wavelength and factor and the regime
+    ``removed``: it carries no position."""
     dim = 2 * inv_freq.numel()
     original = default_inv_freq(dim, base)
-    factor = original / inv_freq  # > 1: interpolated (slower rotation)
-    top = float(factor.max())
+    factor = original / inv_freq  # > 1: interpolated (slower rotation); inf where theta' = 0
+    finite = factor[factor.isfinite()]
+    top = float(finite.max()) if finite.numel() else 1.0
     rows = []
     for i in range(dim // 2):
         f = float(factor[i])
-        if abs(f - 1) < 1e-4:
+        if not math.isfinite(f):
+            regime = "removed"  # theta' = 0: no rotation, no position
+        elif abs(f - 1) < 1e-4:
             regime = "extrapolated"  # rotates as trained
         elif abs(f - top) < 1e-4 * top and f > 1:
             regime = "interpolated"  # the full factor
@@ -183,3 +193,62 @@ def dimension_table(inv_freq: torch.Tensor, base: float, trained: int) -> list[d
             }
         )
     return rows
+
+
+def complex_pairs(x: torch.Tensor, pairs) -> torch.Tensor:
+    """(..., d) real vectors -> (..., d_rot/2) complex pairs z_i = x[a_i] + i x[b_i] (float64)."""
+    a, b = pairs
+    return torch.complex(x[..., a].double(), x[..., b].double())
+
+
+def cross_correlation(zq: torch.Tensor, zk: torch.Tensor) -> torch.Tensor:
+    """C[..., r, i] = mean over m of zq[..., m + r, i] * conj(zk[..., m, i]) for r = 0 .. n-1 (the n - r pairs
+    of tokens at distance r: query r positions after the key), by FFT in O(n log n).
+
+    zq, zk: (..., n, P) complex, the same leading shape. Returns (..., n, P) complex128."""
+    n = zq.shape[-2]
+    size = 1 << (2 * n - 1).bit_length()
+    fq = torch.fft.fft(zq.to(torch.complex128), n=size, dim=-2)
+    fk = torch.fft.fft(zk.to(torch.complex128), n=size, dim=-2)
+    corr = torch.fft.ifft(fq * fk.conj(), dim=-2)[..., :n, :]
+    counts = torch.arange(n, 0, -1, dtype=torch.float64, device=corr.device)
+    return corr / counts[:, None]
+
+
+def profile_from_correlation(corr: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0) -> torch.Tensor:
+    """Score profile (..., n) at distance r = sum_i a^2 Re(C_i(r) e^{i r theta_i}) for frequencies ``inv_freq`` (P,)."""
+    n = corr.shape[-2]
+    angle = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq.double()[None, :]  # (n, P)
+    phase = torch.polar(torch.ones_like(angle), angle)
+    return (corr * phase).real.sum(-1) * attention_factor**2
+
+
+def mean_field_profile(mu_q: torch.Tensor, mu_k: torch.Tensor, inv_freq: torch.Tensor, max_distance: int,
+                       attention_factor: float = 1.0, chunk: int = 8192) -> torch.Tensor:
+    """sum_i a^2 Re(mu_q,i conj(mu_k,i) e^{i r theta_i}) for r = 0 .. max_distance-1: the score of the mean
+    query at r positions after the mean key (mu: (..., P) complex). Returns (..., max_distance) float64."""
+    product = (mu_q.to(torch.complex128) * mu_k.to(torch.complex128).conj())[..., None, :]  # (..., 1, P)
+    pieces = []
+    for start in range(0, max_distance, chunk):
+        r = torch.arange(start, min(max_distance, start + chunk), dtype=torch.float64)
+        angle = r[:, None] * inv_freq.double()[None, :]
+        pieces.append((product * torch.polar(torch.ones_like(angle), angle)).real.sum(-1))
+    return torch.cat(pieces, dim=-1) * attention_factor**2
+
+
+def window_mean(profile: torch.Tensor, lo: int, hi: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of profile[..., lo:hi] (weighted, e.g. by the number of token pairs at each distance)."""
+    hi = min(hi, profile.shape[-1])
+    if not 0 <= lo < hi:
+        raise ValueError(f"empty window [{lo}, {hi}) of a profile of {profile.shape[-1]} distances")
+    part = profile[..., lo:hi]
+    if weights is None:
+        return part.mean(-1)
+    w = weights[lo:hi].to(part.dtype)
+    return (part * w).sum(-1) / w.sum()
+
+
+def locality(profile: torch.Tensor, near: int, window: int, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """How much a score profile decays over ``window`` distances: its mean over r in [1, near] minus its mean
+    over [window/2, window). Positive: near keys score higher (decay); negative: far keys do (a rise)."""
+    return window_mean(profile, 1, near + 1, weights) - window_mean(profile, window // 2, window, weights)

@@ -15,6 +15,11 @@ sequence in one forward, as the evals here do, is exact.
 
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
+
+Query-scaling strategies (``logn``, alone or in a ``compose``) change no frequency: the patcher attaches a
+query transform to rope_ext's attention hook (:mod:`rope_ext.attention`) that multiplies the query at
+each position by the strategy's factor, in the layers whose rotary slot is selected (``layer_types=auto``
+on Gemma-3: the global layers); removing it restores the model's attention implementation exactly.
 """
 
 from __future__ import annotations
@@ -137,8 +142,29 @@ class RopePatch:
         self._saved: list[tuple] = []
         self._hooks: list = []
         self.applied: list[dict] = []
-        if self.name != "none":
+        if scaling.scales_frequencies:
             self._apply()
+        if scaling.scales_query:
+            self._scale_queries()
+
+    def _scale_queries(self) -> None:
+        from .attention import hook_attention
+
+        every = find_rotary_slots(self.model)
+        chosen = {(id(s.module), s.prefix) for s in self.slots}
+        # only the selected layers' queries (None: every layer, the model has no other slot)
+        self._query_slots = None if len(chosen) == len(every) else chosen
+        self._hooks.append(hook_attention(self.model, self._scale_query, transform=True))
+        self.applied.append({"query_scaling": self.scaling.label,
+                             "layer_types": sorted({str(s.layer_type) for s in self.slots})})
+
+    def _scale_query(self, call):
+        if self._query_slots is not None:
+            slot = call.slot()
+            if slot is None or (id(slot.module), slot.prefix) not in self._query_slots:
+                return None
+        factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
+        return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 
     def _apply(self) -> None:
         for module in {id(s.module): s.module for s in self.slots}.values():

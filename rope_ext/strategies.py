@@ -16,7 +16,14 @@ Implemented (one registry, the shape of transformers' ``ROPE_INIT_FUNCTIONS``):
 - ``llama3``        Llama-3.1 low/high-frequency factors (Meta 2024, arXiv 2407.21783; transformers ``llama3``).
 - ``longrope``      per-dimension short/long factor lists (Ding et al. 2024, arXiv 2402.13753).
 - ``mixed``         user-given per-dimension factors, as a list or as bands of dimensions/wavelengths.
-- ``compose``       stages applied in order, e.g. ``base`` then ``linear``.
+- ``p_rope``        keep the highest-frequency fraction of pairs, theta = 0 for the rest (Barbero et al. 2024, arXiv 2410.06205).
+- ``logn``          query scaling beyond L growing with log n (Su 2021, kexue.fm/archives/8823; Qwen logn-attn; Llama-4).
+- ``compose``       stages applied in order, e.g. ``base`` then ``linear``, or ``yarn`` then ``logn``.
+
+Most strategies change frequencies. A *query-scaling* strategy (``kind="query"``, e.g. ``logn``) changes none:
+its function maps query positions to factors the query is multiplied by inside attention, which the
+patcher applies through rope_ext's attention hook (:mod:`rope_ext.attention`); it composes with any
+frequency strategy through ``compose``.
 
 A strategy registers its parameters as :class:`Param` (default, type, meaning, accepted range); that
 declaration is the one place they live: :func:`resolve` validates against it, and the Hydra schemas of
@@ -44,8 +51,9 @@ class ScalingError(ValueError):
 class Param:
     """A strategy parameter: its default, type, meaning and the values it accepts.
 
-    ``type`` is float, int, bool or list; ``minimum`` is an inclusive lower bound and ``above`` an
-    exclusive one (numbers); floats must be finite. ``required`` parameters have no usable default.
+    ``type`` is float, int, bool, str or list; ``minimum`` is an inclusive lower bound and ``above`` an
+    exclusive one, ``maximum`` an inclusive upper bound (numbers); floats must be finite; a str takes one
+    of ``choices``. ``required`` parameters have no usable default.
     """
 
     default: Any = None
@@ -54,6 +62,8 @@ class Param:
     minimum: float | None = None
     above: float | None = None
     required: bool = False
+    maximum: float | None = None
+    choices: tuple | None = None
 
     def coerce(self, strategy: str, key: str, value: Any) -> Any:
         """``value`` checked against this declaration (ints become floats where a float is declared)."""
@@ -66,6 +76,10 @@ class Param:
             if not isinstance(value, (list, tuple)):
                 raise ScalingError(f"{where} must be a list")
             return list(value)
+        if self.type is str:
+            if not isinstance(value, str) or (self.choices is not None and value not in self.choices):
+                raise ScalingError(f"{where} must be one of {', '.join(self.choices or ())}")
+            return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ScalingError(f"{where} must be a number")
         if self.type is int:
@@ -80,12 +94,18 @@ class Param:
             raise ScalingError(f"{where} must be >= {self.minimum:g}" + (" (1 = no scaling)" if key == "factor" else ""))
         if self.above is not None and not value > self.above:
             raise ScalingError(f"{where} must be > {self.above:g}")
+        if self.maximum is not None and not value <= self.maximum:
+            raise ScalingError(f"{where} must be <= {self.maximum:g}")
         return value
 
 
 @dataclass(frozen=True)
 class Strategy:
-    """A registered strategy: its function, declared parameters, cross-parameter check and dynamic flag."""
+    """A registered strategy: its function, declared parameters, cross-parameter check and dynamic flag.
+
+    ``kind`` is ``frequencies`` (``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)``) or
+    ``query`` (``fn(params, positions) -> factors``: the query at each position is multiplied by its
+    factor inside attention; the frequencies stay the model's own)."""
 
     name: str
     fn: StrategyFn
@@ -93,6 +113,7 @@ class Strategy:
     check: Callable[[dict], None] = field(default=lambda p: None)
     dynamic: Callable[[dict], bool] = field(default=lambda p: False)
     doc: str = ""
+    kind: str = "frequencies"
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -101,12 +122,19 @@ ALIASES: dict[str, str] = {}
 PATCH_KEYS = {"layer_types": "auto"}
 
 
-def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=()):
-    """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry."""
+KINDS = ("frequencies", "query")
+
+
+def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies"):
+    """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry, or
+    with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors`` (positions: a LongTensor of
+    0-based query positions; factors: a float tensor of the same shape)."""
+    if kind not in KINDS:
+        raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
 
     def deco(fn: StrategyFn) -> StrategyFn:
         STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False),
-                                    (fn.__doc__ or "").strip())
+                                    (fn.__doc__ or "").strip(), kind)
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -369,6 +397,62 @@ def mixed(p, dim, base, seq_len):
     return default_inv_freq(dim, base) / factors, float(p["attention_factor"])
 
 
+def p_rope_pairs(fraction: float, dim: int) -> int:
+    """How many pairs p-RoPE keeps rotating: floor(p * d/2), as Barbero et al. truncate."""
+    return int(math.floor(fraction * (dim // 2) + 1e-9))
+
+
+@register("p_rope", params={"fraction": Param(0.75, float, "fraction p of rotary pairs kept (the highest frequencies)",
+                                              above=0.0, maximum=1.0)})
+def p_rope(p, dim, base, seq_len):
+    """p-RoPE (Barbero et al. 2024, "Round and round we go!", arXiv 2410.06205): the floor(p * d/2)
+    highest-frequency pairs keep theta_i = b^(-2i/d); the rest get theta = 0 (no rotation: channels
+    that carry no position, only content). p = 1 is RoPE."""
+    inv_freq = default_inv_freq(dim, base)
+    inv_freq[p_rope_pairs(p["fraction"], dim):] = 0.0
+    return inv_freq, 1.0
+
+
+LOGN_FORMS = ("su", "llama4")
+
+
+def check_logn(p: dict) -> None:
+    if p["form"] == "su" and p["original_max_position"] < 2:
+        raise ScalingError(f"scaling: form su needs original_max_position >= 2 (log base L), got {p['original_max_position']}")
+
+
+@register(
+    "logn",
+    params={
+        "form": Param("su", str, "su: max(1, log n / log L); llama4: 1 + attn_scale * log1p(floor(n / floor_scale))",
+                      choices=LOGN_FORMS),
+        "original_max_position": TRAINED,
+        "attn_scale": Param(0.1, float, "llama4 form: the slope of the log term", above=0.0),
+        "floor_scale": Param(None, int, "llama4 form: n is counted in steps of floor_scale (default: L)", minimum=1),
+    },
+    check=check_logn,
+    kind="query",
+)
+def logn(p, positions):
+    """Log-n query scaling ("entropy invariance", Su 2021, kexue.fm/archives/8823): the query at 0-based
+    position m, which sees n = m + 1 tokens, is multiplied by
+
+    - ``su``: max(1, log n / log L) -- log_L n beyond the trained length L, 1 within it (Qwen's
+      ``use_logn_attn``: ``math.log(i, seq_length) if i > seq_length else 1`` for i = n);
+    - ``llama4``: 1 + attn_scale * log1p(floor(n / floor_scale)) (transformers' Llama-4
+      ``attn_temperature_tuning``, floor_scale 8192 and attn_scale 0.1 there; here floor_scale defaults
+      to L, so nothing changes within the trained length).
+    """
+    n = positions.double() + 1
+    trained = p["original_max_position"]
+    if p["form"] == "su":
+        factors = (n.log() / math.log(trained)).clamp(min=1.0)
+    else:
+        floor_scale = p["floor_scale"] or trained
+        factors = torch.log1p(torch.floor(n / floor_scale)) * p["attn_scale"] + 1.0
+    return factors.float()
+
+
 def effective_base(inv_freq: torch.Tensor, dim: int) -> float | None:
     """The base b with inv_freq = b^(-2i/d), or None when the frequencies are not of that form."""
     if abs(float(inv_freq[0]) - 1.0) > 1e-6 or len(inv_freq) < 2:
@@ -383,6 +467,8 @@ def compose(p, dim, base, seq_len):
     """Stages in order: each sees the base left by the previous ones; per-pair ratios and factors multiply."""
     inv_freq, attention, current_base = default_inv_freq(dim, base), 1.0, base
     for stage in p["stages"]:
+        if not stage.scales_frequencies:
+            continue  # none, or a query-scaling stage
         stage_inv, stage_attention = stage.frequencies(dim, current_base, seq_len)
         # each stage rescales pair i by stage_inv / theta(current base)
         inv_freq = inv_freq * stage_inv / default_inv_freq(dim, current_base)
@@ -422,14 +508,45 @@ class Scaling:
     def strategy(self) -> Strategy:
         return STRATEGIES[self.name]
 
+    @property
+    def scales_frequencies(self) -> bool:
+        """Whether the patcher replaces frequencies (not for ``none`` and query-scaling strategies)."""
+        if self.name == "compose":
+            return any(stage.scales_frequencies for stage in self.params["stages"])
+        return self.name != "none" and self.strategy.kind == "frequencies"
+
+    @property
+    def scales_query(self) -> bool:
+        """Whether queries are scaled inside attention (a query-scaling strategy, or a compose holding one)."""
+        if self.name == "compose":
+            return any(stage.scales_query for stage in self.params["stages"])
+        return self.strategy.kind == "query"
+
     def frequencies(self, dim: int, base: float, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
-        """Inverse frequencies (d/2,) and attention factor on a rotary dim ``dim`` with base ``base``."""
+        """Inverse frequencies (d/2,) and attention factor on a rotary dim ``dim`` with base ``base`` (a
+        query-scaling strategy: the unscaled theta_i = b^(-2i/d) and 1)."""
         if dim <= 0 or dim % 2:
             raise ScalingError(f"rotary dimension must be a positive even number, got head_dim={dim}")
         if not base > 1:
             raise ScalingError(f"RoPE base must be > 1, got {base}")
+        if self.strategy.kind == "query":
+            return default_inv_freq(dim, float(base)), 1.0
         inv_freq, attention = self.strategy.fn(self.params, dim, float(base), seq_len)
         return inv_freq.to(torch.float32), float(attention)
+
+    def query_factors(self, positions: torch.Tensor) -> torch.Tensor | None:
+        """Factors (float32, shape of ``positions``) the query at each 0-based position is multiplied by, or
+        None when this scaling scales no query (compose: the product of its query stages)."""
+        if not self.scales_query:
+            return None
+        if self.name == "compose":
+            factors = torch.ones(positions.shape, dtype=torch.float32, device=positions.device)
+            for stage in self.params["stages"]:
+                stage_factors = stage.query_factors(positions)
+                if stage_factors is not None:
+                    factors = factors * stage_factors
+            return factors
+        return self.strategy.fn(self.params, positions).to(torch.float32)
 
     def effective(self) -> dict:
         """What changes the frequencies: the parameters (nested for compose) and the layer types; ``none``
@@ -457,7 +574,7 @@ class Scaling:
             value = self.params.get(key)
             if key == "original_max_position" or value is None:
                 continue
-            if key in ("factor", "base") or value != param.default:
+            if key in ("factor", "base", "fraction") or value != param.default:
                 parts.append(f"{key}{_short(value)}" if not isinstance(value, list) else f"{key}[{len(value)}]")
         if self.layer_types != "auto":
             types = self.layer_types if isinstance(self.layer_types, str) else "+".join(self.layer_types)

@@ -55,8 +55,12 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option):
     model = random_model(cfg.model, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
     shapes = rotary_shapes(meta_model(model_config(cfg.model)))  # from the config alone, on the meta device
-    assert [(s.dim, s.base) for s in slots] == [(s.dim, s.base) for s in shapes] == [
-        (64 // heads, cfg.model.architecture.rope_parameters.rope_theta)]
+    arch = cfg.model.architecture
+    rope = arch.rope_parameters  # one set, or one per layer type (Gemma-3: sliding and global)
+    bases = [rope.rope_theta] if "rope_theta" in rope else [rope[t].rope_theta for t in set(model.config.layer_types)]
+    dim = arch.get("head_dim") or 64 // heads
+    assert sorted((s.dim, s.base) for s in slots) == sorted((s.dim, s.base) for s in shapes) == sorted(
+        (dim, base) for base in bases)
     with torch.no_grad():
         assert model(torch.arange(16)[None]).logits.shape == (1, 16, 512)
 
@@ -92,7 +96,7 @@ def run_cli(*args, timeout=120):
     [
         (["scaling=yran"], "scaling=yran is not an option; available: base, base_20k, compose"),
         (["scaling.name=yran"], "unknown scaling name 'yran'. Valid: base, compose"),
-        (["model=gpt"], "model=gpt is not an option; available: llama"),
+        (["model=gpt"], "model=gpt is not an option; available: gemma3, llama"),
         (["eval=ppl"], "eval=ppl is not an option; available:"),
         (["data=wiki"], "data=wiki is not an option; available: books"),
         (["eval.lengths=[1024,-5]"], "eval.lengths=[1024, -5]: each value must be >= 2"),

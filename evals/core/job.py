@@ -29,8 +29,8 @@ from omegaconf import OmegaConf
 from .config import DataConfig, LoggerConfig, ModelConfig, check_options
 from .data import data_identity
 from .errors import ConfigError, scaling_errors_as_user_errors
-from .models import (ModelLoadError, RotaryShape, gguf_location, meta_model, model_config, model_identity,
-                     require_hub, resolve_device, resolve_dtype, rotary_shapes)
+from .models import (ModelLoadError, RotaryShape, check_attention_hook, gguf_location, meta_model, model_config,
+                     model_identity, require_hub, resolve_device, resolve_dtype, rotary_shapes)
 from .registry import EVALS, EvalSpec
 
 KEY_PACKAGES = ("torch", "transformers", "gguf", "lm-eval")
@@ -184,6 +184,8 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
     model = parse_model(cfg.model, geometry="geometry" in needs or strategy.name != "none", weights="model" in needs)
     lengths = [int(L) for L in cfg.eval.get("lengths") or [] if isinstance(L, int)]
     scaling, scaled = parse_scaling(cfg.scaling, model, max(lengths, default=None))
+    if scaling.scales_query:
+        check_attention_hook(cfg.model, f"scaling '{scaling.label}' scales queries inside attention")
     data = data_identity(cfg.data) if "data" in needs else None
     identity = {
         "model": model.identity,

@@ -243,6 +243,18 @@ def meta_model(config, attn_implementation: str | None = None):
         raise ModelLoadError(f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}") from None
 
 
+def check_attention_hook(cfg, why: str) -> None:
+    """rope_ext's attention hook works on this model: a short forward of a ``meta``-device instance (no
+    weights) with the hook attached; otherwise a ModelLoadError that starts with ``why``."""
+    import rope_ext
+
+    model = meta_model(model_config(cfg), cfg.attn_implementation)
+    try:
+        rope_ext.probe(model)
+    except rope_ext.AttentionHookError as err:
+        raise ModelLoadError(f"{why}, but model '{cfg.name}' cannot be hooked: {err}") from None
+
+
 def rotary_shapes(model) -> list[RotaryShape]:
     """The rotary slots of a (meta) model as rope_ext's patcher finds them; a model without RoPE raises
     rope_ext's RotaryNotFoundError."""

@@ -89,3 +89,29 @@ def length_figure(curves: list[tuple[str, list[dict], int | None]], y: str, *, y
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def matrix_heatmaps(panels: list[tuple[str, list[list[float]]]], *, xlabel: str, ylabel: str, suptitle: str = ""):
+    """Side-by-side heatmaps of matrices {title: grid[row][column]}, each with its own colour scale, centred
+    on 0 when it holds both signs (blue below, red above)."""
+    import numpy as np
+
+    rows = max(len(grid) for _, grid in panels)
+    columns = max(max((len(r) for r in grid), default=1) for _, grid in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(1.6 + (1.2 + 0.35 * columns) * len(panels), 1.6 + 0.22 * rows),
+                             squeeze=False)
+    for ax, (title, grid) in zip(axes[0], panels):
+        values = np.array(grid, dtype=float)
+        finite = values[np.isfinite(values)]
+        low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        if low < 0 < high:
+            bound = max(-low, high)
+            image = ax.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+        else:
+            image = ax.imshow(values, cmap="viridis", aspect="auto")
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
