@@ -38,7 +38,7 @@ MICRO = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidd
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs); CI runs them after the default suite")
+    config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs, multi-process sweeps, memory-limit runs); CI runs them after the default suite")
 
 
 def compose_config(*overrides, searchpath: list[str] | None = None):

@@ -78,6 +78,7 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     assert (sweep_dir / "report.csv").read_text().count("\n") == 3
 
 
+@pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_parallel_launchers_run_a_sweep(tmp_path, launcher):
     sweep_dir = tmp_path / launcher
@@ -89,6 +90,7 @@ def test_parallel_launchers_run_a_sweep(tmp_path, launcher):
     assert (sweep_dir / "report.md").is_file()
 
 
+@pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     args = ["scaling=none,linear,ntk", "scaling.factor=2", "logger=none"]

@@ -228,6 +228,7 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 
 # --- memory: a failed allocation at one length is a result ---------------------------------------------
 
+@pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin):
     """Under a 3 GiB process memory limit, eager attention at 32768 tokens (17 GiB of scores) cannot be
     allocated: that length is OOM, the shorter ones are measured, in both protocols and the needle grid."""
@@ -271,6 +272,7 @@ def wait_for_status(path: Path, wanted: str, timeout: float = 120) -> dict:
     raise AssertionError(f"{path} never reached {wanted}")
 
 
+@pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, plugin):
     plug, env = plugin
     args = [*TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=60"]
