@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -216,6 +217,7 @@ class KeyTokens:
         self.root = cache_dir(ctx.job.data_cfg.cache_dir if ctx.job.data_cfg is not None else None) / "key_tokens"
         self.texts: dict[str, Text] = {}
         self.forwards: list = []  # one entry per evaluator forward
+        self.seconds = 0.0  # spent finding key spans (reading the cache, the evaluator's passes)
 
     @property
     def label(self) -> str:
@@ -249,6 +251,13 @@ class KeyTokens:
     def prepare(self, documents, covered: dict[str, int], share: bool) -> None:
         """Key spans for every document with ``covered[name]`` tokens scored: read, or found now by the
         evaluator (its only pass); with ``share`` the run's unscaled model finds them later, in :meth:`mask`."""
+        started = time.perf_counter()
+        try:
+            self._prepare(documents, covered, share)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def _prepare(self, documents, covered: dict[str, int], share: bool) -> None:
         for doc in documents:
             if covered.get(doc.name):
                 if doc.text is None:
@@ -293,15 +302,17 @@ class KeyTokens:
         if found is None:
             return None
         if found.spans is None:
-            n = len(found.offsets)
+            started, n = time.perf_counter(), len(found.offsets)
             full = full if full is not None and len(full) == n - 1 else None
             with counting(model, self.forwards):
                 self._save(found, find_spans(model, doc.ids[:n], found.offsets, self.cfg, self.chunk_tokens, full),
                            "shared", n)
+            self.seconds += time.perf_counter() - started
         return tokens_in_spans(found.offsets, found.spans)
 
     def describe(self) -> dict:
         return {"evaluator": self.label, "short_context": self.cfg.short_context, "stride": stride_of(self.cfg),
                 "alpha": self.cfg.alpha, "beta": self.cfg.beta, "evaluator_forwards": len(self.forwards),
+                "seconds": round(self.seconds, 3),
                 "documents": [{"name": t.name, "key_spans": len(t.spans or []), "source": t.source,
                                "characters": len(t.text), "cache": str(t.path)} for t in self.texts.values()]}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -234,10 +233,8 @@ def evaluate(cfg, ctx) -> dict:
     if cfg.longppl:  # key spans first: an evaluator pass, if any, runs before the model is patched
         keys = KeyTokens(cfg.key_tokens, ctx, cfg.chunk_tokens)
         unscaled = not (ctx.scaling.scales_frequencies or ctx.scaling.scales_query)
-        started = time.perf_counter()
         keys.prepare(documents, {d.name: _covered(d, lengths, cfg, max_tokens) for d in documents},
                      share=unscaled and cfg.protocol == "prefix")
-        ctx.output.timing("key_tokens_s", time.perf_counter() - started)
         key_acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     model = ctx.model()
     for L in lengths:
@@ -302,6 +299,7 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None)
         summary.update({f"tokens@{r['length']}": r["tokens"], f"ppl_ci95_low@{r['length']}": r["ci95_low"],
                         f"ppl_ci95_high@{r['length']}": r["ci95_high"]})
     if keys is not None:  # LongPPL beside ppl: null where a length has no key token
+        ctx.output.timing("key_tokens_s", keys.seconds)
         for r in rows:
             summary.update({f"longppl@{r['length']}": r["longppl"], f"key_tokens@{r['length']}": r["key_tokens"]})
     bins = _position_bins(position_sum, position_count, cfg.position_bins)
