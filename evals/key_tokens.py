@@ -115,8 +115,8 @@ def require_offsets(tokenizer, who: str) -> None:
                             f"give a tokenizer.json (model.tokenizer=...) or another eval.key_tokens.evaluator")
 
 
-def check(cfg, lengths: list[int], job, run_tokenizer) -> None:
-    """Everything about key tokens that can go wrong, before any weights load (tokenizers only)."""
+def check(cfg, lengths: list[int], job=None, run_tokenizer=None) -> None:
+    """Everything about key tokens that can go wrong, before any weights load (tokenizers only; with a job)."""
     check_options(cfg, KeyTokensConfig, "eval.key_tokens")
     stride = stride_of(cfg)
     if stride >= cfg.short_context:
@@ -126,6 +126,8 @@ def check(cfg, lengths: list[int], job, run_tokenizer) -> None:
                             f"(longest {max(lengths)}): no token has more context than the short one; lower it or "
                             f"add a longer length")
     evaluator = evaluator_config(cfg)
+    if job is None:
+        return
     require_offsets(run_tokenizer(), f"model '{job.model.name}'")
     if evaluator is not None:
         require_offsets(evaluator_tokenizer(evaluator), f"eval.key_tokens.evaluator '{evaluator.name}'")

@@ -75,11 +75,12 @@ def check_config(cfg, job=None) -> None:
     if cfg.protocol == "sliding" and cfg.max_tokens is not None and cfg.max_tokens < max(cfg.lengths):
         raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
                               f"raise it or leave it null")
-    if cfg.longppl and job is not None:
+    if cfg.longppl:
         from .core.runner import MODEL_CACHE
 
         try:
-            check_key_tokens(cfg.key_tokens, list(cfg.lengths), job, lambda: MODEL_CACHE.tokenizer(job.model))
+            check_key_tokens(cfg.key_tokens, list(cfg.lengths), job,
+                             job and (lambda: MODEL_CACHE.tokenizer(job.model)))
         except UserError as err:
             raise PerplexityError(str(err)) from None
 

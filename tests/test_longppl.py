@@ -114,6 +114,41 @@ def test_span_helpers_match_the_reference():
     assert torch.nonzero(mask).flatten().tolist() == expected and 0 < len(expected) < len(other)
 
 
+def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_path, monkeypatch):
+    """Another evaluator (here a mapping describing the same weights) runs its own passes before the scaled
+    model; spans are text, so they come out as the run model's own."""
+    import run as rope_run
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
+    _, shared = run_job(tmp_path / "self", *overrides(text_file))
+    cfg = compose_config(*TINY, "force=true", f"output_dir={tmp_path / 'other'}", *overrides(text_file),
+                         "scaling=yarn", "scaling.factor=2.0")
+    cfg.eval.key_tokens.evaluator = OmegaConf.to_container(cfg.model)
+    rope_run.run(cfg)
+    results = json.loads((tmp_path / "other" / "results.json").read_text())
+    found = results["metrics"]["perplexity"]["longppl"]
+    assert found["evaluator"] == "tinyllama" and found["documents"][0]["source"] == "evaluator"
+    assert found["evaluator_forwards"] > 0 and found["documents"][0]["cache"] != cached_spans(shared)
+    assert cached_spans(results) == cached_spans(shared)
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"short_context": 300}, "short_context=300 is at least every eval.lengths"),
+    ({"short_context": 64, "evaluator": "nosuchmodel"}, "is not a model; valid: gemma3, llama, llama3"),
+    ({"short_context": 64, "stride": 64}, "stride=64 must be below short_context=64"),
+    ({"short_context": 64, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
+])
+def test_check_without_a_job(values, message):
+    from evals import perplexity
+    from tests.conftest import structured
+
+    cfg = structured(perplexity.PerplexityConfig, lengths=[128, 300], longppl=True,
+                     key_tokens=key_tokens.KeyTokensConfig(**values))
+    with pytest.raises(perplexity.PerplexityError, match=message):
+        perplexity.check_config(cfg)
+
+
 @pytest.fixture(scope="module")
 def slow_tokenizer(tmp_path_factory):
     from transformers import ByT5Tokenizer
