@@ -16,6 +16,10 @@ recorded and the other lengths go on. Also the loss-by-position curve of the lon
 the effective length: the largest length up to which ppl stays within (1 + tolerance) x ppl at the
 trained length (null, with the reason, when no evaluated length exceeds the trained context). Results
 are written after each document, so nothing computed is lost.
+
+With ``longppl=true``, LongPPL (Fang et al., ICLR 2025, arXiv 2410.23771) too: per length, the perplexity
+over key tokens only (``longppl@L``, with its interval and the key-token count) -- tokens whose loss a long
+context lowers, found by an evaluator model and cached as character spans (evals/key_tokens.py).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import torch
@@ -33,7 +37,9 @@ from .core.errors import UserError
 from .core.plots import length_figure, line_plot
 from .core.progress import progress
 from .core.registry import register_eval
-from .scoring import free_memory, is_out_of_memory, token_nll, warn_if_too_large
+from .key_tokens import KeyTokens, KeyTokensConfig
+from .key_tokens import check as check_key_tokens
+from .scoring import free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
 from .stats import block_bootstrap, t_interval
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,8 @@ class PerplexityConfig:
     bootstrap_block: int = option(256, minimum=1)  # one document: CI by resampling blocks of this many tokens
     bootstrap_samples: int = option(1000, minimum=100)
     seed: int = 0  # bootstrap resampling
+    longppl: bool = False  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
+    key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
 
 
 def check_config(cfg, job=None) -> None:
@@ -67,28 +75,14 @@ def check_config(cfg, job=None) -> None:
     if cfg.protocol == "sliding" and cfg.max_tokens is not None and cfg.max_tokens < max(cfg.lengths):
         raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
                               f"raise it or leave it null")
+    if cfg.longppl:
+        from .core.runner import MODEL_CACHE
 
-
-def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int) -> torch.Tensor:
-    """NLL of every scored token of ``ids`` with windows of ``window`` tokens, in order.
-
-    Each window scores only the tokens no earlier window scored; a window's first token is scored
-    only when BOS precedes it (otherwise it has no prefix in the window, as in the HF recipe).
-    """
-    offset = 1 if bos_id is not None else 0  # chunk index of ids[begin]
-    span = window - offset
-    pieces, scored_until, begin = [], 1 - offset, 0
-    while scored_until < len(ids):
-        end = min(begin + span, len(ids))
-        chunk = ids[begin:end]
-        if bos_id is not None:
-            chunk = torch.cat([torch.tensor([bos_id]), chunk])
-        nll = token_nll(model, chunk, chunk_tokens)  # nll[j] scores chunk[j + 1]
-        first = max(scored_until - begin + offset, 1)  # chunk index of the first token to score
-        pieces.append(nll[first - 1 :])
-        scored_until = end
-        begin += stride
-    return torch.cat(pieces) if pieces else torch.empty(0)
+        try:
+            check_key_tokens(cfg.key_tokens, list(cfg.lengths), job,
+                             job and (lambda: MODEL_CACHE.tokenizer(job.model)))
+        except UserError as err:
+            raise PerplexityError(str(err)) from None
 
 
 def effective_length(rows: list[dict], trained: int, tolerance: float) -> tuple[int | None, str | None]:
@@ -170,29 +164,52 @@ def _forward(acc: Accumulator, length: int, compute):
         return None
 
 
-def _prefix_document(model, ids, lengths, acc, cfg, dynamic):
-    """Score one document at every applicable length; returns the NLL of its longest pass."""
+def _prefix_document(model, ids, lengths, acc, cfg, dynamic) -> dict:
+    """Score one document at every applicable length: {length: NLL of its first length - 1 predictions}
+    (the largest length's is its longest pass)."""
     todo = [L for L in lengths if L <= len(ids) and L not in acc.oom]
-    longest = None
+    scored = {}
     while todo:
         for L in [todo[-1]] if not dynamic else list(reversed(todo)):
             nll = _forward(acc, L, lambda: token_nll(model, ids[:L], cfg.chunk_tokens, progress=L >= 4096))
             if nll is None:
                 todo.remove(L)
                 break
-            longest = nll if longest is None or len(nll) > len(longest) else longest
             for length in [L] if dynamic else list(todo):  # prefix sums: the first length-1 predictions
-                acc.add(length, nll[: length - 1])
+                scored[length] = nll[: length - 1]
                 todo.remove(length)
-    return longest
+    return scored
 
 
-def _sliding_document(model, ids, lengths, acc, cfg, bos):
+def _sliding_document(model, ids, lengths, acc, cfg, bos) -> dict:
+    """{length: NLL of the tokens its windows score}."""
+    scored = {}
     for L in lengths:
         if L <= len(ids) and L not in acc.oom:
             nll = _forward(acc, L, lambda: sliding_nll(model, ids, L, cfg.stride, bos, cfg.chunk_tokens))
             if nll is not None:
-                acc.add(L, nll)
+                scored[L] = nll
+    return scored
+
+
+def _covered(doc, lengths, cfg, max_tokens) -> int:
+    """How many of the document's tokens the eval scores (0: none): its longest prefix, or its sliding span."""
+    if cfg.protocol == "prefix":
+        return max((L for L in lengths if L <= len(doc.ids)), default=0)
+    n = min(len(doc.ids), max_tokens)
+    return n if any(L <= n for L in lengths) else 0
+
+
+def _add_key_tokens(keys, key_acc, doc, model, scored, first: int, full) -> None:
+    """Each length's NLL over the document's key tokens; ``first``: the token its NLL[0] scores; ``full``:
+    the longest prefix pass (the evaluator's full-context losses when the model is the unscaled evaluator)."""
+    is_key = keys.mask(doc, model, full)
+    if is_key is None:
+        return
+    for L, nll in scored.items():
+        picked = nll[is_key[first : first + len(nll)]]
+        if len(picked):
+            key_acc.add(L, picked)
 
 
 @register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config, needs=("model", "data"))
@@ -213,6 +230,13 @@ def evaluate(cfg, ctx) -> dict:
     if cfg.bos_per_window and bos is None:
         raise PerplexityError("eval.bos_per_window=true but the tokenizer has no BOS token")
     max_tokens = cfg.max_tokens or lengths[-1]
+    keys = key_acc = None
+    if cfg.longppl:  # key spans first: an evaluator pass, if any, runs before the model is patched
+        keys = KeyTokens(cfg.key_tokens, ctx, cfg.chunk_tokens)
+        unscaled = not (ctx.scaling.scales_frequencies or ctx.scaling.scales_query)
+        keys.prepare(documents, {d.name: _covered(d, lengths, cfg, max_tokens) for d in documents},
+                     share=unscaled and cfg.protocol == "prefix")
+        key_acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     model = ctx.model()
     for L in lengths:
         warn_if_too_large(model, L, "perplexity")
@@ -223,16 +247,33 @@ def evaluate(cfg, ctx) -> dict:
             if L > len(doc.ids):
                 acc.skipped[L] += 1
         if cfg.protocol == "prefix":
-            nll = _prefix_document(model, doc.ids, lengths, acc, cfg, ctx.scaling.dynamic)
-            if nll is not None:
+            scored = _prefix_document(model, doc.ids, lengths, acc, cfg, ctx.scaling.dynamic)
+            if scored:
+                nll = scored[max(scored)]
                 position_sum[: len(nll)] += nll.double()
                 position_count[: len(nll)] += 1
         else:
-            _sliding_document(model, doc.ids[:max_tokens], lengths, acc, cfg, bos)
-        rows = acc.rows()
+            scored = _sliding_document(model, doc.ids[:max_tokens], lengths, acc, cfg, bos)
+        for L, nll in scored.items():
+            acc.add(L, nll)
+        if keys is not None and scored:
+            _add_key_tokens(keys, key_acc, doc, model, scored, 1 if cfg.protocol == "prefix" or bos is None else 0,
+                            scored[max(scored)] if cfg.protocol == "prefix" else None)
+        rows = _rows(acc, key_acc)
         ctx.output.table("perplexity", rows)
-        ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows})
-    return _finish(cfg, ctx, acc.rows(), position_sum, position_count, max_tokens)
+        ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows,
+                                          **({"longppl": keys.describe()} if keys else {})})
+    return _finish(cfg, ctx, _rows(acc, key_acc), position_sum, position_count, max_tokens, keys)
+
+
+def _rows(acc: Accumulator, key_acc: Accumulator | None) -> list[dict]:
+    """Per-length rows; with LongPPL, its perplexity, interval and key-token count beside the plain ones."""
+    rows = acc.rows()
+    if key_acc is not None:
+        for row, key in zip(rows, key_acc.rows()):
+            row.update({"longppl": key["ppl"], "longppl_nll": key["nll"], "key_tokens": key["tokens"],
+                        "longppl_ci95_low": key["ci95_low"], "longppl_ci95_high": key["ci95_high"]})
+    return rows
 
 
 def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
@@ -248,7 +289,7 @@ def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
     return rows
 
 
-def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
+def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None) -> dict:
     trained = ctx.trained_context
     effective, reason = effective_length(rows, trained, cfg.tolerance)
     if reason:
@@ -258,6 +299,10 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
     for r in rows:  # the W&B summary carries how much each number rests on, and its interval
         summary.update({f"tokens@{r['length']}": r["tokens"], f"ppl_ci95_low@{r['length']}": r["ci95_low"],
                         f"ppl_ci95_high@{r['length']}": r["ci95_high"]})
+    if keys is not None:  # LongPPL beside ppl: null where a length has no key token
+        ctx.output.timing("key_tokens_s", keys.seconds)
+        for r in rows:
+            summary.update({f"longppl@{r['length']}": r["longppl"], f"key_tokens@{r['length']}": r["key_tokens"]})
     bins = _position_bins(position_sum, position_count, cfg.position_bins)
     if bins:
         ctx.output.table("loss_by_position", bins)
@@ -272,7 +317,13 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens) -> dict:
             vline=trained, vlabel=f"trained {trained}"))
     ctx.output.curve("perplexity", [{k: r[k] for k in ("length", "ppl", "nll", "ci95_low", "ci95_high", "tokens")}
                                     for r in scored])
+    if keys is not None and any(r["longppl"] is not None for r in rows):
+        ctx.output.figure("longppl_plot", length_figure(
+            [(ctx.title, rows, trained)], "longppl", ylabel="LongPPL (band: 95% interval)", logy=True,
+            title=f"LongPPL by length ({cfg.protocol}; key tokens by {keys.label})",
+            band=("longppl_ci95_low", "longppl_ci95_high")))
     ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins,
                                       "effective_length_reason": reason,
+                                      **({"longppl": keys.describe()} if keys is not None else {}),
                                       **({"max_tokens": max_tokens} if cfg.protocol == "sliding" else {}), **summary})
     return summary

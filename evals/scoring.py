@@ -87,6 +87,28 @@ def token_nll(model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 204
     return out
 
 
+def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int) -> torch.Tensor:
+    """NLL of every scored token of ``ids`` with windows of ``window`` tokens, in order.
+
+    Each window scores only the tokens no earlier window scored; a window's first token is scored
+    only when BOS precedes it (otherwise it has no prefix in the window, as in the HF recipe).
+    """
+    offset = 1 if bos_id is not None else 0  # chunk index of ids[begin]
+    span = window - offset
+    pieces, scored_until, begin = [], 1 - offset, 0
+    while scored_until < len(ids):
+        end = min(begin + span, len(ids))
+        chunk = ids[begin:end]
+        if bos_id is not None:
+            chunk = torch.cat([torch.tensor([bos_id]), chunk])
+        nll = token_nll(model, chunk, chunk_tokens)  # nll[j] scores chunk[j + 1]
+        first = max(scored_until - begin + offset, 1)  # chunk index of the first token to score
+        pieces.append(nll[first - 1 :])
+        scored_until = end
+        begin += stride
+    return torch.cat(pieces) if pieces else torch.empty(0)
+
+
 def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: int | None = None) -> int:
     """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached):
     one layer's activations (hidden, q/k/v, MLP), the KV cache, and the attention scores where the kernel

@@ -24,6 +24,7 @@ class EvalContext:
         self.job, self.output, self._cache = job, output, cache
         self._documents: list[Document] | None = documents
         self._patch: rope_ext.RopePatch | None = None
+        self._timed = False
 
     @property
     def scaling(self) -> rope_ext.Scaling:
@@ -49,12 +50,27 @@ class EvalContext:
                 self._fold_vocabulary(self._patch.model)
         return self._documents
 
+    def _loaded(self):
+        started = time.perf_counter()
+        loaded, reused = self._cache.get(self.job.model)
+        if not self._timed:
+            self.output.timing("model_load_s", 0.0 if reused else time.perf_counter() - started)
+            self._timed = True
+        return loaded
+
+    def base_model(self):
+        """The job's model without its scaling (a reference pass, e.g. LongPPL's evaluator); only before
+        :meth:`model` patches it."""
+        if self._patch is not None:
+            raise RuntimeError("base_model() after model(): the model is already patched")
+        loaded = self._loaded()
+        self._fold_vocabulary(loaded.model)
+        return loaded.model
+
     def model(self):
         """The model with the job's scaling applied (loaded once per process, re-patched per job)."""
         if self._patch is None:
-            started = time.perf_counter()
-            loaded, reused = self._cache.get(self.job.model)
-            self.output.timing("model_load_s", 0.0 if reused else time.perf_counter() - started)
+            loaded = self._loaded()
             self._patch = rope_ext.patch(loaded.model, self.job.scaling)
             self.output.record.update("rope", {
                 "scaling": self.job.scaling.to_dict(), "label": self.job.scaling.label, "dynamic": self.job.scaling.dynamic,

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import warnings
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -46,6 +46,7 @@ class DataError(UserError):
 class Document:
     name: str
     ids: torch.Tensor  # (n,) int64 token ids
+    text: str | None = field(default=None, repr=False)  # what ``ids`` tokenize (LongPPL maps key spans through it)
 
 
 def fetch_austen(root: Path) -> Path:
@@ -193,7 +194,7 @@ def load_documents(cfg, tokenizer) -> list[Document]:
     """Tokenized documents of at least ``cfg.min_tokens`` tokens."""
     root = cache_dir(cfg.cache_dir)
     texts = load_texts(cfg)
-    documents = [Document(name, tokenize(tokenizer, name, text, root)) for name, text in progress(texts, "tokenize", "doc")]
+    documents = [Document(name, tokenize(tokenizer, name, text, root), text) for name, text in progress(texts, "tokenize", "doc")]
     return [d for d in documents if len(d.ids) >= cfg.min_tokens]
 
 
