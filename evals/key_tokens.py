@@ -7,10 +7,11 @@ log-probability exceeds ``beta`` (LCL > beta, i.e. loss < -beta). As the referen
 ``longppl`` 0.3.0, ``find_key_token`` / ``cal_overlap``):
 
 - full context: one forward over the whole text -- here the text the eval's longest pass covers;
-- short context: windows of ``short_context`` tokens advanced by ``stride``, only new tokens scored, so a
-  token past the first window sees between short_context - stride and short_context - 1 tokens (the
-  package's ``trunc_len = short_context - stride``, ``sliding_window = stride``); the first window's tokens
-  see their full context and are never key;
+- short context: windows of ``short_context + stride`` tokens advanced by ``stride``, only the last
+  ``stride`` tokens of each scored, so every token past the first ``short_context`` sees between
+  ``short_context`` and ``short_context + stride - 1`` tokens (the package's ``trunc_len = short_context``,
+  default 4096, and ``sliding_window = stride``, default 1024); the first window's tokens see their full
+  context and are never key;
 - the key tokens' character offsets, adjacent ones merged, are the key spans; a token of the evaluated
   model is key when its character span lies inside a key span (so any tokenizer can use them).
 
@@ -30,7 +31,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
@@ -43,7 +44,7 @@ from .core.models import load_model, load_tokenizer, model_identity, resolve_dev
 from .scoring import free_memory, sliding_nll, token_nll
 
 log = logging.getLogger(__name__)
-FORMAT = 1  # bump when what a cached span file means changes
+FORMAT = 2  # bump when what a cached span file means changes
 
 
 class KeyTokenError(UserError):
@@ -53,14 +54,10 @@ class KeyTokenError(UserError):
 @dataclass
 class KeyTokensConfig:
     evaluator: Any = None  # null: the run's model without its scaling; a conf/model name (smollm2, gemma3); or a model config
-    short_context: int = option(4096, minimum=2)  # tokens per short-context window
-    stride: Optional[int] = option(None, minimum=1)  # short windows advance by this many tokens (null: short_context // 2)
+    short_context: int = option(4096, minimum=1)  # the short context: tokens each short-pass token sees at least
+    stride: int = option(1024, minimum=1)  # short windows (short_context + stride tokens) advance by this many
     alpha: float = option(2.0, minimum=0)  # key: short-context loss - full-context loss > alpha (LSD)
     beta: float = option(-2.0, maximum=0)  # key: full-context log-prob > beta, i.e. loss < -beta (LCL)
-
-
-def stride_of(cfg) -> int:
-    return cfg.stride or cfg.short_context // 2
 
 
 def model_options() -> list[str]:
@@ -118,13 +115,10 @@ def require_offsets(tokenizer, who: str) -> None:
 def check(cfg, lengths: list[int], job=None, run_tokenizer=None) -> None:
     """Everything about key tokens that can go wrong, before any weights load (tokenizers only; with a job)."""
     check_options(cfg, KeyTokensConfig, "eval.key_tokens")
-    stride = stride_of(cfg)
-    if stride >= cfg.short_context:
-        raise KeyTokenError(f"eval.key_tokens.stride={stride} must be below short_context={cfg.short_context}")
-    if cfg.short_context >= max(lengths):
-        raise KeyTokenError(f"eval.key_tokens.short_context={cfg.short_context} is at least every eval.lengths "
-                            f"(longest {max(lengths)}): no token has more context than the short one; lower it or "
-                            f"add a longer length")
+    if cfg.short_context + cfg.stride >= max(lengths):  # the first short window is the full context: no key token
+        raise KeyTokenError(f"eval.key_tokens.short_context={cfg.short_context} + stride={cfg.stride} is at least every "
+                            f"eval.lengths (longest {max(lengths)}): no token would see less than its full context in "
+                            f"the short pass; lower them or add a longer length")
     evaluator = evaluator_config(cfg)
     if job is None:
         return
@@ -178,7 +172,7 @@ def counting(model, counter: list):
 def find_spans(model, ids: torch.Tensor, offsets: list, cfg, chunk_tokens: int, full: torch.Tensor | None = None):
     """Key spans of a text the evaluator tokenized as ``ids`` (character ``offsets``); ``full``: the
     full-context losses of ``ids[1:]`` when a pass already has them."""
-    window, stride = cfg.short_context, stride_of(cfg)
+    window, stride = cfg.short_context + cfg.stride, cfg.stride
     if len(ids) <= window:
         return []
     if full is None:
@@ -215,7 +209,7 @@ class KeyTokens:
             device = resolve_device(self.evaluator.device)
             identity = model_identity(self.evaluator, device, resolve_dtype(self.evaluator.dtype, device))
         self.params = {"format": FORMAT, "evaluator": identity, "short_context": cfg.short_context,
-                       "stride": stride_of(cfg), "alpha": cfg.alpha, "beta": cfg.beta}
+                       "stride": cfg.stride, "alpha": cfg.alpha, "beta": cfg.beta}
         self.root = cache_dir(ctx.job.data_cfg.cache_dir if ctx.job.data_cfg is not None else None) / "key_tokens"
         self.texts: dict[str, Text] = {}
         self.forwards: list = []  # one entry per evaluator forward
@@ -313,7 +307,7 @@ class KeyTokens:
         return tokens_in_spans(found.offsets, found.spans)
 
     def describe(self) -> dict:
-        return {"evaluator": self.label, "short_context": self.cfg.short_context, "stride": stride_of(self.cfg),
+        return {"evaluator": self.label, "short_context": self.cfg.short_context, "stride": self.cfg.stride,
                 "alpha": self.cfg.alpha, "beta": self.cfg.beta, "evaluator_forwards": len(self.forwards),
                 "seconds": round(self.seconds, 3),
                 "documents": [{"name": t.name, "key_spans": len(t.spans or []), "source": t.source,

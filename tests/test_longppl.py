@@ -15,7 +15,7 @@ from tests.conftest import TINY, compose_config, run_cli, run_job
 longppl = pytest.importorskip("longppl.longppl")  # the dev extra; only ever a test oracle
 
 SHARP = "+model.architecture.initializer_range=0.2"  # random weights with a wide spread of losses: some are key
-SHORT, STRIDE, ALPHA, BETA = 64, 16, 0.5, -13.0  # thresholds for a random model (its losses are ~9-15 nats)
+SHORT, STRIDE, ALPHA, BETA = 48, 16, 0.5, -13.0  # thresholds for a random model (its losses are ~9-15 nats)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def oracle(text, tmp_path, short=SHORT, stride=STRIDE):
     tokenizer = bundled_tokenizer()
     save = tmp_path / "oracle_keys.txt"
     result = longppl.compute_longppl(text, model, model, tokenizer, tokenizer, save_path=str(save),
-                                     trunc_len=short - stride, sliding_window=stride, alpha=ALPHA, beta=BETA)
+                                     trunc_len=short, sliding_window=stride, alpha=ALPHA, beta=BETA)
     return result, [list(map(int, s)) for s in longppl.load_key_token(str(save))]
 
 
@@ -134,10 +134,11 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
 
 
 @pytest.mark.parametrize("values,message", [
-    ({"short_context": 300}, "short_context=300 is at least every eval.lengths"),
-    ({"short_context": 64, "evaluator": "nosuchmodel"}, "is not a model; valid: gemma3, llama, llama3"),
-    ({"short_context": 64, "stride": 64}, "stride=64 must be below short_context=64"),
-    ({"short_context": 64, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
+    ({"short_context": 300, "stride": 16}, r"short_context=300 \+ stride=16 is at least every eval.lengths"),
+    ({"short_context": 250}, r"short_context=250 \+ stride=1024 is at least every eval.lengths"),  # the default stride
+    ({"short_context": 64, "stride": 16, "evaluator": "nosuchmodel"}, "is not a model; valid: gemma3, llama, llama3"),
+    ({"short_context": 64, "stride": 0}, "stride=0: must be >= 1"),
+    ({"short_context": 64, "stride": 16, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
 ])
 def test_check_without_a_job(values, message):
     from evals import perplexity
@@ -164,7 +165,7 @@ def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer,
         "is at least every eval.lengths": [f"eval.key_tokens.short_context={n}"],
         "without character offsets": [f"model.tokenizer={slow_tokenizer}"],
         "is not a model; valid: gemma3, llama": ["eval.key_tokens.evaluator=nosuchmodel"],
-        "must be below short_context": [f"eval.key_tokens.stride={SHORT}"],
+        f"stride={n - SHORT} is at least every eval.lengths": [f"eval.key_tokens.stride={n - SHORT}"],
     }
     running = {message: run_cli(*TINY, *overrides(text_file), *extra, f"output_dir={tmp_path / str(i)}",
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -183,7 +184,8 @@ def test_smollm2_evaluator_by_name_finds_the_spans_of_the_unscaled_run_model(tmp
 
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     common = ["model=smollm2", "logger=none", "force=true", "eval=perplexity", "eval.lengths=[1024,2048]",
-              "eval.longppl=true", "eval.key_tokens.short_context=512"]
+              "eval.longppl=true", "eval.key_tokens.short_context=512",
+              "eval.key_tokens.stride=256"]
     results = []
     for i, evaluator in enumerate(["null", "smollm2"]):
         cfg = compose_config(*common, f"eval.key_tokens.evaluator={evaluator}", f"output_dir={tmp_path / str(i)}")
