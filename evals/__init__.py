@@ -8,6 +8,7 @@ dataclass, early check, user-error class and needs, plus one ``conf/eval/<name>.
 - ``rope_decay``  the analytic RoPE studies, no weights (evals/rope_decay.py)
 - ``qk_study``    the model's own q and k: per-pair statistics, score profiles, the decay conjecture (evals/qk_study.py)
 - ``lm_eval``     lm-evaluation-harness tasks on the patched model (evals/lm_harness.py)
+- ``ruler``       RULER's synthetic tasks offline, from lm-eval's generators and scoring (evals/ruler.py)
 - ``suite``       several of them on one loaded model (evals/suite.py)
 
 ``evals/core/`` holds the job machinery: config schemas, the job model, runner, models, data, output
@@ -23,7 +24,7 @@ import os
 from .core.errors import UserError
 from .core.registry import EVALS, register_eval
 
-BUILTIN = ("perplexity", "retrieval", "rope_decay", "qk_study", "lm_harness", "suite")
+BUILTIN = ("perplexity", "retrieval", "rope_decay", "qk_study", "lm_harness", "ruler", "suite")
 
 __all__ = ["EVALS", "UserError", "load_evals", "register_eval"]
 

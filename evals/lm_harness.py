@@ -3,8 +3,8 @@
 The model object and tokenizer are wrapped in lm-eval's ``HFLM`` (Gao et al., lm-evaluation-harness),
 so the RoPE patch is what lm-eval evaluates. ``max_length`` is always passed: lm-eval otherwise reads
 it from the model config and silently left-truncates longer inputs (lm-eval #3421). rope_ext's own
-tasks (``evals/lm_eval_tasks``: rope_ext_passkey, rope_ext_needle, rope_ext_books) are always on the
-include path and run offline; hub tasks (hellaswag, ruler, longbench, ...) need the hub and fail
+tasks (``evals/lm_eval_tasks``: rope_ext_passkey, rope_ext_needle, rope_ext_books, RULER's rope_ext_ruler_*)
+are always on the include path and run offline (but RULER's two QA tasks); hub tasks (hellaswag, ruler, longbench, ...) need the hub and fail
 early without it.
 """
 
@@ -24,6 +24,7 @@ from .core.registry import register_eval
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
+NETWORK_TASKS = ("rope_ext_ruler_qa_squad", "rope_ext_ruler_qa_hotpot")  # ours, but their documents are downloaded
 
 
 class HarnessError(UserError):
@@ -76,6 +77,9 @@ def check_tasks(manager, tasks) -> None:
             raise HarnessError(f"unknown lm-eval task '{task}'" + (f"; did you mean {', '.join(close)}?" if close else "")
                                + f" (rope_ext's offline tasks: {', '.join(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))})")
         entry = manager.task_index[task]  # groups and tags are checked by lm-eval itself
+        if task in NETWORK_TASKS and not hub_reachable():
+            raise HarnessError(f"lm-eval task '{task}' downloads its documents (SQuAD / HotpotQA), and the Hugging Face "
+                               f"hub is not reachable. Offline, RULER's synthetic tasks: group rope_ext_ruler")
         if entry.yaml_path is None or Path(entry.yaml_path).parent == TASKS_DIR:
             continue
         dataset = _needs_hub(entry.cfg or load_yaml(entry.yaml_path, resolve_func=False))
@@ -92,24 +96,38 @@ def default_max_length(cfg, ctx) -> int:
     return max(extended, prompts + 64)
 
 
-@register_eval("lm_eval", config=LmEvalConfig, error=HarnessError, check=check_config, needs=("model",))
-def evaluate(cfg, ctx) -> dict:
-    """lm-evaluation-harness tasks (ours run offline) on the loaded, patched model, through HFLM."""
+def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: int, include_path=(), limit=None,
+                        num_fewshot=None, batch_size: int = 1, log_samples: bool = False, apply_chat_template: bool = False,
+                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True) -> dict:
+    """lm-eval's ``simple_evaluate`` of ``tasks`` on the job's loaded, patched model (HFLM around the model
+    object and tokenizer; ``max_length`` always passed), our task directory always on the include path, the
+    model's tokenizer (GGUF included) in the tasks' metadata; unknown and offline hub tasks fail first."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
-    from omegaconf import OmegaConf
 
     tokenizer, kwargs = tokenizer_source(ctx.job.model.cfg)
-    metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "tokenizer": tokenizer, **kwargs}
-    manager = TaskManager(include_path=[str(TASKS_DIR), *cfg.include_path], metadata=metadata)
-    check_tasks(manager, list(cfg.tasks))
+    metadata = {**metadata, "tokenizer": tokenizer, **kwargs}
+    manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], metadata=metadata)
+    if check:
+        check_tasks(manager, list(tasks))
+    lm = HFLM(pretrained=ctx.model(), tokenizer=ctx.tokenizer(), max_length=max_length, batch_size=batch_size)
+    return simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                           log_samples=log_samples, metadata=metadata, apply_chat_template=apply_chat_template,
+                           fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction)
+
+
+@register_eval("lm_eval", config=LmEvalConfig, error=HarnessError, check=check_config, needs=("model",))
+def evaluate(cfg, ctx) -> dict:
+    """lm-evaluation-harness tasks (ours run offline) on the loaded, patched model, through HFLM."""
+    from omegaconf import OmegaConf
+
     max_length = cfg.max_length or default_max_length(cfg, ctx)
-    lm = HFLM(pretrained=ctx.model(), tokenizer=ctx.tokenizer(), max_length=max_length, batch_size=cfg.batch_size)
-    output = simple_evaluate(model=lm, tasks=list(cfg.tasks), num_fewshot=cfg.num_fewshot, limit=cfg.limit,
-                             task_manager=manager, log_samples=cfg.log_samples, metadata=metadata,
-                             apply_chat_template=cfg.apply_chat_template, fewshot_as_multiturn=cfg.fewshot_as_multiturn,
-                             system_instruction=cfg.system_instruction)
+    output = run_simple_evaluate(ctx, list(cfg.tasks), metadata=OmegaConf.to_container(cfg.metadata or {}, resolve=True),
+                                 max_length=max_length, include_path=list(cfg.include_path), limit=cfg.limit,
+                                 num_fewshot=cfg.num_fewshot, batch_size=cfg.batch_size, log_samples=cfg.log_samples,
+                                 apply_chat_template=cfg.apply_chat_template,
+                                 fewshot_as_multiturn=cfg.fewshot_as_multiturn, system_instruction=cfg.system_instruction)
     results = {task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)} for task, metrics in output["results"].items()}
     rows, summary = [], {}
     for task, metrics in results.items():

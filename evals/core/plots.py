@@ -11,6 +11,22 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None):
+    """Scores 0-100 as a heatmap: rows = tasks (RULER's, and their average), columns = lengths, cells annotated."""
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 0.9 * len(lengths)), 1.2 + 0.36 * len(tasks)))
+    image = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
+    ax.set_xticks(range(len(lengths)), [f"{L}{'*' if trained and L > trained else ''}" for L in lengths])
+    ax.set_yticks(range(len(tasks)), tasks)
+    for i, row in enumerate(grid):
+        for j, value in enumerate(row):
+            ax.text(j, i, "" if value != value else f"{value:.0f}", ha="center", va="center", fontsize=8)
+    ax.set(xlabel="context length (* beyond trained)")
+    ax.set_title(textwrap.fill(title, 48), fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return fig
+
+
 def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str, title: str,
               logx: bool = False, logy: bool = False, vline: float | None = None, vlabel: str = ""):
     """One figure with a line per series {label: (x, y)}; an optional vertical marker (e.g. trained length)."""

@@ -1,0 +1,178 @@
+"""``eval=ruler``: RULER (Hsieh et al. 2024, arXiv 2404.06654) offline, on the loaded, patched model.
+
+The 11 synthetic tasks (niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe)
+are lm-eval's own RULER generators and scoring, run through our lm-eval path (``run_simple_evaluate``:
+HFLM around the patched model) as the tasks ``rope_ext_ruler_<task>`` of ``evals/lm_eval_tasks`` -- with
+the model's own tokenizer, ``eval.limit`` samples per task and length, and the job's corpus (``data=``)
+as the essay haystack in place of Paul Graham's essays (see ``rope_ext_ruler_utils.py``). qa_squad and
+qa_hotpot download their documents: in the default set only when the hub is reachable.
+
+Results: the score (0-100) of every task at every length (``ruler_scores.csv``, ``ruler_heatmap.png``),
+the RULER average per length (``ruler@L``), the effective length (the largest L such that every length up
+to it averages >= ``eval.threshold``, 85.6 as RULER: Llama-2-7B's score at 4k) and NoLiMa's relative one
+(>= ``eval.relative_threshold`` x the model's own average at the shortest length), a W&B curve over length.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .core.config import option
+from .core.errors import UserError
+from .core.models import hub_reachable
+from .core.plots import task_heatmap
+from .core.registry import register_eval
+from .lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
+
+# below these lengths lm-eval's generators cannot build a prompt (vt: its one-shot example alone is ~500
+# tokens, and its generator then loops forever; the multi-needle tasks: 4 needles and the template)
+MIN_LENGTH = {"vt": 1024, "niah_multikey_1": 512, "niah_multikey_3": 512, "niah_multivalue": 512,
+              "niah_multiquery": 512}
+DEFAULT_MIN_LENGTH = 256
+
+
+class RulerError(UserError):
+    """A bad RULER task selection or setting."""
+
+
+@dataclass
+class RulerConfig:
+    """RULER's synthetic tasks, offline, from lm-eval's generators and scoring."""
+
+    name: str = "ruler"
+    tasks: Optional[List[str]] = None  # null: the 11 synthetic tasks, and qa_squad, qa_hotpot when the hub is reachable
+    lengths: List[int] = option([1024, 2048, 4096], minimum=DEFAULT_MIN_LENGTH, nonempty=True)  # incl. generated tokens
+    limit: int = option(5, minimum=1)  # samples per task and length (RULER: 500)
+    threshold: float = option(85.6, minimum=0, maximum=100)  # effective length: average >= this (RULER: 85.6)
+    relative_threshold: float = option(0.85, above=0, maximum=1)  # ... >= this x the shortest length's (NoLiMa)
+    apply_chat_template: bool = False  # wrap prompts in the tokenizer's chat template (instruct models)
+    system_instruction: Optional[str] = None
+    seed: int = 42  # set before each task and length is generated (RULER's)
+    batch_size: int = option(1, minimum=1)
+    max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest length + 128
+
+
+def selected(cfg, reachable=None) -> tuple[list[str], list[str]]:
+    """(tasks to run, default tasks skipped because the hub is not reachable)."""
+    if cfg.tasks is not None:
+        return list(dict.fromkeys(cfg.tasks)), []
+    if (hub_reachable() if reachable is None else reachable):
+        return list(TASKS), []
+    return list(SYNTHETIC), list(HUB)
+
+
+def check_config(cfg, job=None) -> None:
+    if cfg.tasks is not None:
+        if not cfg.tasks:
+            raise RulerError("eval.tasks is empty; null runs the 11 synthetic tasks (and the QA tasks when online)")
+        for task in cfg.tasks:
+            if task not in TASKS:
+                close = difflib.get_close_matches(task, TASKS, n=3)
+                raise RulerError(f"eval.tasks: unknown RULER task '{task}'" + (f"; did you mean {', '.join(close)}?" if close else "")
+                                 + f" (valid: {', '.join(TASKS)})")
+        hub = [t for t in cfg.tasks if t in HUB]
+        if hub and not hub_reachable():
+            raise RulerError(f"eval.tasks: RULER {', '.join(hub)} download(s) SQuAD / HotpotQA and the Hugging Face hub is "
+                             f"not reachable; offline, the synthetic tasks: {', '.join(SYNTHETIC)}")
+    tasks = list(cfg.tasks) if cfg.tasks is not None else list(TASKS)
+    for task in tasks:
+        shortest = min(int(L) for L in cfg.lengths)
+        need = MIN_LENGTH.get(task, DEFAULT_MIN_LENGTH)
+        if shortest < need:
+            raise RulerError(f"eval.lengths={list(cfg.lengths)}: RULER {task} needs lengths >= {need} (lm-eval's generator "
+                             f"cannot fit its prompt below); drop {shortest} or the task (eval.tasks=[...])")
+    if cfg.max_length is not None and cfg.max_length < max(cfg.lengths):
+        raise RulerError(f"eval.max_length={cfg.max_length} is below the longest eval.lengths ({max(cfg.lengths)})")
+
+
+def _needs(cfg) -> tuple:
+    """The corpus is read only for the essay-haystack tasks."""
+    tasks = cfg.tasks if cfg.tasks is not None else TASKS
+    return ("model", "data") if set(tasks) & set(ESSAY) else ("model",)
+
+
+def effective_length(averages: dict[int, float], threshold: float) -> int | None:
+    """The largest length such that every length up to it averages >= ``threshold`` (None: not even the shortest)."""
+    found = None
+    for length in sorted(averages):
+        if averages[length] is None or averages[length] < threshold:
+            break
+        found = length
+    return found
+
+
+def scores_from_samples(samples: dict[str, list[dict]]) -> dict[str, dict[int, list[float]]]:
+    """{RULER task: {length: [per-sample score 0-100]}} from lm-eval's logged samples."""
+    found: dict[str, dict[int, list[float]]] = {}
+    for name, rows in samples.items():
+        task = name.removeprefix("rope_ext_ruler_")
+        for row in rows:
+            found.setdefault(task, {}).setdefault(int(row["doc"]["max_length"]), []).append(100.0 * float(row["score"]))
+    return found
+
+
+@register_eval("ruler", config=RulerConfig, error=RulerError, check=check_config, needs=_needs)
+def evaluate(cfg, ctx) -> dict:
+    """RULER's synthetic tasks (lm-eval's generators and scoring, our corpus as the essay haystack) per length."""
+    from omegaconf import OmegaConf
+
+    from .lm_harness import run_simple_evaluate
+
+    tasks, skipped = selected(cfg)
+    if skipped:
+        print(f"ruler: {', '.join(skipped)} skipped: they download SQuAD / HotpotQA and the Hugging Face hub is not reachable")
+    lengths = sorted({int(L) for L in cfg.lengths})
+    factor = ctx.scaling.params.get("factor") if ctx.scaling.name != "none" else None
+    max_length = cfg.max_length or max(int(ctx.trained_context * (factor or 1)), lengths[-1] + 128)
+    metadata = {"max_seq_lengths": lengths, "num_samples": int(cfg.limit), "seed": int(cfg.seed),
+                "data": OmegaConf.to_container(ctx.job.data_cfg, resolve=True) if ctx.job.data_cfg is not None else None}
+    started = time.perf_counter()
+    output = run_simple_evaluate(ctx, [f"rope_ext_ruler_{t}" for t in tasks], metadata=metadata, max_length=max_length,
+                                 batch_size=cfg.batch_size, log_samples=True, apply_chat_template=cfg.apply_chat_template,
+                                 system_instruction=cfg.system_instruction, check=False)
+    seconds = time.perf_counter() - started
+    samples = output.get("samples") or {}
+    with ctx.output.records("ruler_samples") as write:
+        for name, rows in samples.items():
+            for row in rows:
+                doc = row["doc"]
+                write({"task": name.removeprefix("rope_ext_ruler_"), "length": doc["max_length"], "index": doc["index"],
+                       "prompt_tokens": doc["length"], "outputs": doc["outputs"],
+                       "response": (row.get("filtered_resps") or [""])[0], "score": 100.0 * float(row["score"])})
+    scores = scores_from_samples(samples)
+    cells = []
+    for task in tasks:
+        for length in lengths:
+            values = scores.get(task, {}).get(length, [])
+            cells.append({"task": task, "length": length, "samples": len(values),
+                          "score": sum(values) / len(values) if values else None})
+    ctx.output.table("ruler_scores", cells)
+    averages = {}
+    for length in lengths:
+        done = [c["score"] for c in cells if c["length"] == length and c["score"] is not None]
+        averages[length] = sum(done) / len(done) if done else None
+    shortest = averages[lengths[0]]
+    relative = cfg.relative_threshold * shortest if shortest else None
+    summary = {f"ruler@{L}": avg for L, avg in averages.items()}
+    summary["ruler_effective_length"] = effective_length(averages, cfg.threshold)
+    summary["ruler_effective_length_relative"] = effective_length(averages, relative) if relative else None
+    summary["ruler_seconds"] = round(seconds, 2)
+    count = sum(c["samples"] for c in cells)
+    summary["ruler_seconds_per_sample"] = round(seconds / count, 3) if count else None
+    grid = [[float("nan") if c["score"] is None else c["score"] for c in cells if c["task"] == t] for t in tasks]
+    grid.append([float("nan") if averages[L] is None else averages[L] for L in lengths])
+    ctx.output.figure("ruler_heatmap", task_heatmap(grid, lengths, [*tasks, "average"], title=f"RULER: {ctx.title}",
+                                                    trained=ctx.trained_context))
+    curve = [{"length": L, "average": averages[L],
+              **{c["task"]: c["score"] for c in cells if c["length"] == L and c["score"] is not None}}
+             for L in lengths if averages[L] is not None]
+    ctx.output.curve("ruler", curve)
+    ctx.output.metrics("ruler", {**summary, "tasks": tasks, "skipped": skipped, "threshold": cfg.threshold,
+                                 "relative_threshold_score": relative, "max_length": max_length, "cells": cells,
+                                 "by_length": [{"length": L, "average": averages[L]} for L in lengths],
+                                 "lm_eval_results": output.get("results"),
+                                 "lm_eval_version": (output.get("lm_eval_version") or None)})
+    return summary
