@@ -66,6 +66,7 @@ class PerplexityConfig:
     seed: int = 0  # bootstrap resampling
     longppl: bool = False  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
+    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: <metric>_retention@L
 
 
 def check_config(cfg, job=None) -> None:

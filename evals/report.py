@@ -36,6 +36,7 @@ from hydra.experimental.callback import Callback
 
 from .core.cache import atomic_write
 from .core.plots import heatmaps, length_figure, plt
+from .core.retention import retention_of
 from .core.rundir import read_results, state
 
 RETRIEVAL = ("needle", "passkey")
@@ -131,16 +132,8 @@ def retention(rows: list[dict]) -> list[dict]:
         base = baselines.get(_group(row))
         if row["strategy"] == "none" or row["state"] != "done" or base is None:
             continue
-        out = {"model": row["model"], "data": row["data"], "eval": row["eval"], "strategy": row["strategy"]}
-        for key, value in row.items():
-            metric, _, length = key.partition("@")
-            if not length.isdigit() or (row["trained"] and int(length) > row["trained"]):
-                continue
-            reference = base.get(key)
-            if value is None or reference is None or reference == 0 or value == 0:
-                continue
-            lower_is_better = metric.startswith(("ppl", "longppl")) or metric.endswith("nll")
-            out[f"{metric}_retention@{length}"] = reference / value if lower_is_better else value / reference
+        out = {"model": row["model"], "data": row["data"], "eval": row["eval"], "strategy": row["strategy"],
+               **retention_of(row, base, row["trained"])}
         if len(out) > 4:
             found.append(out)
     return found

@@ -70,6 +70,7 @@ class RetrievalConfig:
     prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
     prefill_chunk: int = option(1024, minimum=1)  # tokens per forward when extending a cached prefix
     threshold: float = option(0.9, minimum=0, maximum=1)  # the largest length with accuracy >= threshold
+    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: <metric>_retention@L
 
 
 def check_config(cfg, job=None) -> None:

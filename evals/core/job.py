@@ -73,6 +73,7 @@ class Job:
     force: bool
     resume_from: tuple[str, ...]
     multirun: bool = False
+    baseline: "Job | None" = None  # eval.baseline=true: the same job unscaled up to the trained context, run first
 
     @property
     def trained_context(self) -> int:
@@ -203,7 +204,26 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
               resume_from=tuple(cfg.resume_from), multirun=multirun)
     if spec.check:
         spec.check(cfg.eval, job)
-    return job
+    return replace(job, baseline=parse_baseline(cfg, job))
+
+
+def parse_baseline(cfg, job: Job) -> Job | None:
+    """``eval.baseline=true``: the same model, eval and data unscaled at the lengths up to the trained context
+    -- the reference of short-context retention (LongRoPE2, arXiv 2502.20082). Its directory is the sweep's
+    ``baseline/`` (a single run's own ``baseline/``), so a sweep computes it once and later jobs reuse it."""
+    if not cfg.eval.get("baseline") or job.scaling.name == "none":
+        return None
+    lengths = [int(L) for L in cfg.eval.lengths]
+    short = [L for L in lengths if L <= job.trained_context]
+    if not short:
+        raise job.eval.error(f"eval.baseline=true compares lengths up to the trained context ({job.trained_context}) "
+                             f"with the unscaled model; eval.lengths={lengths} has none")
+    base = OmegaConf.to_container(cfg, resolve=True)
+    base["scaling"] = {"name": "none"}
+    base["eval"].update(lengths=short, baseline=False)
+    base["force"] = False  # reused whenever its key matches: one baseline per sweep
+    out_dir = job.out_dir.parent / "baseline" if job.multirun else job.out_dir / "baseline"
+    return parse_job(OmegaConf.create(base), out_dir, job.multirun)
 
 
 def with_eval(job: Job, spec: EvalSpec, cfg) -> Job:

@@ -28,6 +28,7 @@ from .errors import ConfigError, UserError
 from .job import Job, ModelSpec, parse_job
 from .models import LoadedModel, load_model, load_tokenizer, tokenizer_identity
 from .output import Output, RunRecord
+from .retention import retention_of
 from .rundir import claim, find_finished, read_results
 from .tracking import Tracker, sweep_group
 
@@ -135,14 +136,34 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
     finished = None if job.force else find_finished(job.key, job.out_dir, job.resume_from)
     if finished:
         return _reuse(job, finished)
+    base = _baseline(job, cache)
     with claim(job.out_dir, job.key) as run_dir:
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
         with started(job, run_dir, cache) as ctx:
             summary = job.eval.run(job.eval_cfg, ctx)
+            if base is not None:
+                summary.update(retention_of(summary, base["summary"], job.trained_context))
+                ctx.output.record.update("baseline", {"key": job.baseline.key, "dir": str(base["dir"])})
             ctx.output.summary(summary)
     print_summary(job, summary, run_dir)
     return summary
+
+
+def _baseline(job: Job, cache: ModelCache) -> dict | None:
+    """The unscaled reference (``eval.baseline=true``), run or reused before the job; its summary and
+    directory. A failed reference is recorded in its own directory and the job runs without retention."""
+    if job.baseline is None:
+        return None
+    print(f"baseline: {job.baseline.name} at {list(job.baseline.eval_cfg.lengths)} (eval.baseline=true)")
+    try:
+        summary = execute(job.baseline, cache)
+    except Exception as err:  # noqa: BLE001 -- the job itself still runs; the failure is in the baseline's record
+        print(f"error: baseline {job.baseline.name} failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
+              f"{job.name} runs without retention", file=sys.stderr)
+        return None
+    finished = find_finished(job.baseline.key, job.baseline.out_dir, job.baseline.resume_from)
+    return {"summary": summary, "dir": finished.parent if finished else job.baseline.out_dir}
 
 
 DETAIL = ("tokens@", "ppl_ci95_")  # in results.json and W&B, not in the printed table
