@@ -62,12 +62,14 @@ def test_gaussian_qk_larger_variance_weakens_decay():
     assert sum(strengths(1.0, 1.0, std=3.0)) < sum(strengths(1.0, 1.0, std=0.5))
 
 
+@pytest.mark.slow  # a bound search per table cell (~25 s)
 def test_base_bound_matches_men_et_al_table():
     # Men et al. 2024 (arXiv 2405.14591) Table 1, d = 128: L = 1k -> 4.3e3, 4k -> 2.7e4 (2.9e4 on our finer search)
     assert analysis.base_lower_bound(128, 1024) == pytest.approx(4.3e3, rel=0.05)
     assert analysis.base_lower_bound(128, 4096) == pytest.approx(2.8e4, rel=0.06)
 
 
+@pytest.mark.slow  # ~20 s of bound searches
 def test_base_bound_is_tight_and_grows_with_context():
     b = analysis.base_lower_bound(64, 2048)
     assert analysis.satisfies_bound(b, 64, 2048) and not analysis.satisfies_bound(b * 0.99, 64, 2048)

@@ -105,6 +105,7 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
         assert total / count == pytest.approx(their_nll / len(ids), rel=0.02)
 
 
+@pytest.mark.slow  # the plain lm_eval CLI in a subprocess (~20 s)
 def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
     """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
     model = tiny_llama(vocab=49152)

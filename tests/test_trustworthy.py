@@ -306,6 +306,7 @@ def _report_lines(directory):
     return [line[2:] for line in text.splitlines() if line.startswith("- ")]
 
 
+@pytest.mark.slow  # two concurrent CLI runs (~25 s)
 def test_two_runs_into_one_directory_both_complete(tmp_path):
     out = tmp_path / "together"
     processes = [run_cli(*SMALL, "eval.lengths=[256,2048]", f"output_dir={out}", "force=true", stdout=subprocess.PIPE,
@@ -321,6 +322,7 @@ def test_two_runs_into_one_directory_both_complete(tmp_path):
 
 # --- W&B unreachable ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # waits out a W&B timeout (~20 s)
 def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path):
     env = {**os.environ, "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_SILENT": "true"}
     result = run_cli("-m", *SMALL, "logger=wandb", "logger.mode=online", "logger.init_timeout=5",
