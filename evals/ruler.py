@@ -53,6 +53,7 @@ class RulerConfig:
     seed: int = 42  # set before each task and length is generated (RULER's)
     batch_size: int = option(1, minimum=1)
     max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest length + 128
+    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: ruler_retention@L
 
 
 def selected(cfg, reachable=None) -> tuple[list[str], list[str]]:
