@@ -125,6 +125,17 @@ def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models):
     assert key("scaling=none", "scaling.factor=2") == key("scaling=none", "scaling.factor=4")
 
 
+def test_the_code_in_the_key_covers_the_lm_eval_task_files():
+    """Our lm-eval tasks are code: their YAMLs, ``*_yaml`` templates and functions change numbers too."""
+    from evals.core.job import code_files
+    from evals.lm_harness import TASKS_DIR
+
+    files = set(code_files())
+    for name in ("_ruler_template_yaml", "_retrieval_template_yaml", "rope_ext_ruler_niah_single_1.yaml",
+                 "rope_ext_ruler_utils.py"):
+        assert str(TASKS_DIR / name) in files
+
+
 def test_weights_file_identity_is_in_the_key(tmp_path):
     """A local checkpoint replaced by another one with the same name is another job."""
     from tests.conftest import tiny_llama

@@ -132,15 +132,22 @@ def _source_hash(paths: tuple[str, ...]) -> str:
     return digest.hexdigest()[:16]
 
 
-def code_identity(*functions) -> str:
-    """A hash of rope_ext's and evals' source, and of the files defining ``functions`` (plugins)."""
+def code_files(*functions) -> tuple[str, ...]:
+    """rope_ext's and evals' source (lm-eval task YAMLs and their ``*_yaml`` templates included), and the
+    files defining ``functions`` (plugins)."""
     roots = [Path(rope_ext.__file__).parent, Path(__file__).resolve().parents[1]]
-    files = {str(p) for root in roots for p in root.rglob("*") if p.suffix in (".py", ".yaml") and p.is_file()}
+    files = {str(p) for root in roots for p in root.rglob("*")
+             if (p.suffix in (".py", ".yaml") or p.name.endswith("_yaml")) and p.is_file()}
     for fn in functions:
         with_source = inspect.getsourcefile(fn)
         if with_source:
             files.add(with_source)
-    return _source_hash(tuple(sorted(files)))
+    return tuple(sorted(files))
+
+
+def code_identity(*functions) -> str:
+    """A hash of :func:`code_files`: a change to any of them is another job."""
+    return _source_hash(code_files(*functions))
 
 
 def scaling_identity(scaling: rope_ext.Scaling, scaled) -> dict:
