@@ -5,7 +5,7 @@ are lm-eval's own RULER generators and scoring, run through our lm-eval path (``
 HFLM around the patched model) as the tasks ``rope_ext_ruler_<task>`` of ``evals/lm_eval_tasks`` -- with
 the model's own tokenizer, ``eval.limit`` samples per task and length, and the job's corpus (``data=``)
 as the essay haystack in place of Paul Graham's essays (see ``rope_ext_ruler_utils.py``). qa_squad and
-qa_hotpot download their documents: in the default set only when the hub is reachable.
+qa_hotpot download their documents: they run only when named in ``eval.tasks`` (and the network answers).
 
 Results: the score (0-100) of every task at every length (``ruler_scores.csv``, ``ruler_heatmap.png``),
 the RULER average per length (``ruler@L``), the effective length (the largest L such that every length up
@@ -28,8 +28,9 @@ from .core.registry import register_eval
 from .lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
 
 # below these lengths lm-eval's generators cannot build a prompt (vt: its one-shot example alone is ~500
-# tokens, and its generator then loops forever; the multi-needle tasks: 4 needles and the template)
-MIN_LENGTH = {"vt": 1024, "niah_multikey_1": 512, "niah_multikey_3": 512, "niah_multivalue": 512,
+# tokens, and its generator then loops forever; cwe: below ~510 SmolLM2 tokens it emits samples without
+# answers, which lm-eval's scoring divides by; the multi-needle tasks: 4 needles and the template)
+MIN_LENGTH = {"vt": 1024, "cwe": 1024, "niah_multikey_1": 512, "niah_multikey_3": 512, "niah_multivalue": 512,
               "niah_multiquery": 512}
 DEFAULT_MIN_LENGTH = 256
 
@@ -43,7 +44,7 @@ class RulerConfig:
     """RULER's synthetic tasks, offline, from lm-eval's generators and scoring."""
 
     name: str = "ruler"
-    tasks: Optional[List[str]] = None  # null: the 11 synthetic tasks, and qa_squad, qa_hotpot when the hub is reachable
+    tasks: Optional[List[str]] = None  # null: the 11 synthetic tasks (qa_squad, qa_hotpot only when named)
     lengths: List[int] = option([1024, 2048, 4096], minimum=DEFAULT_MIN_LENGTH, nonempty=True)  # incl. generated tokens
     limit: int = option(5, minimum=1)  # samples per task and length (RULER: 500)
     threshold: float = option(85.6, minimum=0, maximum=100)  # effective length: average >= this (RULER: 85.6)
@@ -56,13 +57,10 @@ class RulerConfig:
     baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: ruler_retention@L
 
 
-def selected(cfg, reachable=None) -> tuple[list[str], list[str]]:
-    """(tasks to run, default tasks skipped because the hub is not reachable)."""
-    if cfg.tasks is not None:
-        return list(dict.fromkeys(cfg.tasks)), []
-    if (hub_reachable() if reachable is None else reachable):
-        return list(TASKS), []
-    return list(SYNTHETIC), list(HUB)
+def selected(cfg) -> list[str]:
+    """The tasks to run: ``eval.tasks``, or RULER's 11 synthetic ones (the QA tasks only when asked for, so
+    the task set -- part of the job's identity -- never depends on whether the network answers)."""
+    return list(dict.fromkeys(cfg.tasks)) if cfg.tasks is not None else list(SYNTHETIC)
 
 
 def check_config(cfg, job=None) -> None:
@@ -78,7 +76,7 @@ def check_config(cfg, job=None) -> None:
         if hub and not hub_reachable():
             raise RulerError(f"eval.tasks: RULER {', '.join(hub)} download(s) SQuAD / HotpotQA and the Hugging Face hub is "
                              f"not reachable; offline, the synthetic tasks: {', '.join(SYNTHETIC)}")
-    tasks = list(cfg.tasks) if cfg.tasks is not None else list(TASKS)
+    tasks = selected(cfg)
     for task in tasks:
         shortest = min(int(L) for L in cfg.lengths)
         need = MIN_LENGTH.get(task, DEFAULT_MIN_LENGTH)
@@ -122,9 +120,11 @@ def evaluate(cfg, ctx) -> dict:
 
     from .lm_harness import run_simple_evaluate
 
-    tasks, skipped = selected(cfg)
+    tasks = selected(cfg)
+    skipped = [task for task in HUB if task not in tasks]
     if skipped:
-        print(f"ruler: {', '.join(skipped)} skipped: they download SQuAD / HotpotQA and the Hugging Face hub is not reachable")
+        print(f"ruler: {', '.join(skipped)} not run: they download SQuAD / HotpotQA; ask for them with "
+              f"eval.tasks=[...] when the network is reachable")
     lengths = sorted({int(L) for L in cfg.lengths})
     factor = ctx.scaling.params.get("factor") if ctx.scaling.name != "none" else None
     max_length = cfg.max_length or max(int(ctx.trained_context * (factor or 1)), lengths[-1] + 128)

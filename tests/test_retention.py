@@ -22,7 +22,8 @@ def read(path: Path) -> dict:
 
 def test_a_scaled_job_reports_retention_against_its_unscaled_reference(tmp_path):
     summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=4.0")
-    base = read(tmp_path / "yarn" / "baseline" / "results.json")
+    (path,) = (tmp_path / "yarn" / "baseline").glob("*/results.json")  # baseline/<its key>
+    base = read(path)
     assert base["status"] == "done" and base["job"]["scaling"] == "none"
     assert base["config"]["eval"]["lengths"] == [256, 512] and base["config"]["eval"]["baseline"] is False
     retained = sorted(k for k in summary if "_retention@" in k)
@@ -34,13 +35,27 @@ def test_a_scaled_job_reports_retention_against_its_unscaled_reference(tmp_path)
 
     # another strategy that may resume from the first run reuses the reference instead of computing it
     summary, results = run_job(tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]")
-    again = read(tmp_path / "ntk" / "baseline" / "results.json")
-    assert again["resumed_from"] == str(tmp_path / "yarn" / "baseline") and again["job"]["key"] == base["job"]["key"]
+    again = read(tmp_path / "ntk" / "baseline" / path.parent.name / "results.json")
+    assert again["resumed_from"] == str(path.parent) and again["job"]["key"] == base["job"]["key"]
     assert summary["ppl_retention@256"] == pytest.approx(base["summary"]["ppl@256"] / summary["ppl@256"])
 
     # the unscaled job is its own reference: nothing more runs
     summary, _ = run_job(tmp_path / "none", *BOOKS)
     assert not (tmp_path / "none" / "baseline").exists() and not any("_retention@" in k for k in summary)
+
+
+def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_the_trained_context(tmp_path):
+    from evals.core.job import parse_job
+
+    common = [*TINY, "scaling=yarn", *BOOKS, "eval.protocol=sliding", "eval.longppl=true"]
+    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=64", "eval.key_tokens.stride=16"), tmp_path)
+    base = job.baseline
+    assert base.scaling.name == "none" and list(base.eval_cfg.lengths) == [256, 512]
+    assert base.eval_cfg.max_tokens == 4096  # sliding: the job's tokens, not only the first 512
+    assert base.eval_cfg.longppl and base.out_dir == tmp_path / "baseline" / base.key[:12]
+    # key tokens need more than short_context + stride tokens: none within 512, so the reference has no LongPPL
+    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=1024", "eval.key_tokens.stride=1024"), tmp_path)
+    assert job.eval_cfg.longppl and not job.baseline.eval_cfg.longppl
 
 
 def test_no_length_within_the_trained_context_is_refused_before_the_model_loads(tmp_path):
@@ -59,8 +74,8 @@ def test_a_sweep_computes_the_reference_once_and_reports_retention(tmp_path):
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TQDM_DISABLE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [p.parent.name for p in sweep_dir.glob("**/results.json")].count("baseline") == 1
-    base = read(sweep_dir / "baseline" / "results.json")
+    (path,) = (sweep_dir / "baseline").glob("*/results.json")  # one reference for the two jobs
+    base = read(path)
     jobs = sorted(p for p in sweep_dir.glob("[01]_*/results.json"))
     assert len(jobs) == 2
     for job in jobs:
@@ -69,4 +84,5 @@ def test_a_sweep_computes_the_reference_once_and_reports_retention(tmp_path):
         assert "needle_acc_retention@256" not in summary  # a random model's unscaled accuracy is 0: no ratio
         assert summary["needle_nll_retention@512"] == pytest.approx(base["summary"]["needle_nll@512"] / summary["needle_nll@512"])
     report = (sweep_dir / "report.md").read_text()
-    assert "Short-context retention" in report and "needle_nll_retention@512" in report
+    section = report.split("## Short-context retention", 1)[1].split("\n## ", 1)[0]  # the report's own comparison
+    assert "needle_nll_retention@512" in section and section.count("| tinyllama[random] |") == 2

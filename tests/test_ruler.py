@@ -83,6 +83,13 @@ def test_scoring_is_lm_evals(prediction):
     assert R.aggregate_metrics([1.0, -1, 0.0]) == common_utils.aggregate_metrics([1.0, -1, 0.0]) == 0.5
 
 
+def test_the_default_task_set_never_depends_on_the_network():
+    from evals.ruler import RulerConfig, selected
+
+    assert selected(RulerConfig()) == list(R.SYNTHETIC) and len(R.SYNTHETIC) == 11
+    assert selected(RulerConfig(tasks=["vt", "qa_squad", "vt"])) == ["vt", "qa_squad"]
+
+
 def test_effective_lengths():
     averages = {1024: 90.0, 2048: 86.0, 4096: 50.0, 8192: 95.0}
     assert effective_length(averages, 85.6) == 2048  # every length up to it, not any length
@@ -117,6 +124,7 @@ BAD = [
     (["eval.tasks=[qa_squad]"], "qa_squad download(s) SQuAD / HotpotQA and the Hugging Face hub is not reachable"),
     (["eval.tasks=[]"], "eval.tasks is empty"),
     (["eval.tasks=[vt]", "eval.lengths=[512,2048]"], "RULER vt needs lengths >= 1024"),
+    (["eval.tasks=[cwe]", "eval.lengths=[512,2048]"], "RULER cwe needs lengths >= 1024"),  # else answers of 0 words
     (["eval.lengths=[128]"], "eval.lengths=[128]: each value must be >= 256"),
     (["eval.limit=0"], "eval.limit=0: must be >= 1"),
     (["eval.threshold=101"], "eval.threshold=101.0: must be <= 100"),

@@ -228,9 +228,16 @@ def parse_baseline(cfg, job: Job) -> Job | None:
     base = OmegaConf.to_container(cfg, resolve=True)
     base["scaling"] = {"name": "none"}
     base["eval"].update(lengths=short, baseline=False)
+    if base["eval"].get("protocol") == "sliding" and base["eval"].get("max_tokens") is None:
+        base["eval"]["max_tokens"] = max(lengths)  # the same tokens as the job (null: its longest length)
+    key_tokens = base["eval"].get("key_tokens") or {}
+    if base["eval"].get("longppl") and key_tokens["short_context"] + key_tokens["stride"] >= max(short):
+        base["eval"]["longppl"] = False  # no key token within the trained context: nothing to retain
     base["force"] = False  # reused whenever its key matches: one baseline per sweep
-    out_dir = job.out_dir.parent / "baseline" if job.multirun else job.out_dir / "baseline"
-    return parse_job(OmegaConf.create(base), out_dir, job.multirun)
+    root = job.out_dir.parent if job.multirun else job.out_dir
+    provisional = parse_job(OmegaConf.create(base), root / "baseline", job.multirun)
+    # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
+    return replace(provisional, out_dir=root / "baseline" / provisional.key[:12])
 
 
 def with_eval(job: Job, spec: EvalSpec, cfg) -> Job:
