@@ -217,7 +217,7 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
 def parse_baseline(cfg, job: Job) -> Job | None:
     """``eval.baseline=true``: the same model, eval and data unscaled at the lengths up to the trained context
     -- the reference of short-context retention (LongRoPE2, arXiv 2502.20082). Its directory is the sweep's
-    ``baseline/`` (a single run's own ``baseline/``), so a sweep computes it once and later jobs reuse it."""
+    ``baseline/<key>/`` (a single run's own), so a sweep computes it once and later jobs reuse it."""
     if not cfg.eval.get("baseline") or job.scaling.name == "none":
         return None
     lengths = [int(L) for L in cfg.eval.lengths]
