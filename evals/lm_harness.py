@@ -4,8 +4,8 @@ The model object and tokenizer are wrapped in lm-eval's ``HFLM`` (Gao et al., lm
 so the RoPE patch is what lm-eval evaluates. ``max_length`` is always passed: lm-eval otherwise reads
 it from the model config and silently left-truncates longer inputs (lm-eval #3421). rope_ext's own
 tasks (``evals/lm_eval_tasks``: rope_ext_passkey, rope_ext_needle, rope_ext_books, RULER's rope_ext_ruler_*)
-are always on the include path and run offline (but RULER's two QA tasks); hub tasks (hellaswag, ruler, longbench, ...) need the hub and fail
-early without it.
+are always on the include path and run offline, but for RULER's two QA tasks; hub tasks (hellaswag, ruler,
+longbench, ...) need the hub and fail early without it.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from .core.config import option
 from .core.errors import UserError
 from .core.models import hub_reachable, tokenizer_source
 from .core.registry import register_eval
+from .lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
-NETWORK_TASKS = ("rope_ext_ruler_qa_squad", "rope_ext_ruler_qa_hotpot")  # ours, but their documents are downloaded
+NETWORK_TASKS = tuple(f"rope_ext_ruler_{task}" for task in RULER_HUB)  # ours, but their documents are downloaded
 
 
 class HarnessError(UserError):

@@ -66,7 +66,7 @@ def selected(cfg) -> list[str]:
 def check_config(cfg, job=None) -> None:
     if cfg.tasks is not None:
         if not cfg.tasks:
-            raise RulerError("eval.tasks is empty; null runs the 11 synthetic tasks (and the QA tasks when online)")
+            raise RulerError("eval.tasks is empty; null runs the 11 synthetic tasks")
         for task in cfg.tasks:
             if task not in TASKS:
                 close = difflib.get_close_matches(task, TASKS, n=3)
@@ -76,9 +76,8 @@ def check_config(cfg, job=None) -> None:
         if hub and not hub_reachable():
             raise RulerError(f"eval.tasks: RULER {', '.join(hub)} download(s) SQuAD / HotpotQA and the Hugging Face hub is "
                              f"not reachable; offline, the synthetic tasks: {', '.join(SYNTHETIC)}")
-    tasks = selected(cfg)
-    for task in tasks:
-        shortest = min(int(L) for L in cfg.lengths)
+    shortest = min(int(L) for L in cfg.lengths)
+    for task in selected(cfg):
         need = MIN_LENGTH.get(task, DEFAULT_MIN_LENGTH)
         if shortest < need:
             raise RulerError(f"eval.lengths={list(cfg.lengths)}: RULER {task} needs lengths >= {need} (lm-eval's generator "
@@ -89,8 +88,7 @@ def check_config(cfg, job=None) -> None:
 
 def _needs(cfg) -> tuple:
     """The corpus is read only for the essay-haystack tasks."""
-    tasks = cfg.tasks if cfg.tasks is not None else TASKS
-    return ("model", "data") if set(tasks) & set(ESSAY) else ("model",)
+    return ("model", "data") if set(selected(cfg)) & set(ESSAY) else ("model",)
 
 
 def effective_length(averages: dict[int, float], threshold: float) -> int | None:

@@ -14,14 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None):
     """Scores 0-100 as a heatmap: rows = tasks (RULER's, and their average), columns = lengths, cells annotated."""
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 0.9 * len(lengths)), 1.2 + 0.36 * len(tasks)))
-    image = ax.imshow(grid, vmin=0, vmax=100, cmap="RdYlGn", aspect="auto")
-    ax.set_xticks(range(len(lengths)), [f"{L}{'*' if trained and L > trained else ''}" for L in lengths])
-    ax.set_yticks(range(len(tasks)), tasks)
-    for i, row in enumerate(grid):
-        for j, value in enumerate(row):
-            ax.text(j, i, "" if value != value else f"{value:.0f}", ha="center", va="center", fontsize=8)
-    ax.set(xlabel="context length (* beyond trained)")
-    ax.set_title(textwrap.fill(title, 48), fontsize=9)
+    image = _heatmap_on(ax, grid, lengths, list(tasks), title, trained, vmax=100, ylabel=None, wrap=48, fontsize=9,
+                        cell=lambda value: "" if value != value else f"{value:.0f}")
     fig.colorbar(image, ax=ax, fraction=0.046)
     fig.tight_layout()
     return fig
@@ -46,15 +40,19 @@ def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str,
     return fig
 
 
-def _heatmap_on(ax, grid, lengths, depths, title, trained):
-    image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+def _heatmap_on(ax, grid, lengths, rows: list[str], title, trained, *, vmax: float = 1, ylabel: str | None = "needle depth",
+                wrap: int = 28, fontsize: int = 8, cell=lambda value: f"{value:.2f}"):
+    """grid[row][length] on ``ax`` (scale 0..vmax, red to green), each cell annotated with ``cell(value)``."""
+    image = ax.imshow(grid, vmin=0, vmax=vmax, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [f"{L}{'*' if trained and L > trained else ''}" for L in lengths])
-    ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths])
+    ax.set_yticks(range(len(rows)), rows)
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
-            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
-    ax.set(xlabel="context length (* beyond trained)", ylabel="needle depth")
-    ax.set_title(textwrap.fill(title, 28), fontsize=8)
+            ax.text(j, i, cell(value), ha="center", va="center", fontsize=8)
+    ax.set(xlabel="context length (* beyond trained)")
+    if ylabel:
+        ax.set(ylabel=ylabel)
+    ax.set_title(textwrap.fill(title, wrap), fontsize=fontsize)
     return image
 
 
@@ -64,7 +62,7 @@ def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], 
     height = 1.4 + 0.5 * max(len(p[3]) for p in panels)
     fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
     for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
-        image = _heatmap_on(ax, grid, lengths, depths, title, trained)
+        image = _heatmap_on(ax, grid, lengths, [f"{d:.2f}" for d in depths], title, trained)
     fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046)
     return fig
 
