@@ -12,10 +12,11 @@
 Per length: ppl, mean NLL, tokens, documents, skipped documents, a 95% confidence interval (Student-t
 across documents, or a block bootstrap within a single document; the method is recorded, see
 evals/stats.py), and an out-of-memory flag: a failed allocation at one length, on any device, is
-recorded and the other lengths go on. Also the loss-by-position curve of the longest prefix pass and
-the effective length: the largest length up to which ppl stays within (1 + tolerance) x ppl at the
-trained length (null, with the reason, when no evaluated length exceeds the trained context). Results
-are written after each document, so nothing computed is lost.
+recorded and the other lengths go on. Also the loss-by-position curve of the longest prefix pass. Every
+length is scored on the same documents: those with at least ``min_document_tokens`` tokens (default: the
+longest length; 0 scores each document at the lengths it reaches, counting it as skipped at the others).
+Results are written after each document, so nothing computed is lost. Whether a strategy keeps the model
+working is judged against the unscaled model by :mod:`evals.core.verdict`, not here.
 
 With ``longppl=true``, LongPPL (Fang et al., ICLR 2025, arXiv 2410.23771) too: per length, the perplexity
 over key tokens only (``longppl@L``, with its interval and the key-token count) -- tokens whose loss a long
@@ -28,15 +29,16 @@ import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import torch
 
+from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
-from .core.plots import length_figure, line_plot
+from .core.plots import line_plot
 from .core.progress import progress
-from .core.registry import register_eval
+from .core.registry import Metric, register_eval
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
 from .scoring import free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
@@ -52,21 +54,32 @@ class PerplexityError(UserError):
 @dataclass
 class PerplexityConfig:
     name: str = "perplexity"
-    lengths: List[int] = option([1024, 2048, 4096, 8192, 16384], minimum=2, nonempty=True)
+    lengths: List[Any] = context_lengths([1024, 2048, 4096, 8192, 16384], minimum=2)  # tokens or multiples (2x)
     protocol: str = option("prefix", choices=("prefix", "sliding"))  # prefix: first L tokens; sliding: window L
     stride: int = option(256, minimum=1)  # sliding: tokens advanced per window; only new tokens are scored
     bos_per_window: bool = False  # sliding: prepend BOS to every window (the yarn script does)
     max_tokens: Optional[int] = option(None, minimum=2)  # sliding: tokens scored per document (null: longest length)
+    min_document_tokens: Optional[int] = option(None, minimum=0)  # shorter documents are not scored (null: longest length)
     documents: Optional[int] = option(None, minimum=1)  # how many documents to evaluate (None: all)
-    chunk_tokens: int = option(2048, minimum=1)  # LM head + cross-entropy over this many positions at a time
-    position_bins: int = option(64, minimum=1)  # bins of the loss-by-position curve
-    tolerance: float = option(0.1, minimum=0)  # effective length: ppl within (1 + tolerance) x ppl at trained length
-    bootstrap_block: int = option(256, minimum=1)  # one document: CI by resampling blocks of this many tokens
-    bootstrap_samples: int = option(1000, minimum=100)
-    seed: int = 0  # bootstrap resampling
-    longppl: bool = False  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
+    chunk_tokens: int = option(2048, minimum=1, compare=False)  # LM head + cross-entropy over this many positions at a time
+    position_bins: int = option(64, minimum=1, compare=False)  # bins of the loss-by-position curve
+    bootstrap_block: int = option(256, minimum=1, compare=False)  # one document: CI by resampling blocks of this many tokens
+    bootstrap_samples: int = option(1000, minimum=100, compare=False)
+    seed: int = option(0, compare=False)  # bootstrap resampling
+    longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
-    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: <metric>_retention@L
+    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
+
+
+def resolve_config(cfg) -> None:
+    """What the longest length decides, made explicit so a reference run at shorter lengths scores the same
+    tokens: the documents scored (every length on the documents that reach the longest one) and, sliding,
+    the tokens scored per document."""
+    longest = max(cfg.lengths)
+    if cfg.min_document_tokens is None:
+        cfg.min_document_tokens = longest
+    if cfg.protocol == "sliding" and cfg.max_tokens is None:
+        cfg.max_tokens = longest
 
 
 def check_config(cfg, job=None) -> None:
@@ -84,26 +97,6 @@ def check_config(cfg, job=None) -> None:
                              job and (lambda: MODEL_CACHE.tokenizer(job.model)))
         except UserError as err:
             raise PerplexityError(str(err)) from None
-
-
-def effective_length(rows: list[dict], trained: int, tolerance: float) -> tuple[int | None, str | None]:
-    """(largest length up to which ppl stays within (1 + tolerance) x ppl at the trained length, or None;
-    why it is None)."""
-    scored = [r for r in rows if r["ppl"] is not None]
-    reference = [r for r in scored if r["length"] <= trained]
-    if not reference:
-        return None, f"no evaluated length is at most the trained context ({trained}) to compare with"
-    if not any(r["length"] > trained for r in scored):
-        return None, f"no evaluated length exceeds the trained context ({trained}): add longer eval.lengths"
-    limit = reference[-1]["ppl"] * (1 + tolerance)
-    best = reference[-1]["length"]
-    for row in scored:
-        if row["length"] <= best:
-            continue  # shorter contexts: higher ppl there is expected, not degradation
-        if row["ppl"] > limit:
-            break
-        best = row["length"]
-    return best, None
 
 
 class Accumulator:
@@ -213,13 +206,27 @@ def _add_key_tokens(keys, key_acc, doc, model, scored, first: int, full) -> None
             key_acc.add(L, picked)
 
 
-@register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config, needs=("model", "data"))
+def reference_config(cfg) -> None:
+    """The unscaled reference runs at lengths up to the trained context: no LongPPL where no key token can be."""
+    if cfg.longppl and cfg.key_tokens.short_context + cfg.key_tokens.stride >= max(cfg.lengths):
+        cfg.longppl = False
+
+
+def metrics(cfg) -> tuple[Metric, ...]:
+    """ppl by length, and LongPPL when it runs."""
+    ppl = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", interval=True, label="perplexity", log=True)
+    longppl = Metric("longppl", lower_is_better=True, verdict=True, count="key_tokens", interval=True, label="LongPPL",
+                     log=True)
+    return (ppl, longppl) if cfg.longppl else (ppl,)
+
+
+@register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config, needs=("model", "data"),
+               metrics=metrics, resolve=resolve_config, reference=reference_config)
 def evaluate(cfg, ctx) -> dict:
     """Perplexity at each of ``eval.lengths`` (prefix or sliding protocol), with intervals and the effective length."""
     lengths = sorted(set(cfg.lengths))
-    documents = ctx.documents()
-    if cfg.documents is not None:
-        documents = documents[: cfg.documents]
+    minimum = lengths[-1] if cfg.min_document_tokens is None else cfg.min_document_tokens
+    documents = ctx.documents(count=cfg.documents, min_tokens=minimum)
     longest_doc = max((len(d.ids) for d in documents), default=0)
     too_long = [L for L in lengths if L > longest_doc]
     if too_long:
@@ -227,6 +234,12 @@ def evaluate(cfg, ctx) -> dict:
             f"eval.lengths {too_long} exceed every document (longest: {longest_doc} tokens in {len(documents)} "
             f"documents); use shorter lengths or longer data"
         )
+    eligible = [d for d in documents if len(d.ids) >= minimum]
+    if not eligible:
+        raise PerplexityError(f"no document has the {minimum} tokens eval.min_document_tokens asks for (longest: "
+                              f"{longest_doc}); lower it, or 0 to score each document at the lengths it reaches")
+    excluded = [d.name for d in documents if len(d.ids) < minimum]
+    documents = eligible[: cfg.documents] if cfg.documents is not None else eligible
     bos = ctx.tokenizer().bos_token_id if cfg.bos_per_window else None
     if cfg.bos_per_window and bos is None:
         raise PerplexityError("eval.bos_per_window=true but the tokenizer has no BOS token")
@@ -264,7 +277,7 @@ def evaluate(cfg, ctx) -> dict:
         ctx.output.table("perplexity", rows)
         ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows,
                                           **({"longppl": keys.describe()} if keys else {})})
-    return _finish(cfg, ctx, _rows(acc, key_acc), position_sum, position_count, max_tokens, keys)
+    return _finish(cfg, ctx, _rows(acc, key_acc), position_sum, position_count, max_tokens, keys, excluded)
 
 
 def _rows(acc: Accumulator, key_acc: Accumulator | None) -> list[dict]:
@@ -290,27 +303,22 @@ def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
     return rows
 
 
-def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None) -> dict:
+def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None, excluded=()) -> dict:
     trained = ctx.trained_context
-    effective, reason = effective_length(rows, trained, cfg.tolerance)
-    if reason:
-        print(f"effective_length: null: {reason}")
     summary = {f"ppl@{r['length']}": r["ppl"] for r in rows}
-    summary["effective_length"] = effective
     for r in rows:  # the W&B summary carries how much each number rests on, and its interval
         summary.update({f"tokens@{r['length']}": r["tokens"], f"ppl_ci95_low@{r['length']}": r["ci95_low"],
                         f"ppl_ci95_high@{r['length']}": r["ci95_high"]})
     if keys is not None:  # LongPPL beside ppl: null where a length has no key token
         ctx.output.timing("key_tokens_s", keys.seconds)
         for r in rows:
-            summary.update({f"longppl@{r['length']}": r["longppl"], f"key_tokens@{r['length']}": r["key_tokens"]})
+            summary.update({f"longppl@{r['length']}": r["longppl"], f"key_tokens@{r['length']}": r["key_tokens"],
+                            f"longppl_ci95_low@{r['length']}": r["longppl_ci95_low"],
+                            f"longppl_ci95_high@{r['length']}": r["longppl_ci95_high"]})
     bins = _position_bins(position_sum, position_count, cfg.position_bins)
     if bins:
         ctx.output.table("loss_by_position", bins)
     scored = [r for r in rows if r["ppl"] is not None]
-    ctx.output.figure("perplexity_plot", length_figure(
-        [(ctx.title, scored, trained)], "ppl", ylabel="perplexity (band: 95% interval)", logy=True,
-        title=f"Perplexity by length ({cfg.protocol})", band=("ci95_low", "ci95_high")))
     if bins:
         ctx.output.figure("loss_by_position_plot", line_plot(
             {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
@@ -318,13 +326,8 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None)
             vline=trained, vlabel=f"trained {trained}"))
     ctx.output.curve("perplexity", [{k: r[k] for k in ("length", "ppl", "nll", "ci95_low", "ci95_high", "tokens")}
                                     for r in scored])
-    if keys is not None and any(r["longppl"] is not None for r in rows):
-        ctx.output.figure("longppl_plot", length_figure(
-            [(ctx.title, rows, trained)], "longppl", ylabel="LongPPL (band: 95% interval)", logy=True,
-            title=f"LongPPL by length ({cfg.protocol}; key tokens by {keys.label})",
-            band=("longppl_ci95_low", "longppl_ci95_high")))
     ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins,
-                                      "effective_length_reason": reason,
+                                      "excluded_documents": list(excluded),
                                       **({"longppl": keys.describe()} if keys is not None else {}),
                                       **({"max_tokens": max_tokens} if cfg.protocol == "sliding" else {}), **summary})
     return summary

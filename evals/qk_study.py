@@ -365,7 +365,7 @@ def _grid(layers: list[Layer], key: str) -> list[list[float]]:
 @register_eval("qk_study", config=QKStudyConfig, error=QKStudyError, check=check_config, needs=("model", "data", "geometry"))
 def evaluate(cfg, ctx) -> dict:
     """Per layer, head and rotary pair: q/k statistics, score profiles, locality, and the conjecture's claims."""
-    documents = ctx.documents()
+    documents = ctx.documents(count=cfg.document + 1)
     longest = max((len(d.ids) for d in documents), default=0)
     if cfg.document >= len(documents):
         raise QKStudyError(f"eval.document={cfg.document} but the data has {len(documents)} documents (0..{len(documents) - 1})")

@@ -1,23 +1,28 @@
-"""A local comparison report over any number of runs and sweeps (no W&B needed).
+"""A local comparison report over any number of runs and sweeps (no W&B needed), answering the question a
+user comes with: does each strategy keep the model working at each length, against the unscaled model?
 
-    python -m evals.report multirun/2026-11-22/20-30-00 [more dirs ...] [--out DIR]
+    python -m evals.report multirun/2026-11-22/20-30-00 [more dirs ...] [--out DIR] [--tolerance 0.1] [--retained 0.85]
 
-Reads every ``results.json`` under the given directories -- one row per job identity (its key: model,
-weights, data, eval, strategy and its parameters...; a resumed copy of a finished job is the same row),
-lengths in order, failed / interrupted / dead / running jobs listed with their errors -- and writes into
-``--out`` (default: the first directory):
+Reads every results.json under the given directories -- one row per job identity (its key; a resumed copy
+of a finished job is the same row), failed / interrupted / dead / running jobs and unreadable files listed
+with their reasons -- and writes into ``--out`` (default: the first directory):
 
-- ``report.csv`` and ``report.md``: the table; short-context retention of each strategy against the unscaled
-  job of the same model and data (ppl and accuracy at lengths up to the trained context, as LongRoPE2,
-  arXiv 2502.20082, reports it); the agreement between metrics across jobs at each length beyond the
-  trained context (Spearman and Pearson, scipy): does perplexity predict retrieval on this model?
-- ``report_<figure>.png``: ppl vs length per job with its 95% interval band and the trained length;
-  needle/passkey heatmaps side by side on one colour scale; retrieval accuracy vs length; the expected
-  RoPE decay of every strategy in one figure.
-- ``report.html``: all of it in one self-contained page (figures embedded), to open offline.
+- the verdict of every job (evals/core/verdict.py, the rule a job applies at its end): each strategy judged
+  against the unscaled run *comparable* with it -- same model, data content, protocol, documents, tokens
+  scored, stride ... (the job's comparison key, recorded in results.json); a run with no comparable
+  unscaled run is named with what differs, never compared silently; a reference from other code or
+  package versions is used with a note. The thresholds are the runs' own (``verdict.*``) unless given here.
+- ``report.md``, ``report.csv`` (one row per job: measurements, verdicts, what was compared) and
+  ``report_verdict.csv``; short-context retention; the agreement between metrics across strategies beyond
+  the trained context (Spearman and Pearson, scipy).
+- figures (PNG and SVG): each declared metric by length, one line per run in its strategy's colour, with
+  its interval, the trained and target lengths, and a value / unscaled panel with the verdict's limit;
+  retrieval heatmaps on one colour scale; the expected RoPE decay of every strategy.
+- ``report.html``: all of it in one self-contained page (opens offline) with interactive charts.
 
-Also runs at the end of every multirun, through :class:`ReportCallback` (conf/hydra/default.yaml), which
-makes the sweep exit non-zero when a job did not finish.
+It also runs at the end of every multirun (``ReportCallback``, conf/hydra/default.yaml): the verdict table is
+printed, the report is logged to W&B as a run of the sweep's group, and the sweep exits non-zero when one
+of its own jobs did not finish.
 """
 
 from __future__ import annotations
@@ -30,21 +35,28 @@ import io
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
 from .core.cache import atomic_write
-from .core.plots import heatmaps, length_figure, plt
-from .core.retention import retention_of
+from .core.figures import describe, metric_figure, reference_of, rows_of
+from .core.html import SCRIPT as CHART_SCRIPT
+from .core.html import STYLE as CHART_STYLE
+from .core.html import length_chart
+from .core.output import save_figure
+from .core.plots import Curve, heatmaps
 from .core.rundir import read_results, state
+from .core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
 
 RETRIEVAL = ("needle", "passkey")
-FIXED = ["model", "weights", "data", "eval", "strategy", "state"]
+FIXED = ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
 
 
 def load_jobs(dirs) -> list[dict]:
-    """Every results.json under ``dirs`` (each read once), with its directory and current state."""
+    """Every results.json under ``dirs`` (each read once) with its directory and state; a file that cannot be
+    read, or is not a rope_ext result, is kept as an ``unreadable`` entry with the reason."""
     jobs, seen = [], set()
     for root in dirs:
         for path in sorted(Path(root).glob("**/results.json")):
@@ -52,7 +64,9 @@ def load_jobs(dirs) -> list[dict]:
                 continue
             seen.add(path.resolve())
             data = read_results(path)
-            if data is None:
+            if not isinstance(data, dict) or "status" not in data:
+                why = "cannot be read as JSON" if data is None else "is not a rope_ext result (no status)"
+                jobs.append({"dir": path.parent, "state": "unreadable", "error": {"message": f"results.json {why}"}})
                 continue
             data["dir"], data["state"] = path.parent, state(data)
             jobs.append(data)
@@ -75,30 +89,113 @@ def one_per_identity(jobs: list[dict]) -> list[dict]:
     return [*best.values(), *keyless]
 
 
+def _info(job: dict) -> dict:
+    return job.get("job") or {}
+
+
+def _measured(job: dict) -> dict:
+    """The summary as measured: without the keys a stored verdict added (judged again here)."""
+    judged = set(((job.get("verdict") or {}).get("summary") or {}))
+    return {k: v for k, v in (job.get("summary") or {}).items() if k not in judged}
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    found = {}
+    for key, value in tree.items():
+        found.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return found
+
+
+def differences(a: dict, b: dict, eval_name: str) -> list[str]:
+    """What differs between two jobs' compared fields for ``eval_name`` (``eval.documents: 2 vs 1``)."""
+    fa, fb = _flat((a.get("compare") or {}).get(eval_name) or {}), _flat((b.get("compare") or {}).get(eval_name) or {})
+    found = []
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key) != fb.get(key):
+            va, vb = (str(v) if not isinstance(v, str) or len(v) < 40 else v[:12] + "..." for v in (fa.get(key), fb.get(key)))
+            found.append(f"{key}: {va} vs {vb}")
+    return found
+
+
+def criteria_from(jobs: list[dict], tolerance: float | None, retained: float | None) -> dict:
+    """The verdict thresholds: given here, else the ones most of the runs were judged with, else the defaults."""
+    stored = Counter(tuple(sorted(((j.get("verdict") or {}).get("criteria") or {}).items())) for j in jobs if j.get("verdict"))
+    criteria = dict(stored.most_common(1)[0][0]) if stored else dict(DEFAULTS)
+    if tolerance is not None:
+        criteria["tolerance"] = tolerance
+    if retained is not None:
+        criteria["retained"] = retained
+    return criteria
+
+
+def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[int, Reference | None], list[str]]:
+    """({index: verdict}, {index: the reference used}, warnings) for every finished job that declares metrics:
+    each against the comparable unscaled runs among ``jobs``."""
+    unscaled = [j for j in jobs if j["state"] == "done" and _info(j).get("scaling") == "none"]
+    verdicts, references, warnings = {}, {}, []
+    for index, job in enumerate(jobs):
+        info, declared = _info(job), job.get("declared") or {}
+        if job["state"] != "done" or not any(d.get("verdict") for d in declared.values()):
+            continue
+        measured, missing = _measured(job), None
+        if info.get("scaling") == "none":
+            reference = Reference(values={k: v for k, v in measured.items() if isinstance(v, (int, float))},
+                                  sources=["itself"])
+        else:
+            reference = reference_from(unscaled, info.get("compare") or {}, info.get("environment"))
+            if reference is None:
+                missing = _why_not_compared(job, unscaled)
+                if info.get("role") != "reference":
+                    warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({info.get('eval')}, {job['dir']}): {missing}")
+        for note in (reference.notes if reference is not None else []):
+            warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): {note}")
+        verdicts[index] = judge(measured, declared, reference, info.get("trained_context") or 0,
+                                info.get("target_length"), criteria, missing)
+        references[index] = reference
+    return verdicts, references, warnings
+
+
+def _why_not_compared(job: dict, unscaled: list[dict]) -> str:
+    """Why a scaled job has no reference here: no unscaled run of its model and eval, or what differs."""
+    info = _info(job)
+    same_model = [u for u in unscaled if _info(u).get("model_label") == info.get("model_label")
+                  and set(_info(u).get("compare") or {}) & set(info.get("compare") or {})]
+    if not same_model:
+        return "no unscaled run of this model with this eval among the reports' directories: no verdict"
+    other = same_model[0]
+    eval_name = next(iter(set(_info(other).get("compare") or {}) & set(info.get("compare") or {})))
+    diff = differences(job, other, eval_name) or ["their comparison keys differ"]
+    return f"not compared with the unscaled run in {other['dir']}, which measured other things ({'; '.join(diff[:4])})"
+
+
 def _length_key(column: str):
     match = re.search(r"@(\d+)$", column)
     return (column[: match.start()], int(match.group(1))) if match else (column, -1)
 
 
-def job_row(job: dict) -> dict:
-    info, config = job.get("job") or {}, job.get("config") or {}
-    scaling, model = config.get("scaling") or {}, config.get("model") or {}
-    row = {"model": info.get("model_label") or model.get("name"), "weights": info.get("weights") or model.get("weights"),
-           "data": info.get("data") or (config.get("data") or {}).get("name"),
-           "eval": info.get("eval") or (config.get("eval") or {}).get("name"),
-           "strategy": info.get("scaling") or scaling.get("label") or scaling.get("name"), "state": job["state"],
-           "trained": info.get("trained_context")}
-    summary = job.get("summary") or {}
-    if not summary:  # an unfinished run: what it measured before it stopped
+def job_row(job: dict, verdict: dict | None) -> dict:
+    """One job as a table row: who it is, its answer, what it measured (declared metrics by length)."""
+    info, config = _info(job), job.get("config") or {}
+    row = {"model": info.get("model_label") or (config.get("model") or {}).get("name"), "weights": info.get("weights"),
+           "data": info.get("data"), "eval": info.get("eval"), "strategy": info.get("scaling"), "state": job["state"],
+           "target": info.get("target_length"), "trained": info.get("trained_context"), "role": info.get("role", "job")}
+    if verdict is not None:
+        summary = verdict["summary"]
+        row["verdict"] = word(summary.get("verdict")) if summary.get("target_length") else ""
+        row["effective_length"] = summary.get("effective_length")
+        row.update({f"verdict@{r['length']}": word(r["verdict"]) for r in verdict["lengths"]})
+    measured = _measured(job)
+    if not measured and job["state"] != "done":  # an unfinished run: what it measured before it stopped
         by_length = ((job.get("metrics") or {}).get("perplexity") or {}).get("by_length", [])
-        summary = {f"ppl@{r['length']}": r["ppl"] for r in by_length if r.get("documents")}
-    for key, value in summary.items():
-        if "@" in key and isinstance(value, (int, float, type(None))) and not key.startswith(("tokens@", "ppl_ci95")):
+        measured = {f"ppl@{r['length']}": r["ppl"] for r in by_length if r.get("documents")}
+    declared = job.get("declared") or {"ppl": {}}
+    for key, value in measured.items():
+        match = AT.match(key)
+        if match and match.group(1) in declared and isinstance(value, (int, float, type(None))):
             row[key] = value
-    for key in ("effective_length", "needle_max_length_at_threshold", "passkey_max_length_at_threshold",
-                "ruler_effective_length"):
-        if key in summary:
-            row[key] = summary[key]
+    row["compared"] = ",".join(f"{k}:{v[:8]}" for k, v in sorted((info.get("compare") or {}).items()))
     row["elapsed_s"] = (job.get("timings") or {}).get("elapsed_s")
     row["dir"] = str(job["dir"])
     row["key"] = info.get("key")
@@ -106,11 +203,34 @@ def job_row(job: dict) -> dict:
     return row
 
 
+def _varying(jobs: list[dict]) -> dict[int, dict]:
+    """Per job, the compared fields whose values differ between runs of the same model and eval: the
+    columns that say why two rows are not compared."""
+    groups: dict[tuple, list[int]] = {}
+    for index, job in enumerate(jobs):
+        for eval_name in (job.get("compare") or {}):
+            groups.setdefault((_info(job).get("model_label"), eval_name), []).append(index)
+    found: dict[int, dict] = {}
+    for (_, eval_name), members in groups.items():
+        flats = {i: _flat((jobs[i].get("compare") or {}).get(eval_name) or {}) for i in members}
+        keys = set().union(*flats.values())
+        for key in sorted(keys):
+            values = {str(flats[i].get(key)) for i in members}
+            if len(values) > 1:
+                for i in members:
+                    value = flats[i].get(key)
+                    found.setdefault(i, {})[f"{eval_name}:{key}"] = value if not isinstance(value, str) or len(value) < 40 else value[:16] + "..."
+    return found
+
+
 def _columns(rows: list[dict]) -> list[str]:
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    measured = sorted((k for k in keys if "@" in k), key=_length_key)
-    rest = [k for k in keys if k not in FIXED and k not in measured and k not in ("dir", "key", "error", "trained")]
-    return FIXED + measured + rest + ["dir", "key", "error"]
+    verdicts = sorted((k for k in keys if k.startswith("verdict@")), key=_length_key)
+    measured = sorted((k for k in keys if "@" in k and not k.startswith("verdict@")), key=_length_key)
+    tail = ["compared", "elapsed_s", "dir", "key", "error"]
+    rest = [k for k in keys if k not in FIXED and k not in measured and k not in verdicts and k not in tail
+            and k not in ("trained", "role")]
+    return FIXED + verdicts + measured + rest + tail
 
 
 def _fmt(value) -> str:
@@ -123,44 +243,47 @@ def _group(row) -> tuple:
     return row["model"], row["weights"], row["data"], row["eval"]
 
 
-def retention(rows: list[dict]) -> list[dict]:
-    """Each strategy's metrics at lengths <= the trained context relative to the unscaled job of the same
-    model, weights, data and eval: ppl_none / ppl and acc / acc_none (1 = nothing lost)."""
-    baselines = {_group(r): r for r in rows if r["strategy"] == "none" and r["state"] == "done"}
+def retention(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
+    """Each strategy's metrics at lengths up to the trained context relative to its comparable unscaled run
+    (evals/core/verdict.py's rule: 1 = nothing lost)."""
     found = []
-    for row in rows:
-        base = baselines.get(_group(row))
-        if row["strategy"] == "none" or row["state"] != "done" or base is None:
+    for index, verdict in verdicts.items():
+        info = _info(jobs[index])
+        if info.get("scaling") == "none":
             continue
-        out = {"model": row["model"], "data": row["data"], "eval": row["eval"], "strategy": row["strategy"],
-               **retention_of(row, base, row["trained"])}
-        if len(out) > 4:
-            found.append(out)
+        kept = {k: v for k, v in verdict["summary"].items() if "_retention@" in k}
+        if kept:
+            found.append({"model": info.get("model_label"), "data": info.get("data"), "eval": info.get("eval"),
+                          "strategy": info.get("scaling"), **kept})
     return found
 
 
-AGREEMENT = ("ppl", "longppl", "needle_acc", "passkey_acc", "ruler", "needle_nll")
-
-
-def agreement(rows: list[dict]) -> list[dict]:
+def agreement(jobs: list[dict]) -> list[dict]:
     """Across finished jobs (same model, weights, data), at each length beyond the trained context: the
-    Spearman and Pearson correlation between every two metrics measured there by at least three jobs."""
+    Spearman and Pearson correlation between every two declared quality metrics measured there by at least
+    three strategies. Does perplexity rank strategies the way retrieval does on this model?"""
     from scipy import stats
 
     found = []
     by_group: dict[tuple, list[dict]] = {}
-    for row in rows:
-        if row["state"] == "done":
-            by_group.setdefault((row["model"], row["weights"], row["data"]), []).append(row)
-    for (model, weights, data), members in by_group.items():
+    for job in jobs:
+        if job["state"] == "done" and job.get("declared"):
+            info = _info(job)
+            by_group.setdefault((info.get("model_label"), info.get("weights"), info.get("data")), []).append(job)
+    for (model, _, data), members in by_group.items():
         merged: dict[str, dict[str, float]] = {}  # strategy -> metric@L -> value (a suite's evals merge)
-        for row in members:
-            merged.setdefault(row["strategy"], {}).update(
-                {k: v for k, v in row.items() if "@" in k and isinstance(v, (int, float)) and v is not None})
-        trained = max((r["trained"] or 0) for r in members)
+        names: list[str] = []
+        for job in members:
+            declared = job["declared"]
+            names += [m for m, d in declared.items() if d.get("verdict") or d.get("lower_is_better")]
+            merged.setdefault(_info(job).get("scaling"), {}).update(
+                {k: v for k, v in _measured(job).items() if AT.match(k) and AT.match(k).group(1) in declared
+                 and isinstance(v, (int, float)) and not isinstance(v, bool)})
+        trained = max((_info(j).get("trained_context") or 0) for j in members)
+        names = list(dict.fromkeys(names))
         lengths = sorted({int(k.split("@")[1]) for m in merged.values() for k in m if int(k.split("@")[1]) > trained})
         for L in lengths:
-            present = [m for m in AGREEMENT if sum(f"{m}@{L}" in v for v in merged.values()) >= 3]
+            present = [m for m in names if sum(f"{m}@{L}" in v for v in merged.values()) >= 3]
             for i, a in enumerate(present):
                 for b in present[i + 1:]:
                     pairs = [(v[f"{a}@{L}"], v[f"{b}@{L}"]) for v in merged.values() if f"{a}@{L}" in v and f"{b}@{L}" in v]
@@ -174,42 +297,99 @@ def agreement(rows: list[dict]) -> list[dict]:
     return found
 
 
+def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
+    """The answer table: one row per judged job (reference runs left out), lengths as columns."""
+    rows = []
+    for index, verdict in verdicts.items():
+        info = _info(jobs[index])
+        if info.get("role", "job") != "job":
+            continue
+        summary = verdict["summary"]
+        rows.append({"model": info.get("model_label"), "data": info.get("data"), "eval": info.get("eval"),
+                     "strategy": info.get("scaling"), "trained": verdict["trained"], "target": verdict["target"],
+                     "verdicts": {r["length"]: r["verdict"] for r in verdict["lengths"]},
+                     "reasons": {r["length"]: r["reason"] for r in verdict["lengths"]},
+                     "verdict": summary.get("verdict"), "effective_length": summary.get("effective_length"),
+                     "reference": ", ".join((verdict.get("reference") or {}).get("sources") or []) or verdict.get("missing") or ""})
+    return sorted(rows, key=lambda r: (str(r["model"]), str(r["data"]), str(r["eval"]), r["strategy"] != "none", str(r["strategy"])))
+
+
+def verdict_text(rows: list[dict]) -> list[str]:
+    """The verdict tables as printed at the end of a sweep (one per model, data and eval)."""
+    lines = []
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["data"], row["eval"]), []).append(row)
+    for (model, data, eval_name), members in groups.items():
+        lines += ["", f"verdict: {model}, {eval_name} on {data} -- does each strategy keep the model working at each "
+                      f"length? (against the unscaled model on the same tokens)", *format_table(members, members[0]["trained"])]
+    return lines
+
+
 def _label(job: dict, jobs: list[dict]) -> str:
     """The strategy and model; the directory when two jobs would read the same."""
-    info = job.get("job") or {}
+    info = _info(job)
     label = f"{info.get('model_label')} {info.get('scaling')}"
-    twins = [j for j in jobs if f"{(j.get('job') or {}).get('model_label')} {(j.get('job') or {}).get('scaling')}" == label]
+    twins = [j for j in jobs if f"{_info(j).get('model_label')} {_info(j).get('scaling')}" == label]
     return label if len(twins) == 1 else f"{label} ({job['dir'].name})"
 
 
-def perplexity_figure(jobs: list[dict]):
-    curves = [(_label(job, jobs), ((job.get("metrics") or {}).get("perplexity") or {}).get("by_length", []),
-               (job.get("job") or {}).get("trained_context")) for job in jobs]
-    curves = [c for c in curves if any(r.get("ppl") is not None for r in c[1])]
-    return length_figure(curves, "ppl", ylabel="perplexity (band: 95% interval)", title="Perplexity by length",
-                         band=("ci95_low", "ci95_high"), logy=True) if curves else None
+def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria: dict) -> tuple[dict, list[str]]:
+    """({name: figure}, [interactive chart HTML]) -- each declared metric by length, one figure per model and
+    comparison key (runs that measured other things are never drawn as if comparable)."""
+    groups: dict[tuple, list[int]] = {}
+    for index in verdicts:
+        job = jobs[index]
+        info = _info(job)
+        if info.get("role", "job") != "job":
+            continue
+        for name, metric in (job.get("declared") or {}).items():
+            if rows_of(_measured(job), name):
+                key = (name, info.get("model_label"), (info.get("compare") or {}).get(metric.get("eval")))
+                groups.setdefault(key, []).append(index)
+    figures, charts = {}, []
+    counts: Counter = Counter()
+    for (name, model, _), members in groups.items():
+        first = jobs[members[0]]
+        metric = first["declared"][name]
+        trained = _info(first).get("trained_context")
+        targets = {_info(jobs[i]).get("target_length") for i in members}
+        target = targets.pop() if len(targets) == 1 else None
+        curves = []
+        for i in members:
+            rows = rows_of(_measured(jobs[i]), name)
+            curves.append(Curve(_label(jobs[i], [jobs[m] for m in members]), (jobs[i].get("config") or {}).get("scaling", {}).get("name", "none"),
+                                rows, reference_of(references.get(i), name, [r["length"] for r in rows], trained)))
+        subtitle = describe({metric.get("eval"): (first.get("compare") or {}).get(metric.get("eval")) or {}})
+        title = f"{metric['label']} by length: {model}\n{subtitle}"
+        counts[name] += 1
+        figure_name = f"{name}_by_length" + (f"_{counts[name]}" if counts[name] > 1 else "")
+        figures[figure_name] = metric_figure(metric, curves, trained=trained, target=target, criteria=criteria, title=title)
+        charts.append(length_chart(title.replace("\n", " -- "), [
+            {"label": c.label, "strategy": c.strategy,
+             "points": [(r["length"], r["value"], r.get("ci95_low"), r.get("ci95_high")) for r in c.rows]} for c in curves],
+            ylabel=metric["label"], log=bool(metric.get("log")), trained=trained, target=target,
+            bounds=metric.get("bounds")))
+    return figures, charts
 
 
 def retrieval_figures(jobs: list[dict]) -> dict:
-    """Per task: heatmaps side by side on one colour scale, and accuracy against length."""
+    """Per task: heatmaps side by side on one colour scale, with the trials behind each cell."""
     figures = {}
     for task in RETRIEVAL:
-        panels, curves = [], []
+        panels, trials = [], set()
         for job in jobs:
             metrics = (job.get("metrics") or {}).get(task) or {}
             cells = metrics.get("cells")
-            if not cells:
+            if not cells or _info(job).get("role", "job") != "job":
                 continue
             lengths, depths = sorted({c["length"] for c in cells}), sorted({c["depth"] for c in cells})
             value = {(c["length"], c["depth"]): c["accuracy"] for c in cells}
+            trials |= {c.get("trials") for c in cells if c.get("trials")}
             grid = [[float("nan") if value.get((L, d)) is None else value[(L, d)] for L in lengths] for d in depths]
-            trained = (job.get("job") or {}).get("trained_context")
-            panels.append((_label(job, jobs), grid, lengths, depths, trained))
-            curves.append((_label(job, jobs), metrics.get("by_length", []), trained))
+            panels.append((_label(job, jobs), grid, lengths, depths, _info(job).get("trained_context")))
         if panels:
-            figures[f"{task}_heatmaps"] = heatmaps(panels)
-            figures[f"{task}_accuracy"] = length_figure(curves, "accuracy", ylabel="accuracy", ylim=(-0.05, 1.05),
-                                                        title=f"{task}: accuracy by length")
+            figures[f"{task}_heatmaps"] = heatmaps(panels, trials=trials.pop() if len(trials) == 1 else None)
     return figures
 
 
@@ -229,51 +409,87 @@ def decay_figure(jobs: list[dict]):
     return draw(curves, vectors, trained, target, "Expected RoPE decay, every strategy") if curves else None
 
 
-def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
 def _md_table(rows: list[dict], columns: list[str]) -> list[str]:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     return lines + ["| " + " | ".join(_fmt(r.get(c)).replace("|", "/") for c in columns) + " |" for r in rows]
 
 
-def _html_table(rows: list[dict], columns: list[str]) -> str:
+def _html_table(rows: list[dict], columns: list[str], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
         f"<tr class=\"{html.escape(str(r.get('state', 'done')))}\">" + "".join(
-            f"<td>{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<td class=\"{_cell_class(r.get(c))}\">{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
+    return f"<div class=\"scroll\"><table class=\"{cls}\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
-STYLE = """body{font-family:system-ui,sans-serif;margin:24px;color:#222} table{border-collapse:collapse;margin:8px 0 24px;
-font-size:12px} th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap} th{background:#f0f0f0}
-td:nth-child(-n+6){text-align:left} tr.failed,tr.dead,tr.interrupted{background:#fde2e2} tr.running{background:#fff6d6}
-img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px} h2{margin-top:28px} .note{color:#666;font-size:12px}"""
+def _cell_class(value) -> str:
+    return {"yes": "yes", "NO": "no", "?": "unknown"}.get(value, "") if isinstance(value, str) else ""
 
 
-def write_report(dirs, out: Path | None = None) -> list[Path]:
+STYLE = """body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
+.scroll{overflow-x:auto;max-width:100%;margin:8px 0 20px} table{border-collapse:collapse;font-size:12px}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap} th{background:#f0f0f0;position:sticky;top:0}
+td:first-child,th:first-child{position:sticky;left:0;background:#fafafa;text-align:left}
+tr.failed td,tr.dead td,tr.interrupted td,tr.unreadable td{background:#fde2e2} tr.running td{background:#fff6d6}
+td.yes{background:#dff3df;color:#14601a;font-weight:600} td.no{background:#fbdcdc;color:#9b1c1c;font-weight:600}
+td.unknown{background:#eee;color:#666} img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px} h2{margin-top:28px}
+.note{color:#555;font-size:13px;max-width:1100px} .warn{background:#fff4e5;border:1px solid #f0b070;padding:8px 12px;
+font-size:13px} .warn li{margin:3px 0}""" + CHART_STYLE
+
+
+def write_report(dirs, out: Path | None = None, tolerance: float | None = None, retained: float | None = None,
+                 print_verdict: bool = False) -> list[Path]:
     dirs = [Path(d) for d in dirs]
     out = Path(out or dirs[0])
-    jobs = one_per_identity(load_jobs(dirs))
-    if not jobs:
-        raise FileNotFoundError(f"no results.json under {', '.join(map(str, dirs))}")
-    pairs = sorted(((job_row(job), job) for job in jobs),  # by model, weights, data, eval; the unscaled job first
-                   key=lambda p: (tuple(map(str, _group(p[0]))), p[0]["strategy"] != "none", str(p[0]["strategy"])))
-    rows, jobs = [p[0] for p in pairs], [p[1] for p in pairs]
+    loaded = load_jobs(dirs)
+    jobs = one_per_identity(loaded)
+    if not [j for j in jobs if j["state"] != "unreadable"]:
+        unreadable = [str(j["dir"]) for j in jobs]
+        raise FileNotFoundError(f"no results.json under {', '.join(map(str, dirs))}"
+                                + (f" (unreadable: {', '.join(unreadable)})" if unreadable else ""))
+    jobs = sorted(jobs, key=lambda j: (str(_info(j).get("model_label")), str(_info(j).get("weights")), str(_info(j).get("data")),
+                                        str(_info(j).get("eval")), _info(j).get("scaling") != "none", str(_info(j).get("scaling"))))
+    criteria = criteria_from(jobs, tolerance, retained)
+    verdicts, references, warnings = judge_all(jobs, criteria)
+    varying = _varying(jobs)
+    rows = [{**job_row(job, verdicts.get(i)), **varying.get(i, {})} for i, job in enumerate(jobs)]
     columns = _columns(rows)
     out.mkdir(parents=True, exist_ok=True)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    written = [out / "report.csv", out / "report.md", out / "report.html"]
-    atomic_write(written[0], buffer.getvalue())
+    answer = verdict_rows(jobs, verdicts)
+    written = [out / "report.csv", out / "report.md", out / "report.html", out / "report_verdict.csv"]
+    atomic_write(written[0], _csv(rows, columns))
+    lengths = sorted({L for r in answer for L in r["verdicts"]})
+    flat_answer = [{**{k: r[k] for k in ("model", "data", "eval", "strategy", "trained", "target")},
+                    **{f"verdict@{L}": word(r["verdicts"][L]) if L in r["verdicts"] else "" for L in lengths},
+                    "verdict": word(r["verdict"]) if r["target"] else "", "effective_length": r["effective_length"],
+                    "reference": r["reference"]} for r in answer]
+    atomic_write(written[3], _csv(flat_answer, list(flat_answer[0]) if flat_answer else ["model"]))
+    if print_verdict and answer:
+        print("\n".join(verdict_text(answer)))
+        for warning in warnings:
+            print(f"warning: {warning}")
 
-    kept, sections_md, sections_html = retention(rows), [], []
+    sections_md, sections_html = [], []
+    if warnings:
+        sections_md += ["", "## Warnings: what could not be compared", "", *[f"- {w}" for w in warnings]]
+        sections_html.append("<h2>Warnings: what could not be compared</h2><div class=warn><ul>"
+                             + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
+    if answer:
+        cols = list(flat_answer[0])
+        explain = (f"Each strategy at each length against the unscaled model on the same tokens: lower-is-better "
+                   f"metrics (ppl, LongPPL) at most {1 + criteria['tolerance']:g} x the unscaled value (at the same length "
+                   f"up to the trained context, at the trained context beyond it), higher-is-better ones (retrieval, "
+                   f"RULER) at least {criteria['retained']:g} x; beyond the trained context the short-context checks "
+                   f"must hold too. verdict = the answer at the target length; effective_length = the largest length "
+                   f"up to which every answer is yes. ? = a reference or a length is missing (see the reason).")
+        sections_md += ["", "## Verdict: does each strategy keep the model working?", "", explain, "",
+                        *_md_table(flat_answer, cols)]
+        reasons = "".join(f"<li><b>{html.escape(str(r['strategy']))}</b> ({html.escape(str(r['eval']))}) at {L}: "
+                          f"{html.escape(r['reasons'][L])}</li>" for r in answer for L in sorted(r["reasons"])
+                          if r["verdicts"][L] is not True)
+        sections_html.append(f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"
+                             f"</p>{_html_table(flat_answer, cols, 'verdict')}"
+                             + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
     failed = [r for r in rows if r["state"] != "done"]
     if failed:
         sections_md += ["", f"## Not finished: {len(failed)} of {len(rows)} jobs", ""]
@@ -281,70 +497,131 @@ def write_report(dirs, out: Path | None = None) -> list[Path]:
         sections_html.append(f"<h2>Not finished: {len(failed)} of {len(rows)} jobs</h2><ul>" + "".join(
             f"<li><b>{html.escape(r['state'])}</b>: {html.escape(r['dir'])}: {html.escape(r['error'] or '(no error recorded)')}</li>"
             for r in failed) + "</ul>")
+    kept = retention(jobs, verdicts)
     if kept:
         cols = list(dict.fromkeys(k for r in kept for k in r))
         cols = cols[:4] + sorted(cols[4:], key=_length_key)
-        sections_md += ["", "## Short-context retention (vs the unscaled job; 1 = nothing lost)", "", *_md_table(kept, cols)]
+        sections_md += ["", "## Short-context retention (vs the comparable unscaled run; 1 = nothing lost)", "",
+                        *_md_table(kept, cols)]
         sections_html.append("<h2>Short-context retention</h2><p class=note>Each strategy at lengths up to the trained "
-                             "context relative to the unscaled job of the same model and data (ppl: none/strategy; "
-                             "accuracy: strategy/none); 1 = nothing lost.</p>" + _html_table(kept, cols))
-    agree = agreement(rows)
+                             "context relative to the comparable unscaled run (lower-is-better metrics: unscaled/strategy; "
+                             "accuracies and scores: strategy/unscaled); 1 = nothing lost.</p>" + _html_table(kept, cols))
+    agree = agreement(jobs)
     if agree:
         cols = list(agree[0])
         sections_md += ["", "## Agreement between metrics beyond the trained context", "", *_md_table(agree, cols)]
         sections_html.append("<h2>Agreement between metrics beyond the trained context</h2><p class=note>Across the "
                              "jobs of one model and data, at each length: does perplexity rank strategies like "
                              "retrieval does?</p>" + _html_table(agree, cols))
-    figures = {"perplexity": perplexity_figure(jobs), **retrieval_figures(jobs), "decay": decay_figure(jobs)}
+    figures, charts = metric_figures(jobs, verdicts, references, criteria)
+    figures.update(retrieval_figures(jobs))
+    decay = decay_figure(jobs)
+    if decay is not None:
+        figures["decay"] = decay
     images = {}
     for name, fig in figures.items():
-        if fig is not None:
-            images[name] = _png(fig)
-            written.append(out / f"report_{name}.png")
-            atomic_write(written[-1], images[name])
+        for suffix, data in save_figure(fig, dpi=110).items():
+            path = out / f"report_{name}.{suffix}"
+            atomic_write(path, data)
+            written.append(path)
+            if suffix == "png":
+                images[name] = data
     title = f"rope_ext report: {', '.join(map(str, dirs))}"
-    md = [f"# {title}", "", *_md_table(rows, columns), *sections_md, "", *[f"![{n}](report_{n}.png)" for n in images]]
+    md = [f"# {title}", "", f"{len(rows)} jobs; one row per job identity.", *sections_md, "", "## Jobs", "",
+          *_md_table(rows, columns), "", *[f"![{n}](report_{n}.png)" for n in images]]
     atomic_write(written[1], "\n".join(md) + "\n")
-    page = [f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{STYLE}</style>"
-            f"</head><body><h1>{html.escape(title)}</h1><p class=note>{len(rows)} jobs; one row per job identity; lengths "
-            "in order.</p>", _html_table(rows, columns), *sections_html, "<h2>Figures</h2>"]
+    page = [f"<!doctype html><html><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p class=note>{len(rows)} jobs; one row per job identity; lengths in order.</p>", *sections_html]
+    if charts:
+        page += ["<h2>By length (interactive: click a legend entry to hide or show a run, hover a point)</h2>", *charts]
+    page += ["<h2>Jobs</h2>", _html_table(rows, columns, "jobs"), "<h2>Figures</h2>"]
     page += [f"<figure><img alt=\"{n}\" src=\"data:image/png;base64,{base64.b64encode(data).decode()}\">"
-             f"<figcaption>{n}</figcaption></figure>" for n, data in images.items()]
-    atomic_write(written[2], "\n".join(page) + "</body></html>\n")
+             f"<figcaption>{n} (report_{n}.svg beside this page)</figcaption></figure>" for n, data in images.items()]
+    atomic_write(written[2], "\n".join(page) + CHART_SCRIPT + "</body></html>\n")
     return written
 
 
+def _csv(rows: list[dict], columns: list[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
 class ReportCallback(Callback):
-    """Hydra callback: write the report when a multirun ends, and make the sweep exit non-zero (1) when
-    any of its jobs did not finish -- after every job has run."""
+    """Hydra callback: when a multirun ends, write the report, print the verdict table, log the report to W&B
+    as a run of the sweep's group, and make the sweep exit non-zero (1) when any of its own jobs did not
+    finish -- after every job has run."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
-            for path in write_report([sweep_dir]):
-                print(f"report: {path}")
+            written = write_report([sweep_dir], print_verdict=True)
         except FileNotFoundError as err:
             print(f"report: {err}")
             return
-        failed = [j for j in load_jobs([sweep_dir]) if j["state"] != "done"]
+        for path in written:
+            if path.suffix != ".svg":
+                print(f"report: {path}")
+        log_report(config, sweep_dir, written)
+        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable")]
         if failed:
             print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
                   file=sys.stderr)
             raise SystemExit(1)
 
 
+def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
+    """The sweep's report as one W&B run of the sweep's group (job type ``report``): the verdict and job tables,
+    the figures, and report.html as an artifact."""
+    from .core.tracking import Tracker, sweep_group
+
+    logger = config.get("logger")
+    if logger is None or logger.get("name") == "none":
+        return
+    tracker = Tracker(logger, {"sweep_dir": str(sweep_dir)}, sweep_dir, f"report-{sweep_dir.name}", sweep_group(sweep_dir),
+                      tags=["report"], job_type="report")
+    if tracker.run is None:
+        return
+    by_name = {p.name: p for p in written}
+    for name in ("report_verdict.csv", "report.csv"):
+        if name in by_name:
+            with open(by_name[name]) as handle:
+                rows = list(csv.DictReader(handle))
+            tracker.table(name.removesuffix(".csv"), rows)
+            if name == "report_verdict.csv":  # the answer per strategy, as summary columns of the group's runs table
+                tracker.summary({f"verdict/{r['eval']}/{r['strategy']}": r["verdict"] for r in rows if r.get("verdict")})
+    for path in written:
+        if path.suffix == ".png":
+            tracker.image(path.stem, path)
+    if "report.html" in by_name:
+        tracker.artifact(by_name["report.html"], f"report-{sweep_dir.name}")
+    tracker.finish(0)
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evals.report", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m evals.report", description=__doc__.replace("``", ""),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="where to write the report (default: the first directory)")
+    parser.add_argument("--tolerance", type=float, help="lower-is-better metrics pass at most (1 + this) x the unscaled value")
+    parser.add_argument("--retained", type=float, help="higher-is-better metrics pass at least this x the unscaled value")
     args = parser.parse_args(argv)
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out} is a file; give a directory to write the report into", file=sys.stderr)
+        return 2
+    for name, value, ok in (("--tolerance", args.tolerance, lambda v: v >= 0), ("--retained", args.retained, lambda v: 0 < v <= 1)):
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            print(f"error: {name}={value} is out of range (--tolerance >= 0, 0 < --retained <= 1)", file=sys.stderr)
+            return 2
     try:
-        for path in write_report(args.dirs, args.out):
+        for path in write_report(args.dirs, args.out, args.tolerance, args.retained, print_verdict=True):
             print(path)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)

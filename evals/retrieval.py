@@ -23,16 +23,18 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import List
+from typing import Any, List
 
 import torch
 from transformers import DynamicCache
 
+from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.plots import heatmap
 from .core.progress import progress
-from .core.registry import register_eval
+from .core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
+from .stats import wilson_interval
 from .scoring import free_memory, is_out_of_memory, warn_if_too_large
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,7 @@ class RetrievalConfig:
     preamble: str = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
                      "I will quiz you about the numbers afterwards.\n")
     snap_tokens: int = option(32, minimum=0)  # move a needle back to a sentence start at most this far (0: exact)
-    lengths: List[int] = option([1024, 4096, 8192], minimum=1, nonempty=True)  # total prompt tokens
+    lengths: List[Any] = context_lengths([1024, 4096, 8192])  # total prompt tokens, or multiples of the trained context (2x)
     depths: List[float] = option([0.1, 0.5, 0.9], minimum=0, maximum=1, nonempty=True)  # needle position in the haystack
     trials: int = option(2, minimum=1)  # per cell, each with its own random key(s)
     seed: int = 0
@@ -67,10 +69,10 @@ class RetrievalConfig:
     match: str = option("substring", choices=("substring", "exact"))  # exact: the key as a whole number
     max_new_tokens: int = option(12, minimum=1)
     chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
-    prefix_sharing: bool = True  # reuse the KV cache of the shared haystack prefix
-    prefill_chunk: int = option(1024, minimum=1)  # tokens per forward when extending a cached prefix
-    threshold: float = option(0.9, minimum=0, maximum=1)  # the largest length with accuracy >= threshold
-    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: <metric>_retention@L
+    prefix_sharing: bool = option(True, compare=False)  # reuse the KV cache of the shared haystack prefix
+    prefill_chunk: int = option(1024, minimum=1, compare=False)  # tokens per forward when extending a cached prefix
+    threshold: float = option(0.9, minimum=0, maximum=1, compare=False)  # the largest length with accuracy >= threshold
+    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
 
 
 def check_config(cfg, job=None) -> None:
@@ -182,7 +184,7 @@ def _score(cfg, scorer, tokenizer, prompt) -> dict:
 def evaluate(cfg, ctx) -> dict:
     """The lengths x depths x trials grid: greedy and/or teacher-forced retrieval of hidden keys."""
     tokenizer = ctx.tokenizer()
-    documents = ctx.documents() if cfg.haystack == "corpus" else []
+    documents = ctx.documents(count=1) if cfg.haystack == "corpus" else []  # the haystack is the first document
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))
     prompts = [builder.build(L, d, t) for L in sorted(cfg.lengths) for d in cfg.depths for t in range(cfg.trials)]
     dynamic = ctx.scaling.dynamic
@@ -230,13 +232,19 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     ctx.output.table(f"{cfg.name}_cells", cells)
     by_length, curve = {}, []
     for L in lengths:
-        done = [c["accuracy"] for c in cells if c["length"] == L and c["accuracy"] is not None]
-        by_length[L] = sum(done) / len(done) if done and L not in oom else None
+        trials = [float(r[score_key]) for r in records if r["length"] == L]
+        by_length[L] = sum(trials) / len(trials) if trials and L not in oom else None
+        interval = wilson_interval(sum(trials), len(trials)) if by_length[L] is not None else None
         scored = [r for r in records if r["length"] == L and "tf_logprob" in r]
         nll = -sum(r["tf_logprob"] for r in scored) / sum(r["tf_tokens"] for r in scored) if scored else None
-        curve.append({"length": L, "accuracy": by_length[L], "answer_nll": nll, "oom": L in oom})
+        curve.append({"length": L, "accuracy": by_length[L], "trials": len(trials), "answer_nll": nll, "oom": L in oom,
+                      "ci95_low": interval and interval[0], "ci95_high": interval and interval[1]})
     passing = [L for L, acc in by_length.items() if acc is not None and acc >= cfg.threshold]
     summary = {f"{cfg.name}_acc@{L}": acc for L, acc in by_length.items()}
+    for row in curve:  # what each accuracy rests on, and its binomial interval
+        summary.update({f"{cfg.name}_trials@{row['length']}": row["trials"],
+                        f"{cfg.name}_acc_ci95_low@{row['length']}": row["ci95_low"],
+                        f"{cfg.name}_acc_ci95_high@{row['length']}": row["ci95_high"]})
     if cfg.scoring in ("teacher_forced", "both"):
         summary.update({f"{cfg.name}_nll@{row['length']}": row["answer_nll"] for row in curve})
     measured = [a for a in by_length.values() if a is not None]
@@ -255,5 +263,12 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     return summary
 
 
+def _metrics(cfg) -> tuple[Metric, ...]:
+    return (Metric(f"{cfg.name}_acc", verdict=True, count=f"{cfg.name}_trials", interval=True, label=f"{cfg.name} accuracy",
+                   bounds=(0, 1)),
+            Metric(f"{cfg.name}_nll", lower_is_better=True, count=f"{cfg.name}_trials", label=f"{cfg.name} answer NLL"))
+
+
 for _name in ("needle", "passkey"):
-    register_eval(_name, config=RetrievalConfig, error=HaystackError, check=check_config, needs=_needs)(evaluate)
+    register_eval(_name, config=RetrievalConfig, error=HaystackError, check=check_config, needs=_needs,
+                  metrics=_metrics)(evaluate)

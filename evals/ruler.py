@@ -18,13 +18,15 @@ from __future__ import annotations
 import difflib
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, List, Optional
 
+from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
 from .core.models import hub_reachable
 from .core.plots import task_heatmap
-from .core.registry import register_eval
+from .core.registry import Metric, register_eval
+from .stats import wilson_interval
 from .lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
 
 # below these lengths lm-eval's generators cannot build a prompt (vt: its one-shot example alone is ~500
@@ -45,16 +47,16 @@ class RulerConfig:
 
     name: str = "ruler"
     tasks: Optional[List[str]] = None  # null: the 11 synthetic tasks (qa_squad, qa_hotpot only when named)
-    lengths: List[int] = option([1024, 2048, 4096], minimum=DEFAULT_MIN_LENGTH, nonempty=True)  # incl. generated tokens
+    lengths: List[Any] = context_lengths([1024, 2048, 4096], minimum=DEFAULT_MIN_LENGTH)  # incl. generated tokens; or 2x
     limit: int = option(5, minimum=1)  # samples per task and length (RULER: 500)
-    threshold: float = option(85.6, minimum=0, maximum=100)  # effective length: average >= this (RULER: 85.6)
-    relative_threshold: float = option(0.85, above=0, maximum=1)  # ... >= this x the shortest length's (NoLiMa)
+    threshold: float = option(85.6, minimum=0, maximum=100, compare=False)  # effective length: average >= this (RULER: 85.6)
+    relative_threshold: float = option(0.85, above=0, maximum=1, compare=False)  # ... >= this x the shortest length's (NoLiMa)
     apply_chat_template: bool = False  # wrap prompts in the tokenizer's chat template (instruct models)
     system_instruction: Optional[str] = None
     seed: int = 42  # set before each task and length is generated (RULER's)
-    batch_size: int = option(1, minimum=1)
+    batch_size: int = option(1, minimum=1, compare=False)
     max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest length + 128
-    baseline: bool = False  # a scaled job first runs unscaled at lengths <= trained context: ruler_retention@L
+    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
 
 
 def selected(cfg) -> list[str]:
@@ -111,7 +113,9 @@ def scores_from_samples(samples: dict[str, list[dict]]) -> dict[str, dict[int, l
     return found
 
 
-@register_eval("ruler", config=RulerConfig, error=RulerError, check=check_config, needs=_needs)
+@register_eval("ruler", config=RulerConfig, error=RulerError, check=check_config, needs=_needs,
+               metrics=(Metric("ruler", verdict=True, count="ruler_samples", interval=True, label="RULER average",
+                               bounds=(0, 100)),))
 def evaluate(cfg, ctx) -> dict:
     """RULER's synthetic tasks (lm-eval's generators and scoring, our corpus as the essay haystack) per length."""
     from omegaconf import OmegaConf
@@ -156,6 +160,11 @@ def evaluate(cfg, ctx) -> dict:
     shortest = averages[lengths[0]]
     relative = cfg.relative_threshold * shortest if shortest else None
     summary = {f"ruler@{L}": avg for L, avg in averages.items()}
+    for L in lengths:  # what each average rests on, and a binomial interval over its pooled samples
+        pooled = [s for task in tasks for s in scores.get(task, {}).get(L, [])]
+        interval = wilson_interval(sum(pooled) / 100, len(pooled))
+        summary.update({f"ruler_samples@{L}": len(pooled), f"ruler_ci95_low@{L}": interval and 100 * interval[0],
+                        f"ruler_ci95_high@{L}": interval and 100 * interval[1]})
     summary["ruler_effective_length"] = effective_length(averages, cfg.threshold)
     summary["ruler_effective_length_relative"] = effective_length(averages, relative) if relative else None
     summary["ruler_seconds"] = round(seconds, 2)
@@ -171,7 +180,9 @@ def evaluate(cfg, ctx) -> dict:
     ctx.output.curve("ruler", curve)
     ctx.output.metrics("ruler", {**summary, "tasks": tasks, "skipped": skipped, "threshold": cfg.threshold,
                                  "relative_threshold_score": relative, "max_length": max_length, "cells": cells,
-                                 "by_length": [{"length": L, "average": averages[L]} for L in lengths],
+                                 "by_length": [{"length": L, "average": averages[L], "samples": summary[f"ruler_samples@{L}"],
+                                                "ci95_low": summary[f"ruler_ci95_low@{L}"],
+                                                "ci95_high": summary[f"ruler_ci95_high@{L}"]} for L in lengths],
                                  "lm_eval_results": output.get("results"),
                                  "lm_eval_version": (output.get("lm_eval_version") or None)})
     return summary

@@ -2,7 +2,8 @@
 
 Its schema is derived from the registry (one field per registered eval, each composed from that eval's
 YAML), so a new eval is a suite option without an edit here: ``eval=suite eval.run=[perplexity,needle]
-eval.needle.lengths=[4096]``.
+eval.needle.lengths=[4096]``. The job treats each member as a part of its own: options, lengths, checks,
+declared metrics and the comparison with a reference are those of the member.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ from dataclasses import dataclass, field
 from typing import List
 
 from .core.errors import ConfigError
-from .core.config import check_options
-from .core.job import with_eval
 from .core.registry import EVALS, register_eval
 
 
@@ -24,26 +23,23 @@ class SuiteOptions:
     run: List[str] = field(default_factory=lambda: ["perplexity", "needle"])
 
 
-def check_suite(cfg, job) -> None:
+def members(cfg) -> list[tuple[str, object]]:
+    """(eval name, its config) for each eval of ``eval.run``; an unknown one is a ConfigError."""
     valid = [name for name in EVALS if name != "suite" and cfg.get(name) is not None]
     unknown = [name for name in cfg.run if name not in valid]
     if unknown or not cfg.run:
         raise ConfigError(f"eval.run={list(cfg.run)} has unknown {unknown or 'nothing'}; valid: {', '.join(valid)}")
-    for name in cfg.run:
-        spec = EVALS[name]
-        check_options(cfg[name], spec.config, f"eval.{name}")
-        if spec.check:
-            spec.check(cfg[name], with_eval(job, spec, cfg[name]))
+    return [(name, cfg[name]) for name in dict.fromkeys(cfg.run)]
 
 
 def _needs(cfg) -> frozenset:
-    return frozenset().union(*(EVALS[name].needs_for(cfg[name]) for name in cfg.run if name in EVALS and cfg.get(name)))
+    return frozenset().union(*(EVALS[name].needs_for(part) for name, part in members(cfg)))
 
 
-@register_eval("suite", config=SuiteOptions, error=ConfigError, check=check_suite, needs=_needs)
+@register_eval("suite", config=SuiteOptions, error=ConfigError, needs=_needs, parts=members)
 def suite(cfg, ctx) -> dict:
     """Run the evals named in ``eval.run`` on the same patched model; their summaries merged."""
     summary = {}
-    for name in cfg.run:
-        summary.update(EVALS[name].run(cfg[name], ctx))
+    for name, part in members(cfg):
+        summary.update(EVALS[name].run(part, ctx))
     return summary

@@ -522,6 +522,14 @@ class Scaling:
             return any(stage.scales_query for stage in self.params["stages"])
         return self.strategy.kind == "query"
 
+    @property
+    def factor(self) -> float | None:
+        """The extension factor s it declares (target length / trained length): its ``factor`` parameter, the
+        largest of a ``compose``'s stages; None when it has none (``none`` ignores its own)."""
+        if self.name == "compose":
+            return max((s.factor for s in self.params["stages"] if s.factor), default=None)
+        return None if self.name == "none" else self.params.get("factor")
+
     def frequencies(self, dim: int, base: float, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
         """Inverse frequencies (d/2,) and attention factor on a rotary dim ``dim`` with base ``base`` (a
         query-scaling strategy: the unscaled theta_i = b^(-2i/d) and 1)."""

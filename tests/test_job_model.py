@@ -95,7 +95,9 @@ def test_every_table_and_figure_reaches_wandb_under_its_file_name(tmp_path):
     figures = {p.stem for p in tmp_path.glob("*.png")}
     assert {"perplexity", "loss_by_position", "needle_cells", "needle_trials", "rope_decay", "base_bound",
             "dimensions"} <= tables
-    assert {"perplexity_plot", "needle_heatmap", "rope_decay_plot", "base_bound_plot", "dimensions_plot"} <= figures
+    assert {"ppl_by_length", "needle_acc_by_length", "needle_nll_by_length", "needle_heatmap", "rope_decay_plot",
+            "base_bound_plot", "dimensions_plot"} <= figures
+    assert {p.stem for p in tmp_path.glob("*.svg")} == figures  # a vector copy of every figure, for a paper
     assert {k: v for k, v in logged.items()} == {**{t: "table-file" for t in tables}, **{f: "image-file" for f in figures}}
 
 

@@ -67,7 +67,7 @@ def test_longppl_equals_the_reference_package(text_file, tmp_path, monkeypatch, 
     rows = {r["length"]: r for r in results["metrics"]["perplexity"]["by_length"]}
     assert rows[n]["longppl"] == summary[f"longppl@{n}"] and rows[n]["key_tokens"] == expected["n_key_token"]
     assert rows[SHORT * 2]["key_tokens"] < rows[n]["key_tokens"]  # a prefix holds fewer of them
-    assert (tmp_path / "run" / "longppl_plot.png").stat().st_size > 0
+    assert (tmp_path / "run" / "longppl_by_length.png").stat().st_size > 0
 
 
 def test_key_spans_are_cached_and_reused_across_strategies(text_file, tmp_path, monkeypatch):

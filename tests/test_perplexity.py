@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from evals import perplexity
-from evals.core.config import check_options
+from evals.core.config import check_lengths, check_options, resolve_lengths
 from evals.core.errors import ConfigError
 from evals.perplexity import PerplexityConfig
 from evals.scoring import token_nll
@@ -31,7 +31,7 @@ def test_token_nll_equals_transformers_loss():
 @pytest.mark.parametrize("scaling", [{"name": "none"}, {"name": "yarn", "factor": 4.0}])
 def test_prefix_one_pass_equals_per_length_runs(eval_context, documents, scaling):
     ctx = eval_context(scaling)
-    summary = perplexity.evaluate(config(lengths=[32, 100, 256]), ctx)
+    summary = perplexity.evaluate(config(lengths=[32, 100, 256], min_document_tokens=0), ctx)
     for length in (32, 100, 256):
         losses, weights = [], []
         for doc in documents:
@@ -48,7 +48,7 @@ def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_leng
     for scaling, expected in [({"name": "ntk", "factor": 2.0}, 3), ({"name": "dynamic_ntk", "factor": 2.0}, 3 + 3 + 1)]:
         ctx = eval_context(scaling)
         hook = ctx.model().get_decoder().register_forward_hook(lambda m, a, k, o: calls.append(1), with_kwargs=True)
-        perplexity.evaluate(config(lengths=[32, 200, 256]), ctx)
+        perplexity.evaluate(config(lengths=[32, 200, 256], min_document_tokens=0), ctx)
         hook.remove()
         assert len(calls) == expected, scaling
         calls.clear()
@@ -107,7 +107,7 @@ def test_sliding_protocol_end_to_end(eval_context):
 
 def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
     ctx = eval_context()
-    summary = perplexity.evaluate(config(lengths=[64, 200, 300], position_bins=10), ctx)
+    summary = perplexity.evaluate(config(lengths=[64, 200, 300], position_bins=10, min_document_tokens=0), ctx)
     data = json.loads((ctx.output.dir / "results.json").read_text())
     rows = {r["length"]: r for r in data["metrics"]["perplexity"]["by_length"]}
     assert rows[64]["documents"] == 3 and rows[64]["skipped_documents"] == 0 and rows[64]["tokens"] == 3 * 63
@@ -116,16 +116,22 @@ def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
     assert rows[64]["ci95_low"] < rows[64]["ppl"] < rows[64]["ci95_high"]
     bins = data["metrics"]["perplexity"]["loss_by_position"]
     assert bins[0]["position_start"] == 1 and bins[-1]["position_end"] == 299 and len(bins) == 10
-    for name in ("perplexity.csv", "loss_by_position.csv", "perplexity_plot.png", "loss_by_position_plot.png"):
+    for name in ("perplexity.csv", "loss_by_position.csv", "loss_by_position_plot.png", "loss_by_position_plot.svg"):
         assert (ctx.output.dir / name).stat().st_size > 0
-    assert summary["effective_length"] in (64, 200, 300)
+    assert summary["tokens@200"] == 2 * 199 and "effective_length" not in summary  # judged by the verdict, not here
 
 
-def test_effective_length():
-    rows = [{"length": L, "ppl": p} for L, p in [(1024, 20.0), (4096, 18.0), (8192, 19.0), (16384, 19.9), (32768, 40.0)]]
-    assert perplexity.effective_length(rows, trained=8192, tolerance=0.1) == (16384, None)
-    assert perplexity.effective_length(rows, trained=8192, tolerance=0.01) == (8192, None)
-    assert perplexity.effective_length(rows, trained=512, tolerance=0.1)[0] is None
+def test_every_length_is_scored_on_the_same_documents_by_default(eval_context, documents):
+    """Documents too short for the longest length are left out of every length (the reference at a shorter
+    length then scores the same text); min_document_tokens=0 scores each document where it reaches."""
+    ctx = eval_context()
+    summary = perplexity.evaluate(config(lengths=[64, 200]), ctx)
+    data = json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]
+    rows = {r["length"]: r for r in data["by_length"]}
+    assert rows[64]["documents"] == rows[200]["documents"] == 2 and data["excluded_documents"] == ["doc2"]
+    assert summary["tokens@64"] == 2 * 63
+    every = perplexity.evaluate(config(lengths=[64, 200], min_document_tokens=0), eval_context())
+    assert every["tokens@64"] == 3 * 63 and every["tokens@200"] == 2 * 199
 
 
 def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_context):
@@ -136,7 +142,7 @@ def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_cont
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
 
     hook = ctx.model().get_decoder().register_forward_pre_hook(fail_long_inputs, with_kwargs=True)
-    summary = perplexity.evaluate(config(lengths=[64, 128, 256]), ctx)
+    summary = perplexity.evaluate(config(lengths=[64, 128, 256], min_document_tokens=0), ctx)
     hook.remove()
     rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())
             ["metrics"]["perplexity"]["by_length"]}
@@ -147,11 +153,14 @@ def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_cont
 @pytest.mark.parametrize(
     "overrides,message",
     [({"lengths": [-5]}, "lengths=\\[-5\\]: each value must be >= 2"), ({"lengths": []}, "lengths is empty"),
-     ({"protocol": "window"}, "is not one of prefix, sliding")],
+     ({"protocol": "window"}, "is not one of prefix, sliding"), ({"lengths": ["2y"]}, "'2y' is not a length")],
 )
 def test_bad_options(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        check_options(config(**overrides), PerplexityConfig, "eval")
+        cfg = config(**overrides)
+        check_options(cfg, PerplexityConfig, "eval")
+        resolve_lengths(cfg, PerplexityConfig, 8192, "eval")
+        check_lengths(cfg, PerplexityConfig, "eval")
 
 
 @pytest.mark.parametrize(

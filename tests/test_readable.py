@@ -40,32 +40,26 @@ def test_one_document_gets_a_block_bootstrap_interval_and_two_a_t_interval(eval_
     nll = torch.rand(1000, generator=generator)
     assert block_bootstrap(nll, 100, seed=3) == block_bootstrap(nll, 100, seed=3)  # seeded
     ctx = eval_context(None)  # three documents (300, 260, 150 tokens)
-    summary = perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 200]), ctx)
+    summary = perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 200], min_document_tokens=0), ctx)
     rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]}
     assert rows[64]["ci_method"] == "t, 3 documents" and rows[200]["ci_method"] == "t, 2 documents"
     assert summary["ppl_ci95_low@200"] == rows[200]["ci95_low"] and summary["tokens@200"] == 2 * 199
 
 
-def test_effective_length_is_null_with_a_reason_when_nothing_exceeds_the_trained_context(tmp_path, capsys):
-    summary, results = run_job(tmp_path, "eval.lengths=[256,512]", "data.books=[persuasion]")
-    assert summary["effective_length"] is None
-    reason = results["metrics"]["perplexity"]["effective_length_reason"]
-    assert "no evaluated length exceeds the trained context (2048)" in reason
-    assert f"effective_length: null: {reason}" in capsys.readouterr().out
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A small set of real runs: a strategy sweep, the same model with other random weights, a retrieval
-    grid, a decay study and a failed job."""
+    grid, a decay study, a failed job, and a scaled run on other documents (not comparable with the rest)."""
     root = tmp_path_factory.mktemp("runs")
-    books = ["data.books=[persuasion]"]
-    run_job(root / "sweep" / "none", *books, "eval.lengths=[256,512,4096]")
-    run_job(root / "sweep" / "yarn", *books, "eval.lengths=[256,512,4096]", "scaling=yarn")
-    run_job(root / "sweep" / "ntk", *books, "eval.lengths=[256,512,4096]", "scaling=ntk")
-    run_job(root / "other" / "none_seed1", *books, "eval.lengths=[256,512,4096]", "model.seed=1")
+    books = ["data.books=[persuasion]", f"resume_from=[{root / 'sweep'}]"]
+    run_job(root / "sweep" / "none", *books, "eval.lengths=[256,512,2048,4096]")
+    run_job(root / "sweep" / "yarn", *books, "eval.lengths=[256,512,2048,4096]", "scaling=yarn")
+    run_job(root / "sweep" / "ntk", *books, "eval.lengths=[256,512,2048,4096]", "scaling=ntk")
+    run_job(root / "other" / "none_seed1", *books, "eval.lengths=[256,512,2048,4096]", "model.seed=1")
+    run_job(root / "two_books" / "yarn", "data.books=[persuasion,emma]", "eval.documents=2", "eval.lengths=[256,512,2048,4096]",
+            "scaling=yarn", "verdict.baseline=false", "resume_from=[]")
     for name in ("none", "yarn"):
-        run_job(root / "sweep" / f"needle_{name}", *books, "eval=needle", "eval.lengths=[256,512]", "eval.depths=[0.2,0.8]",
+        run_job(root / "sweep" / f"needle_{name}", *books, "eval=needle", "eval.lengths=[256,512,2048]", "eval.depths=[0.2,0.8]",
                 "eval.trials=1", f"scaling={name}")
     run_job(root / "sweep" / "decay", "eval=rope_decay", "scaling=yarn", "eval.max_distance=8192",
             "eval.bound_contexts=[1024,2048]")
@@ -74,34 +68,81 @@ def runs(tmp_path_factory):
     return root
 
 
-def test_report_merges_runs_one_row_per_identity_with_failures_listed(runs):
+def table(md: str, heading: str) -> list[list[str]]:
+    section = md.split(heading, 1)[1].split("\n## ", 1)[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+
+
+def test_report_answers_with_verdicts_and_merges_runs_one_row_per_identity(runs):
     written = write_report([runs / "sweep", runs / "other"], runs / "report")
-    assert {p.name for p in written} >= {"report.csv", "report.md", "report.html", "report_perplexity.png",
-                                        "report_needle_heatmaps.png", "report_needle_accuracy.png", "report_decay.png"}
+    assert {p.name for p in written} >= {"report.csv", "report.md", "report.html", "report_verdict.csv",
+                                        "report_ppl_by_length.png", "report_ppl_by_length.svg",
+                                        "report_needle_heatmaps.png", "report_needle_acc_by_length.png", "report_decay.png"}
     md = (runs / "report" / "report.md").read_text()
-    header = next(line for line in md.splitlines() if line.startswith("| model |"))
+    verdicts = table(md, "## Verdict: does each strategy keep the model working?")
+    head, rows = verdicts[0], {(r[2], r[3]): dict(zip(verdicts[0], r)) for r in verdicts[2:]}
+    assert head[:6] == ["model", "data", "eval", "strategy", "trained", "target"] and "verdict@4096" in head
+    assert {("perplexity", "none"), ("perplexity", "yarn-factor2"), ("perplexity", "ntk-factor2"),
+            ("needle", "none"), ("needle", "yarn-factor2")} <= set(rows)
+    yarn = rows[("perplexity", "yarn-factor2")]
+    assert yarn["target"] == "4096" and yarn["verdict"] in ("yes", "NO") and yarn["reference"].endswith("sweep/none")
+    assert rows[("perplexity", "none")]["reference"] == "itself"
+    header = next(line for line in md.split("## Jobs", 1)[1].splitlines() if line.startswith("| model |"))
     columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns[:6] == ["model", "weights", "data", "eval", "strategy", "state"]
+    assert columns[:9] == ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
     assert columns.index("ppl@256") < columns.index("ppl@512") < columns.index("ppl@4096")  # lengths in order
-    table = [line for line in md.splitlines() if line.startswith("| tinyllama[random] | random |")]
-    ppl_rows = [line for line in table if "| perplexity |" in line]
+    jobs = [line for line in md.split("## Jobs", 1)[1].splitlines() if line.startswith("| tinyllama[random] | random |")]
+    ppl_rows = [line for line in jobs if "| perplexity |" in line]
     assert len(ppl_rows) == 5  # none, yarn, ntk, none with other weights, the failed one
-    assert sum("| none | done |" in line for line in ppl_rows) == 2  # same label, other weights: two rows
     assert "Not finished: 1 of" in md and "exceed every document" in md
     assert "Short-context retention" in md and "ppl_retention@256" in md
     csv_lines = (runs / "report" / "report.csv").read_text().splitlines()
-    assert len(csv_lines) == 1 + len(table)
+    assert len(csv_lines) == 1 + len(jobs) and "verdict@4096" in csv_lines[0]
     again = write_report([runs / "sweep", runs / "other", runs / "sweep" / "yarn"], runs / "report2")  # no double rows
     assert (runs / "report2" / "report.csv").read_text().count("\n") == len(csv_lines) and again
+
+
+def test_runs_on_other_text_are_never_compared_silently(runs, tmp_path):
+    """yarn scored on two documents is not judged against the unscaled run on one: a visible warning naming
+    what differs, no retention, no verdict; the differing field is a column of the job table."""
+    write_report([runs / "sweep", runs / "two_books"], tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    warnings = md.split("## Warnings: what could not be compared", 1)[1].split("\n## ", 1)[0]
+    assert "two_books/yarn" in warnings and "eval.documents: 2 vs 1" in warnings
+    verdicts = {(r[2], r[3], r[-1]): r for r in table(md, "## Verdict")[2:]}
+    (row,) = [r for (e, s, ref), r in verdicts.items() if "not compared" in ref]
+    assert row[3] == "yarn-factor2" and "?" in row and "yes" not in row[6:] and "NO" not in row[6:]
+    retained = table(md, "## Short-context retention")
+    assert sum(r[2] == "perplexity" and r[3] == "yarn-factor2" for r in retained[2:]) == 1  # the comparable yarn only
+    assert "perplexity:eval.documents" in md.split("## Jobs", 1)[1].splitlines()[2]
+
+
+def test_two_unscaled_references_that_disagree_are_named(runs, tmp_path):
+    """A copy of the unscaled run made with other code, with another number: used with a note, never silently."""
+    original = json.loads((runs / "sweep" / "none" / "results.json").read_text())
+    twin = tmp_path / "twin" / "none"
+    twin.mkdir(parents=True)
+    original["job"].update(key="0" * 16, environment="another")
+    original["summary"]["ppl@256"] *= 1.5
+    (twin / "results.json").write_text(json.dumps(original))
+    write_report([runs / "sweep", tmp_path / "twin"], tmp_path / "out")
+    warnings = (tmp_path / "out" / "report.md").read_text().split("## Warnings", 1)[1].split("\n## ", 1)[0]
+    assert "two unscaled runs disagree on ppl@256" in warnings
 
 
 def test_report_cli_help_and_two_directories(runs, tmp_path):
     result = subprocess.run([sys.executable, "-m", "evals.report", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0 and "usage: python -m evals.report" in result.stdout and "report.html" in result.stdout
+    assert ":class:" not in result.stdout and "``" not in result.stdout
     result = subprocess.run([sys.executable, "-m", "evals.report", str(runs / "sweep"), str(runs / "other"), "--out",
-                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+                             str(tmp_path), "--tolerance", "0.5"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+    assert "verdict: tinyllama[random], perplexity on books" in result.stdout  # the answer, printed
     assert (tmp_path / "report.html").stat().st_size > 50_000  # figures embedded
+    assert "at most 1.5 x the unscaled value" in (tmp_path / "report.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "evals.report", str(runs / "sweep"), "--retained", "2"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--retained=2.0 is out of range" in bad.stderr
 
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -113,7 +154,12 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
-    write_report([runs / "sweep", runs / "other"], tmp_path)
+    failing = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())  # a strategy that breaks at 4096
+    failing["job"].update(key="f" * 16, scaling="yarn-broken")
+    failing["summary"]["ppl@4096"] *= 3
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text(json.dumps(failing))
+    write_report([runs / "sweep", runs / "other", tmp_path / "broken"], tmp_path)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -125,17 +171,35 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
         driver.get((tmp_path / "report.html").as_uri())
         images = driver.execute_script(
             "return [...document.images].map(i => [i.alt, i.complete, i.naturalWidth, i.getBoundingClientRect().width])")
-        tables = driver.execute_script("return [...document.querySelectorAll('table')].map(t => t.rows.length)")
+        tables = driver.execute_script("return [...document.querySelectorAll('table')].map(t => [t.className, t.rows.length])")
         text = driver.execute_script("return document.body.innerText")
+        overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        verdict_cells = driver.execute_script(
+            "return [...document.querySelectorAll('table.verdict td.yes, table.verdict td.no')].map(td => "
+            "getComputedStyle(td).backgroundColor)")
+        # the interactive chart: a click on a legend entry hides that run's line, a second click shows it again
+        chart = "document.querySelector('.chart')"
+        shown = driver.execute_script(f"return [...{chart}.querySelectorAll('svg g[data-series]')]"
+                                      ".map(g => getComputedStyle(g).display)")
+        driver.execute_script(f"{chart}.querySelector('.legend [data-series=\"0\"]').click()")
+        hidden = driver.execute_script(f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display")
+        tips = driver.execute_script("return [...document.querySelectorAll('.chart circle title')].map(t => t.textContent)")
+        driver.execute_script(f"{chart}.querySelector('.legend [data-series=\"0\"]').click()")
+        again = driver.execute_script(f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display")
         height = driver.execute_script("return document.body.scrollHeight")
         driver.set_window_size(1400, min(height + 100, 12000))
         driver.save_screenshot(str(tmp_path / "report.png"))
     finally:
         driver.quit()
     names = {alt for alt, *_ in images}
-    assert {"perplexity", "needle_heatmaps", "needle_accuracy", "decay"} <= names
+    assert {"ppl_by_length", "needle_heatmaps", "needle_acc_by_length", "decay"} <= names
     assert all(complete and natural > 300 and shown > 300 for _, complete, natural, shown in images), images
-    assert tables[0] >= 1 + 8 and len(tables) >= 2  # the job table (header + rows) and the retention table
-    assert "Not finished: 1 of" in text and "yarn-factor2" in text
+    classes = dict(tables)
+    assert classes["verdict"] >= 1 + 5 and classes["jobs"] >= 1 + 8  # the answer first, the job table after
+    assert overflow <= 0  # readable at 1400 px: wide tables scroll inside the page, the page itself does not
+    assert verdict_cells and len(set(verdict_cells)) == 2  # yes and NO in their two colours
+    assert all(d != "none" for d in shown) and hidden == "none" and again != "none"
+    assert any("at 4096 tokens" in t for t in tips)
+    assert "Not finished: 1 of" in text and "yarn-factor2" in text and "Verdict: does each strategy" in text
     assert (tmp_path / "report.png").stat().st_size > 100_000
     shutil.copy(tmp_path / "report.png", runs / "report_screenshot.png")  # to look at

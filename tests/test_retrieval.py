@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from evals import retrieval as needle
-from evals.core.config import check_options
+from evals.core.config import check_lengths, check_options
 from evals.core.data import Document
 from evals.core.errors import ConfigError
 from evals.core.models import bundled_tokenizer
@@ -108,12 +108,14 @@ def test_dynamic_strategy_falls_back_to_cell_by_cell(eval_context, corpus):
 @pytest.mark.parametrize(
     "overrides,message",
     [({"depths": [0.5, 1.5]}, "each value must be <= 1"), ({"depths": [-0.1]}, "must be >= 0"),
-     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "must be >= 1"),
+     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "each value must be >= 1 tokens"),
      ({"num_needles": 40}, "must be <= 16")],
 )
 def test_bad_options(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        check_options(retrieval(**overrides), RetrievalConfig, "eval")
+        cfg = retrieval(**overrides)
+        check_options(cfg, RetrievalConfig, "eval")
+        check_lengths(cfg, RetrievalConfig, "eval")
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ def test_perplexity_job_writes_results_csv_png(tmp_path):
     rows = results["metrics"]["perplexity"]["by_length"]
     assert [r["length"] for r in rows] == [256, 1024, 4096] and all(r["documents"] == 2 for r in rows)
     assert summary["ppl@4096"] == rows[2]["ppl"] > 1
-    for name in ("perplexity.csv", "perplexity_plot.png", "loss_by_position.csv", "loss_by_position_plot.png"):
+    for name in ("perplexity.csv", "ppl_by_length.png", "ppl_by_length.svg", "loss_by_position.csv", "loss_by_position_plot.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert results["timings"]["elapsed_s"] > 0
 

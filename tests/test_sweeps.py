@@ -33,6 +33,14 @@ def results(sweep_dir):
     return {p.parent.name: json.loads(p.read_text()) for p in sorted(Path(sweep_dir).glob("*/results.json"))}
 
 
+def wandb_artifacts(run_dir: Path) -> set[str]:
+    """The names of the artifacts an offline run logged, read with wandb's own `wandb leet inspect`."""
+    (offline,) = run_dir.glob("wandb/offline-run-*")
+    records = subprocess.run([str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True,
+                             timeout=120, check=True).stdout.splitlines()
+    return {json.loads(line)["artifact"]["name"] for line in records if json.loads(line).get("type") == "artifact"}
+
+
 def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
     """(summary, run record, history rows, metric definitions) of an offline run, read with wandb's own
     `wandb leet inspect`."""
@@ -50,7 +58,8 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
 
 def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     sweep_dir = tmp_path / "sweep"
-    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger=wandb", "logger.mode=offline")
+    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger=wandb", "logger.mode=offline",
+          "eval.lengths=[256,512,1x,2x,4x]")
     jobs = results(sweep_dir)
     assert len(jobs) == 2 and all(j["status"] == "done" for j in jobs.values())
     groups, names = set(), set()
@@ -60,6 +69,12 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
         by_length = job["metrics"]["perplexity"]["by_length"]
         assert summary["summary"]["ppl@512"] == pytest.approx(by_length[1]["ppl"])
         assert summary["summary"]["tokens@512"] == 511
+        # the answer, and the value at the run's target (2x = 4096), not at the last length logged (8192)
+        assert summary["summary"]["target_length"] == 4096 and summary["summary"]["verdict"] == job["summary"]["verdict"]
+        assert summary["summary"]["perplexity/ppl"] == pytest.approx(job["summary"]["ppl@4096"])
+        assert summary["summary"]["perplexity/ppl"] != pytest.approx(job["summary"]["ppl@8192"])
+        assert run["job_type"] == "perplexity" and f"scaling:{job['config']['scaling']['name']}" in run["tags"]
+        assert f"results-{job['job']['key']}" in wandb_artifacts(sweep_dir / name)
         assert summary["config"]["scaling.name"] == job["config"]["scaling"]["name"]  # flat, filterable config
         assert summary["config"]["scaling.label"] == job["job"]["scaling"]
         assert ("scaling.factor" in summary["config"]) == (job["config"]["scaling"]["name"] != "none")
@@ -74,8 +89,13 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
     assert names == {"tinyllama[random]-none-perplexity", "tinyllama[random]-yarn-factor2-perplexity"}
     report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
     assert "| yarn-factor2 |" in report and report.index("| none |") < report.index("| yarn-factor2 |")  # baseline first
-    assert (sweep_dir / "report_perplexity.png").stat().st_size > 0
+    assert (sweep_dir / "report_ppl_by_length.png").stat().st_size > 0
     assert (sweep_dir / "report.csv").read_text().count("\n") == 3
+    # the sweep's report is a run of the same group, with the verdict table and the page as an artifact
+    summary, run, history, _ = wandb_read(sweep_dir)
+    assert run["run_group"] == f"sweep-{tmp_path.name}_sweep" and run["job_type"] == "report"
+    assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "?")
+    assert "report-sweep" in wandb_artifacts(sweep_dir)
 
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite

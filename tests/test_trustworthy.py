@@ -159,10 +159,10 @@ def test_a_sweep_runs_every_job_it_can_reports_failures_and_exits_nonzero(tmp_pa
                      "scaling.factor=0.5,2")
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    jobs = {j["dir"].name: j for j in load_jobs([sweep_dir])}
+    jobs = {j["dir"].name: j for j in load_jobs([sweep_dir]) if j.get("job", {}).get("role") != "reference"}
     assert [j["state"] for _, j in sorted(jobs.items())] == ["failed", "done"]
     report = (sweep_dir / "report.md").read_text()
-    assert "Not finished: 1 of 2 jobs" in report and "factor=0.5 must be >= 1" in report
+    assert "Not finished: 1 of 3 jobs" in report and "factor=0.5 must be >= 1" in report  # 3: the reference too
     crash = run_cli("-m", *TINY, "data.books=[persuasion]", searchpath(plug), f"hydra.sweep.dir={tmp_path / 'crash'}",
                     "resume_from=[]", "eval=first_tokens", "eval.crash=true,false", env=env)
     assert crash.returncode == 1 and "crashed: RuntimeError: boom" in crash.stderr
@@ -191,7 +191,8 @@ BAD_VALUES = [
     (["eval=rope_decay", "eval.head_dim=63"], "eval.head_dim=63 must be even"),
     (["eval=needle", "eval.depths=[0.5,2]"], "eval.depths=[0.5, 2.0]: each value must be <= 1"),
     (["eval=needle", "eval.needle=no key"], "must contain {key}"),
-    (["eval.tolerance=-1"], "eval.tolerance=-1.0: must be >= 0"),
+    (["verdict.tolerance=-1"], "verdict.tolerance=-1.0: must be >= 0"),
+    (["verdict.retained=1.5"], "verdict.retained=1.5: must be <= 1"),
     (["data.max_documents=0"], "data.max_documents=0: must be >= 1"),
 ]
 

@@ -17,6 +17,7 @@ wrong type already fails at composition).
 from __future__ import annotations
 
 import math
+import re
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
@@ -35,12 +36,17 @@ def config_dir() -> Path:
 
 
 def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, above=None, nonempty=False,
-           doc: str = ""):
+           compare: bool = True, key: bool = True):
     """A dataclass field with the values it accepts: ``choices``, or numeric bounds (``minimum`` and
     ``maximum`` inclusive, ``above`` exclusive). For a list, every item is checked (and, with
-    ``nonempty``, there must be one)."""
+    ``nonempty``, there must be one).
+
+    What the field does to a result: ``key=False`` -- it changes no number the eval measures (it only says
+    how results are judged or what runs around the job), so it is left out of the job key; ``compare=False``
+    -- it does not change the number measured *at a given length* (the lengths themselves, chunk sizes,
+    which extra metrics run), so runs that differ in it are still compared length by length."""
     meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "above": above, "nonempty": nonempty,
-            "doc": doc}
+            "compare": compare and key, "key": key}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -66,7 +72,7 @@ def check_options(node, schema: type, path: str) -> None:
     naming ``path.field``, the value, and what is valid."""
     for spec in fields(schema):
         meta = spec.metadata
-        if not meta or spec.name not in node:
+        if not meta or spec.name not in node or meta.get("lengths"):
             continue
         value = node[spec.name]
         if value is None:
@@ -80,6 +86,88 @@ def check_options(node, schema: type, path: str) -> None:
                 raise ConfigError(f"{path}.{spec.name}={shown!r}: {what}")
         if meta.get("nonempty") and not items:
             raise ConfigError(f"{path}.{spec.name} is empty")
+
+
+LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[x×]\s*$")
+
+
+def lengths(default: list, *, minimum: int = 1):
+    """A list of context lengths: tokens (``4096``) or multiples of the model's trained context (``2x``,
+    ``0.5x``), mixable; resolved to tokens per model when the job is parsed (:func:`resolve_lengths`).
+    Lengths never take part in comparing runs: runs are compared length by length."""
+    return field(default_factory=lambda: list(default),
+                 metadata={"lengths": True, "minimum": minimum, "nonempty": True, "compare": False, "key": True})
+
+
+def parse_length(value, trained: int, where: str) -> int:
+    """``4096`` -> 4096; ``"2x"`` -> 2 * trained (rounded to a whole token); anything else a ConfigError."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
+                          f"context ({trained}), e.g. 2x")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    match = LENGTH.match(str(value))
+    if not match:
+        raise ConfigError(f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
+                          f"context ({trained}), e.g. 2x")
+    return round(float(match.group(1)) * trained)
+
+
+def length_fields(schema: type) -> list[str]:
+    return [f.name for f in fields(schema) if f.metadata.get("lengths")]
+
+
+def resolve_lengths(node, schema: type, trained: int, path: str) -> None:
+    """Every length field of ``node`` (an eval config) in tokens, in place: ``[1x, 2x, 4x]`` on a model trained
+    at 8192 is ``[8192, 16384, 32768]``; each is then checked against the field's minimum."""
+    for name in length_fields(schema):
+        if name not in node or node[name] is None:
+            continue
+        resolved = [parse_length(v, trained, f"{path}.{name}") for v in node[name]]
+        node[name] = list(dict.fromkeys(resolved))  # 1x and 8192 on a model trained at 8192 are one length
+
+
+def check_lengths(node, schema: type, path: str) -> None:
+    """Resolved lengths against their declared minimum (after :func:`resolve_lengths`)."""
+    for spec in fields(schema):
+        if spec.metadata.get("lengths") and spec.name in node and node[spec.name] is not None:
+            values = list(node[spec.name])
+            if not values:
+                raise ConfigError(f"{path}.{spec.name} is empty")
+            low = [v for v in values if v < spec.metadata["minimum"]]
+            if low:
+                raise ConfigError(f"{path}.{spec.name}={values}: each value must be >= {spec.metadata['minimum']} tokens")
+
+
+def identity_fields(schema: type, node, role: str) -> dict:
+    """``node`` as a plain dict without the fields whose ``role`` (``key`` or ``compare``) is off; nested
+    structured configs are filtered by their own fields."""
+    import dataclasses
+
+    plain = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else dict(node)
+    found = {}
+    for name, value in plain.items():
+        spec = next((f for f in fields(schema) if f.name == name), None)
+        if spec is not None and spec.metadata.get(role) is False:
+            continue
+        nested = spec.type if spec is not None and isinstance(spec.type, type) and dataclasses.is_dataclass(spec.type) else None
+        if nested is None and spec is not None and spec.default_factory is not dataclasses.MISSING:
+            made = spec.default_factory()
+            nested = type(made) if dataclasses.is_dataclass(made) else None
+        found[name] = identity_fields(nested, value, role) if nested and isinstance(value, dict) else value
+    return found
+
+
+@dataclass
+class VerdictConfig:
+    """How a run is judged against the unscaled model (nothing here changes a measured number)."""
+
+    tolerance: float = option(0.1, minimum=0)  # lower-is-better metrics (ppl, LongPPL): at most (1 + tolerance) x the reference
+    retained: float = option(0.85, above=0, maximum=1)  # higher-is-better (accuracy, RULER): at least retained x the reference
+    target: Any = None  # the length the question is about: tokens or a multiple (4x); null: trained x factor, else the longest
+    baseline: bool = True  # a scaled job runs its unscaled reference first when no finished one is found
 
 
 @dataclass
@@ -137,6 +225,7 @@ class Config:
     eval: Any = MISSING
     data: DataConfig = MISSING
     logger: LoggerConfig = MISSING
+    verdict: VerdictConfig = field(default_factory=VerdictConfig)
     seed: int = 0
     output_dir: Optional[str] = None  # default: Hydra's run directory (in a multirun: <output_dir>/<job subdir>)
     force: bool = False  # run even when the same job already finished (never over a finished result)

@@ -23,6 +23,7 @@ class EvalContext:
     def __init__(self, job, cache, output, documents: list[Document] | None = None):
         self.job, self.output, self._cache = job, output, cache
         self._documents: list[Document] | None = documents
+        self._complete = documents is not None  # every document of the data is in _documents
         self._patch: rope_ext.RopePatch | None = None
         self._timed = False
 
@@ -42,10 +43,14 @@ class EvalContext:
     def tokenizer(self):
         return self._cache.tokenizer(self.job.model)
 
-    def documents(self) -> list[Document]:
-        """The job's documents, tokenized once (token ids cached on disk by tokenizer and text hash)."""
-        if self._documents is None:
-            self._documents = load_documents(self.job.data_cfg, self.tokenizer())
+    def documents(self, count: int | None = None, min_tokens: int = 0) -> list[Document]:
+        """The job's documents, tokenized once (token ids cached on disk by tokenizer and text hash); with
+        ``count``, only as many as it takes to find ``count`` of at least ``min_tokens`` tokens."""
+        enough = self._documents is not None and (self._complete or (
+            count is not None and sum(len(d.ids) >= min_tokens for d in self._documents) >= count))
+        if not enough:
+            self._documents = load_documents(self.job.data_cfg, self.tokenizer(), count, min_tokens)
+            self._complete = count is None
             if self._patch is not None:
                 self._fold_vocabulary(self._patch.model)
         return self._documents

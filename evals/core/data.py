@@ -190,12 +190,18 @@ def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
     return ids
 
 
-def load_documents(cfg, tokenizer) -> list[Document]:
-    """Tokenized documents of at least ``cfg.min_tokens`` tokens."""
+def load_documents(cfg, tokenizer, count: int | None = None, min_tokens: int = 0) -> list[Document]:
+    """Tokenized documents of at least ``cfg.min_tokens`` tokens, in order; with ``count``, tokenizing stops
+    once ``count`` of them have at least ``min_tokens`` tokens (the shorter ones read so far are returned too)."""
     root = cache_dir(cfg.cache_dir)
     texts = load_texts(cfg)
-    documents = [Document(name, tokenize(tokenizer, name, text, root), text) for name, text in progress(texts, "tokenize", "doc")]
-    return [d for d in documents if len(d.ids) >= cfg.min_tokens]
+    documents, enough = [], 0
+    for name, text in progress(texts, "tokenize", "doc", stop=lambda: count is not None and enough >= count):
+        document = Document(name, tokenize(tokenizer, name, text, root), text)
+        if len(document.ids) >= cfg.min_tokens:
+            documents.append(document)
+            enough += len(document.ids) >= min_tokens
+    return documents
 
 
 def main(argv: list[str]) -> int:

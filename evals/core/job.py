@@ -17,7 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,8 @@ import rope_ext
 import torch
 from omegaconf import OmegaConf
 
-from .config import DataConfig, LoggerConfig, ModelConfig, check_options
+from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options, identity_fields,
+                     length_fields, parse_length, resolve_lengths)
 from .data import data_identity
 from .errors import ConfigError, scaling_errors_as_user_errors
 from .models import (ModelLoadError, RotaryShape, check_attention_hook, gguf_location, meta_model, model_config,
@@ -73,7 +74,13 @@ class Job:
     force: bool
     resume_from: tuple[str, ...]
     multirun: bool = False
-    baseline: "Job | None" = None  # eval.baseline=true: the same job unscaled up to the trained context, run first
+    verdict: Any = None  # how results are judged (verdict.tolerance, .retained, .baseline): not in the key
+    target: int | None = None  # the length the question is about (verdict.target; trained x factor; the longest)
+    compare: dict = field(default_factory=dict)  # {eval: its comparison key} -- what must match a reference's
+    compare_fields: dict = field(default_factory=dict)  # {eval: the compared fields}, to say what differs
+    environment: str = ""  # versions and code: results of another environment are compared with a warning
+    reference: "Job | None" = None  # the unscaled job to run first when no finished reference is found
+    role: str = "job"  # "reference": run as another job's unscaled reference
 
     @property
     def trained_context(self) -> int:
@@ -83,7 +90,22 @@ class Job:
         """The job as results.json and the report name it."""
         return {"name": self.name, "key": self.key, "model": self.model.name, "model_label": self.model.label,
                 "weights": self.model.cfg.weights, "scaling": self.scaling.label, "eval": self.eval.name,
-                "data": self.data_cfg.name, "trained_context": self.trained_context}
+                "data": self.data_cfg.name, "trained_context": self.trained_context, "target_length": self.target,
+                "compare": self.compare, "environment": self.environment, "role": self.role}
+
+    def sections(self) -> dict:
+        """What results.json records of the job before anything runs."""
+        return {"job": self.info(), "config": self.config, "identity": self.identity,
+                "compare": self.compare_fields, "declared": self.declared()}
+
+    def declared(self) -> dict:
+        """The per-length metrics its evals declare, as results.json records them."""
+        return {m.name: m.declared(spec.name) for spec, part in self.eval.parts_of(self.eval_cfg)
+                for m in spec.metrics_for(part)}
+
+    def needs_reference(self) -> bool:
+        """Whether the verdict judges anything this job measures (a metric declared with ``verdict``)."""
+        return any(m["verdict"] for m in self.declared().values())
 
 
 def _container(node) -> Any:
@@ -159,21 +181,59 @@ def scaling_identity(scaling: rope_ext.Scaling, scaled) -> dict:
     return effective
 
 
-def eval_identity(spec: EvalSpec, cfg) -> Any:
-    if spec.name == "suite":
-        return {"run": list(cfg.run), **{name: _container(cfg[name]) for name in cfg.run}}
-    return _container(cfg)
+def parts(spec: EvalSpec, cfg, path: str = "eval") -> list[tuple[EvalSpec, Any, str]]:
+    """(eval, its config node, its config path) of every eval the job runs: the eval itself, or a suite's members."""
+    if spec.parts is None:
+        return [(spec, cfg, path)]
+    return [(part_spec, part, f"{path}.{part_spec.name}") for part_spec, part in spec.parts_of(cfg)]
 
 
-def resolved_config(cfg, scaling: rope_ext.Scaling) -> dict:
+def eval_identity(spec: EvalSpec, cfg, role: str = "key") -> Any:
+    """The eval config as far as it changes a number (``role="key"``), or the number at a given length
+    (``role="compare"``): the fields declared otherwise left out; a suite: its members' by name."""
+    if spec.parts is None:
+        return identity_fields(spec.config, cfg, role)
+    return {part_spec.name: identity_fields(part_spec.config, part, role) for part_spec, part, _ in parts(spec, cfg)}
+
+
+def resolved_config(cfg, spec: EvalSpec, scaling: rope_ext.Scaling) -> dict:
     """The composed config, its scaling replaced by the resolved one (with its label; ``none`` without the
-    factor it ignores)."""
+    factor it ignores); a suite with the evals it runs only."""
     config = _container(cfg)
-    if config["eval"].get("name") == "suite":  # only the evals it runs
-        config["eval"] = {k: v for k, v in config["eval"].items() if k in ("name", "run", *config["eval"]["run"])}
+    if spec.parts is not None:
+        names = {part_spec.name for part_spec, _, _ in parts(spec, cfg.eval)}
+        config["eval"] = {k: v for k, v in config["eval"].items() if k not in EVALS or k in names}
     config["scaling"] = {"label": scaling.label, **({"name": "none", "layer_types": scaling.layer_types}
                                                     if scaling.name == "none" else scaling.to_dict())}
     return config
+
+
+def _resolve_lengths(spec: EvalSpec, cfg, trained: int) -> list[int]:
+    """Every eval's lengths in tokens (``2x`` -> 2 x trained), each eval's ``resolve`` applied; all of them."""
+    found = []
+    for part_spec, part, path in parts(spec, cfg):
+        resolve_lengths(part, part_spec.config, trained, path)
+        check_lengths(part, part_spec.config, path)
+        if part_spec.resolve:
+            part_spec.resolve(part)
+        found += [int(L) for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]]
+    return found
+
+
+def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[int], factor=None) -> int | None:
+    """The length the verdict answers for: ``verdict.target``, else trained x the scaling's factor (``none``
+    ignores its factor, but in a factor sweep it still names the question), else the longest length evaluated
+    (None when the eval has no lengths)."""
+    if cfg.target is not None:
+        return parse_length(cfg.target, trained, "verdict.target")
+    factor = scaling.factor or (factor if scaling.name == "none" else None)
+    if factor and factor > 1:
+        return round(trained * factor)
+    return max(lengths) if lengths else None
+
+
+def _hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
@@ -185,12 +245,14 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
     check_options(cfg.model, ModelConfig, "model")
     check_options(cfg.data, DataConfig, "data")
     check_options(cfg.logger, LoggerConfig, "logger")
-    check_options(cfg.eval, spec.config, "eval")
+    check_options(cfg.verdict, VerdictConfig, "verdict")
+    for part_spec, part, path in parts(spec, cfg.eval):
+        check_options(part, part_spec.config, path)
     needs = spec.needs_for(cfg.eval)
     with scaling_errors_as_user_errors():
         strategy = rope_ext.STRATEGIES[rope_ext.strategies.resolve_name(cfg.scaling.get("name"))]
     model = parse_model(cfg.model, geometry="geometry" in needs or strategy.name != "none", weights="model" in needs)
-    lengths = [int(L) for L in cfg.eval.get("lengths") or [] if isinstance(L, int)]
+    lengths = _resolve_lengths(spec, cfg.eval, model.trained_context)
     scaling, scaled = parse_scaling(cfg.scaling, model, max(lengths, default=None))
     if scaling.scales_query:
         check_attention_hook(cfg.model, f"scaling '{scaling.label}' scales queries inside attention")
@@ -204,40 +266,49 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
         "versions": {name: _version(name) for name in KEY_PACKAGES},
         "code": code_identity(spec.run, strategy.fn),
     }
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    compare_fields = {}
+    for part_spec, part, _ in parts(spec, cfg.eval):  # what a reference must share, eval by eval
+        part_needs = part_spec.needs_for(part)
+        compare_fields[part_spec.name] = {"model": model.identity, "data": data if "data" in part_needs else None,
+                                          "eval": {"name": part_spec.name, **identity_fields(part_spec.config, part, "compare")},
+                                          "seed": cfg.seed}
     job = Job(name=f"{model.label}-{scaling.label}-{spec.name}", model=model, scaling=scaling, scaled=scaled, eval=spec,
-              eval_cfg=cfg.eval, data_cfg=cfg.data, seed=cfg.seed, config=resolved_config(cfg, scaling),
-              identity=identity, key=key, out_dir=Path(out_dir), logger=cfg.logger, force=bool(cfg.force),
-              resume_from=tuple(cfg.resume_from), multirun=multirun)
-    if spec.check:
+              eval_cfg=cfg.eval, data_cfg=cfg.data, seed=cfg.seed, config=resolved_config(cfg, spec, scaling),
+              identity=identity, key=_hash(identity), out_dir=Path(out_dir), logger=cfg.logger, force=bool(cfg.force),
+              resume_from=tuple(cfg.resume_from), multirun=multirun, verdict=cfg.verdict,
+              target=target_length(cfg.verdict, scaling, model.trained_context, lengths, cfg.scaling.get("factor")),
+              compare={name: _hash(fields) for name, fields in compare_fields.items()}, compare_fields=compare_fields,
+              environment=_hash({"versions": identity["versions"], "code": identity["code"]}))
+    for part_spec, part, _ in parts(spec, cfg.eval):
+        if part_spec.check:
+            part_spec.check(part, with_eval(job, part_spec, part))
+    if spec.parts is not None and spec.check:
         spec.check(cfg.eval, job)
-    return replace(job, baseline=parse_baseline(cfg, job))
+    return replace(job, reference=parse_reference(cfg, job))
 
 
-def parse_baseline(cfg, job: Job) -> Job | None:
-    """``eval.baseline=true``: the same model, eval and data unscaled at the lengths up to the trained context
-    -- the reference of short-context retention (LongRoPE2, arXiv 2502.20082). Its directory is the sweep's
-    ``baseline/<key>/`` (a single run's own), so a sweep computes it once and later jobs reuse it."""
-    if not cfg.eval.get("baseline") or job.scaling.name == "none":
+def parse_reference(cfg, job: Job) -> Job | None:
+    """The unscaled job the verdict compares a scaled one with (LongRoPE2, arXiv 2502.20082, for short-context
+    retention): the same model, evals and data without scaling, at the job's lengths up to the trained context
+    and at the trained context itself. Run first when no finished twin is found and ``verdict.baseline`` is
+    on; its directory is the sweep's ``baseline/<key>/`` (a single run's own), so a sweep computes it once."""
+    if job.scaling.name == "none" or not cfg.verdict.baseline or not job.needs_reference():
         return None
-    lengths = [int(L) for L in cfg.eval.lengths]
-    short = [L for L in lengths if L <= job.trained_context]
-    if not short:
-        raise job.eval.error(f"eval.baseline=true compares lengths up to the trained context ({job.trained_context}) "
-                             f"with the unscaled model; eval.lengths={lengths} has none")
+    trained = job.trained_context
     base = OmegaConf.to_container(cfg, resolve=True)
     base["scaling"] = {"name": "none"}
-    base["eval"].update(lengths=short, baseline=False)
-    if base["eval"].get("protocol") == "sliding" and base["eval"].get("max_tokens") is None:
-        base["eval"]["max_tokens"] = max(lengths)  # the same tokens as the job (null: its longest length)
-    key_tokens = base["eval"].get("key_tokens") or {}
-    if base["eval"].get("longppl") and key_tokens["short_context"] + key_tokens["stride"] >= max(short):
-        base["eval"]["longppl"] = False  # no key token within the trained context: nothing to retain
-    base["force"] = False  # reused whenever its key matches: one baseline per sweep
+    base["force"] = False  # reused whenever its key matches: one reference per sweep
+    node = OmegaConf.create(base)
+    for part_spec, part, _ in parts(job.eval, node.eval):
+        for name in length_fields(part_spec.config):
+            if part.get(name) is not None:
+                part[name] = sorted({int(L) for L in part[name] if int(L) <= trained} | {trained})
+        if part_spec.reference:
+            part_spec.reference(part)
     root = job.out_dir.parent if job.multirun else job.out_dir
-    provisional = parse_job(OmegaConf.create(base), root / "baseline", job.multirun)
+    provisional = parse_job(node, root / "baseline", job.multirun)
     # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
-    return replace(provisional, out_dir=root / "baseline" / provisional.key[:12])
+    return replace(provisional, out_dir=root / "baseline" / provisional.key[:12], role="reference")
 
 
 def with_eval(job: Job, spec: EvalSpec, cfg) -> Job:

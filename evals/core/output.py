@@ -36,15 +36,17 @@ def versions() -> dict:
 
 
 class RunRecord:
-    """The run's ``results.json``: status, job, resolved config, identity, versions, process, timings,
-    metrics and summary; rewritten atomically on every change."""
+    """The run's ``results.json``: status, the job's own sections (job, resolved config, identity, what is
+    compared with a reference, the metrics it declares), versions, process, timings, metrics, summary and
+    verdict; rewritten atomically on every change."""
 
-    def __init__(self, run_dir: Path, job_info: dict, config: dict, identity: dict):
+    def __init__(self, run_dir: Path, sections: dict):
         self.dir = Path(run_dir)
         self.path = self.dir / "results.json"
         self.started = time.time()
-        self.data = {"status": "running", "job": job_info, "config": config, "identity": identity,
-                     "versions": versions(), "process": this_process(), "timings": {}, "metrics": {}, "summary": {}}
+        self.data = {"status": "running", **sections, "versions": versions(), "process": this_process(), "timings": {},
+                     "metrics": {}, "summary": {}}
+        self.data.setdefault("declared", {})
         self.write()
 
     def write(self) -> None:
@@ -63,6 +65,19 @@ class RunRecord:
         self.write()
 
 
+def save_figure(fig, dpi: int = 120) -> dict[str, bytes]:
+    """{"png": ..., "svg": ...} of a matplotlib figure, which is closed: raster for screens, vector for papers."""
+    import matplotlib.pyplot as plt
+
+    found = {}
+    for suffix in ("png", "svg"):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=suffix, dpi=dpi, bbox_inches="tight", metadata={"Date": None} if suffix == "svg" else None)
+        found[suffix] = buffer.getvalue()
+    plt.close(fig)
+    return found
+
+
 def write_csv(path: Path, rows: list[dict]) -> Path:
     columns = list(dict.fromkeys(key for row in rows for key in row))
     buffer = io.StringIO()
@@ -76,16 +91,30 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 class Output:
     """Where an eval reports everything; see the module docstring."""
 
-    def __init__(self, record: RunRecord, tracker):
-        self.record, self.tracker = record, tracker
+    def __init__(self, record: RunRecord, tracker, target: int | None = None, artifact: str | None = None):
+        self.record, self.tracker, self.target = record, tracker, target
+        self.artifact = artifact or f"results-{record.dir.name}"
         self.dir = record.dir
         self._tables: dict[str, list[dict]] = {}
         self._figures: dict[str, Path] = {}
         self._curves: dict[str, tuple[str, list[dict]]] = {}
 
+    def declare(self, metrics: dict) -> None:
+        """Metrics known only at run time (lm-eval's tasks), as {name: declaration}: the verdict reads them."""
+        self.record.update("declared", metrics)
+
+    @property
+    def declared(self) -> dict:
+        return self.record.data["declared"]
+
     def summary(self, values: dict) -> None:
         """Headline numbers (``ppl@8192``, ``effective_length``...): results.json and the tracker's summary."""
         self.record.update("summary", values)
+
+    def verdict(self, judgement: dict) -> None:
+        """The verdict (evals/core/verdict.py): its keys join the summary, its detail is results.json's ``verdict``."""
+        self.record.data["summary"].update(judgement["summary"])
+        self.record.update("verdict", judgement)
 
     def metrics(self, name: str, values: dict) -> None:
         """Structured detail under ``metrics.<name>`` in results.json (the report reads it)."""
@@ -108,15 +137,11 @@ class Output:
         return write_csv(self.dir / f"{name}.csv", rows)
 
     def figure(self, name: str, fig) -> Path:
-        """A matplotlib figure as ``<name>.png`` now; the W&B image ``<name>`` at close."""
-        import matplotlib.pyplot as plt
-
+        """A matplotlib figure as ``<name>.png`` and ``<name>.svg`` (for a paper) now; the W&B image ``<name>`` at close."""
         self._claim(name, self._figures)
         path = self.dir / f"{name}.png"
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        atomic_write(path, buffer.getvalue())
+        for suffix, data in save_figure(fig).items():
+            atomic_write(self.dir / f"{name}.{suffix}", data)
         self._figures[name] = path
         return path
 
@@ -143,16 +168,13 @@ class Output:
                 self._tables[name] = [{k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()}
                                       for r in rows]
 
-    def names(self) -> dict[str, list[str]]:
-        return {"tables": sorted(self._tables), "figures": sorted(self._figures), "curves": sorted(self._curves)}
-
     def close(self) -> None:
         """Send the final version of everything to the tracker, under the names used on disk."""
-        self.tracker.summary(self.record.data.get("summary") or {})
         for name, (step, rows) in self._curves.items():
-            self.tracker.curve(name, step, rows)
+            self.tracker.curve(name, step, rows, at=self.target)
+        self.tracker.summary(self.record.data.get("summary") or {})
         for name, rows in self._tables.items():
             self.tracker.table(name, rows)
         for name, path in self._figures.items():
             self.tracker.image(name, path)
-        self.tracker.artifact(self.record.path, f"results-{self.dir.name}")
+        self.tracker.artifact(self.record.path, self.artifact)

@@ -1,22 +1,142 @@
-"""Figures of the eval results (matplotlib, headless). Each function returns a figure; the output sink
-(``Output.figure``) writes it as ``<name>.png`` and sends it to the tracker under the same name."""
+"""Figures of the eval results (matplotlib, headless), drawn the same way everywhere so a paper can use them.
+
+Conventions: context length on a log2 axis with plain tick labels (``8k``, ``16k``, not ``2^13``); the
+trained context (dashed) and the target length (dotted) marked; one fixed colour per strategy (by its
+registration order, so ``yarn`` has the same colour in every figure of every run and report; variants of
+one strategy, e.g. two factors, differ by line style); 95% intervals as bands; heatmaps with a labelled
+colour bar, the trials behind each cell, and one colour scale across the panels compared. Each function
+returns a figure; the output sink (``Output.figure``) writes it as ``<name>.png`` and ``<name>.svg``.
+"""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import dataclass, field
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+PALETTE = plt.get_cmap("tab20").colors
+STYLES = ("-", "--", ":", "-.")
 
-def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None):
+
+def strategy_colour(name: str):
+    """The fixed colour of a strategy: black for ``none``, else by its place in rope_ext's registry (tab20's
+    dark shades first, then its light ones)."""
+    import rope_ext
+
+    if name in (None, "none"):
+        return "black"
+    names = [n for n in rope_ext.STRATEGIES if n != "none"]
+    index = names.index(name) if name in names else len(names) + sum(map(ord, str(name))) % 7
+    half = len(PALETTE) // 2
+    return PALETTE[2 * (index % half) + (index // half) % 2]
+
+
+def length_label(length: int) -> str:
+    """``16384`` -> ``16k``, ``12288`` -> ``12k``, ``1000`` -> ``1000``: a tick a reader takes in at a glance."""
+    return f"{length // 1024}k" if length >= 1024 and length % 1024 == 0 else str(length)
+
+
+def length_axis(ax, lengths, trained: int | None = None, target: int | None = None) -> None:
+    """Log2 length axis, ticks at the lengths measured, the trained context and the target marked."""
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(lengths))
+    if ticks:
+        ax.set_xticks(ticks, [length_label(L) for L in ticks])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    if trained:
+        ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {length_label(trained)}")
+    if target and target != trained:
+        ax.axvline(target, color="black", linestyle=":", linewidth=1.2, label=f"target {length_label(target)}")
+
+
+@dataclass
+class Curve:
+    """One line of a length figure: a job's values of a metric by length."""
+
+    label: str
+    strategy: str  # the registered strategy name (its colour)
+    rows: list  # [{"length": L, <y>: value, <band low>, <band high>}]
+    reference: dict = field(default_factory=dict)  # {L: the unscaled value the verdict compares L with}
+
+
+def _styles(curves: list[Curve]) -> list[tuple]:
+    """(colour, line style) per curve: the strategy's colour; its variants in other line styles."""
+    seen: dict[str, int] = {}
+    styles = []
+    for curve in curves:
+        n = seen.get(curve.strategy, 0)
+        seen[curve.strategy] = n + 1
+        styles.append((strategy_colour(curve.strategy), STYLES[n % len(STYLES)]))
+    return styles
+
+
+def length_figure(curves: list[Curve], y: str, *, ylabel: str, title: str, band: tuple[str, str] | None = None,
+                  logy: bool = False, ylim=None, trained: int | None = None, target: int | None = None,
+                  ratio: dict | None = None):
+    """A metric against context length, one line per curve, with an interval band where the rows have one.
+    ``ratio`` ({"label", "limit"}) adds a lower panel: each value over the unscaled reference the verdict
+    compares it with (the same length up to ``trained``, the trained context beyond), the verdict's limit
+    drawn, so a reader sees where a strategy passes."""
+    with_ratio = ratio is not None and any(c.reference for c in curves)
+    fig, axes = plt.subplots(2 if with_ratio else 1, 1, figsize=(8, 6.4 if with_ratio else 4.6), sharex=True,
+                             squeeze=False, gridspec_kw={"height_ratios": [2.2, 1]} if with_ratio else None)
+    ax = axes[0][0]
+    lengths = []
+    for curve, (colour, style) in zip(curves, _styles(curves)):
+        rows = [r for r in curve.rows if r.get(y) is not None]
+        x = [r["length"] for r in rows]
+        lengths += x
+        ax.plot(x, [r[y] for r in rows], marker="o", markersize=4, linewidth=1.5, color=colour, linestyle=style,
+                label=curve.label)
+        if band and any(r.get(band[0]) is not None for r in rows):  # where a row has no interval, a gap
+            nan = float("nan")
+            ax.fill_between(x, [nan if r.get(band[0]) is None else r[band[0]] for r in rows],
+                            [nan if r.get(band[1]) is None else r[band[1]] for r in rows], color=colour, alpha=0.15,
+                            linewidth=0)
+        if with_ratio and curve.reference:
+            pairs = [(r["length"], r[y] / curve.reference[r["length"]]) for r in rows
+                     if curve.reference.get(r["length"])]
+            axes[1][0].plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", markersize=4, linewidth=1.5,
+                            color=colour, linestyle=style)
+    length_axis(ax, lengths, trained, target)
+    values = [r[y] for c in curves for r in c.rows if r.get(y)]
+    if logy and values and max(values) > 2 * min(values):  # a log axis only where the values span a factor of 2
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set(ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(fontsize=7, loc="best")
+    if with_ratio:
+        low = axes[1][0]
+        low.axhline(1.0, color="grey", linewidth=0.8)
+        low.axhline(ratio["limit"], color="red", linestyle="--", linewidth=1, label=f"verdict limit {ratio['limit']:g}")
+        length_axis(low, lengths)
+        for mark, style in ((trained, "--"), (target, ":")):
+            if mark:
+                low.axvline(mark, color="grey" if style == "--" else "black", linestyle=style, linewidth=1)
+        low.set(ylabel=ratio["label"])
+        low.grid(alpha=0.3)
+        low.legend(fontsize=7, loc="best")
+    axes[-1][0].set(xlabel="context length (tokens)")
+    fig.tight_layout()
+    return fig
+
+
+def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None, samples: int | None = None):
     """Scores 0-100 as a heatmap: rows = tasks (RULER's, and their average), columns = lengths, cells annotated."""
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 0.9 * len(lengths)), 1.2 + 0.36 * len(tasks)))
+    title = f"{title} ({samples} samples per cell)" if samples else title
     image = _heatmap_on(ax, grid, lengths, list(tasks), title, trained, vmax=100, ylabel=None, wrap=48, fontsize=9,
                         cell=lambda value: "" if value != value else f"{value:.0f}")
-    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.colorbar(image, ax=ax, fraction=0.046, label="score (0-100)")
     fig.tight_layout()
     return fig
 
@@ -29,9 +149,11 @@ def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str,
         ax.plot(x, y, marker="o" if len(x) <= 32 else None, markersize=4, linewidth=1.4, label=label)
     if vline is not None:
         ax.axvline(vline, color="grey", linestyle="--", linewidth=1, label=vlabel)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(title, fontsize=10)
     if logx:
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: length_label(int(v))))
     if logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
@@ -44,7 +166,7 @@ def _heatmap_on(ax, grid, lengths, rows: list[str], title, trained, *, vmax: flo
                 wrap: int = 28, fontsize: int = 8, cell=lambda value: f"{value:.2f}"):
     """grid[row][length] on ``ax`` (scale 0..vmax, red to green), each cell annotated with ``cell(value)``."""
     image = ax.imshow(grid, vmin=0, vmax=vmax, cmap="RdYlGn", aspect="auto")
-    ax.set_xticks(range(len(lengths)), [f"{L}{'*' if trained and L > trained else ''}" for L in lengths])
+    ax.set_xticks(range(len(lengths)), [f"{length_label(L)}{'*' if trained and L > trained else ''}" for L in lengths])
     ax.set_yticks(range(len(rows)), rows)
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
@@ -56,53 +178,24 @@ def _heatmap_on(ax, grid, lengths, rows: list[str], title, trained, *, vmax: flo
     return image
 
 
-def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]]):
-    """Accuracy heatmaps side by side, one panel per (title, grid[depth][length], lengths, depths, trained)."""
+def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]], *, trials: int | None = None,
+             label: str = "accuracy"):
+    """Accuracy heatmaps side by side on one colour scale, one panel per (title, grid[depth][length], lengths,
+    depths, trained); ``trials`` per cell said in the figure's title."""
     width = sum(max(2.6, 1.2 + 0.9 * len(p[2])) for p in panels)
-    height = 1.4 + 0.5 * max(len(p[3]) for p in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width, height), squeeze=False)
+    height = 1.6 + 0.5 * max(len(p[3]) for p in panels)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width + 1.0, height), squeeze=False)
     for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
         image = _heatmap_on(ax, grid, lengths, [f"{d:.2f}" for d in depths], title, trained)
-    fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046)
+    fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046, label=f"{label} (one scale, 0-1)")
+    if trials:
+        fig.suptitle(f"{trials} trial{'s' if trials != 1 else ''} per cell", fontsize=9, y=0.02, va="bottom")
     return fig
 
 
-def heatmap(grid, lengths, depths, *, title: str, trained: int | None = None):
+def heatmap(grid, lengths, depths, *, title: str, trained: int | None = None, trials: int | None = None):
     """One accuracy heatmap: rows = depths, columns = lengths, cells annotated."""
-    return heatmaps([(title, grid, lengths, depths, trained)])
-
-
-def length_figure(curves: list[tuple[str, list[dict], int | None]], y: str, *, ylabel: str, title: str,
-                  band: tuple[str, str] | None = None, logy: bool = False, ylim=None):
-    """A metric against context length (log2 axis), one line per (label, rows, trained length); an interval
-    band from the rows' ``band`` columns where every row has them; the trained lengths marked."""
-    fig, ax = plt.subplots(figsize=(8, 4.6))
-    for label, rows, _ in curves:
-        rows = [r for r in rows if r.get(y) is not None]
-        x = [r["length"] for r in rows]
-        line, = ax.plot(x, [r[y] for r in rows], marker="o", markersize=4, linewidth=1.4, label=label)
-        if band and any(r.get(band[0]) is not None for r in rows):  # where a row has no interval, a gap
-            nan = float("nan")
-            ax.fill_between(x, [nan if r.get(band[0]) is None else r[band[0]] for r in rows],
-                            [nan if r.get(band[1]) is None else r[band[1]] for r in rows], color=line.get_color(),
-                            alpha=0.18, linewidth=0)
-            ax.errorbar([xi for xi, r in zip(x, rows) if r.get(band[0]) is not None],
-                        [r[y] for r in rows if r.get(band[0]) is not None],
-                        yerr=[[r[y] - r[band[0]] for r in rows if r.get(band[0]) is not None],
-                              [r[band[1]] - r[y] for r in rows if r.get(band[0]) is not None]],
-                        fmt="none", ecolor=line.get_color(), capsize=3, linewidth=1)
-    for trained in sorted({t for *_, t in curves if t}):
-        ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
-    ax.set_xscale("log", base=2)
-    if logy:
-        ax.set_yscale("log")
-    if ylim:
-        ax.set_ylim(*ylim)
-    ax.set(xlabel="context length (tokens)", ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return heatmaps([(title, grid, lengths, depths, trained)], trials=trials)
 
 
 def matrix_heatmaps(panels: list[tuple[str, list[list[float]]]], *, xlabel: str, ylabel: str, suptitle: str = ""):

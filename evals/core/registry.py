@@ -1,24 +1,54 @@
 """The eval registry: one decorator per eval declares everything about it.
 
     @register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config,
-                   needs=("model", "data"))
+                   needs=("model", "data"), metrics=(Metric("ppl", lower_is_better=True, verdict=True), ...))
     def evaluate(cfg, ctx) -> dict: ...
 
 The name (``conf/eval/<name>.yaml`` composes against the schema registered under it), the config
 dataclass, the early check (``check(cfg, job)``, run before any model or data is loaded), the user-error
-class, and what the eval needs (``model``: weights; ``data``: documents; ``geometry``: the model's RoPE
-shape read from its config). ``EVALS``, the Hydra eval schemas, the suite's options and the user-error
-handling are all derived from here (modelled on lm-evaluation-harness's ``api/registry.py``).
+class, what the eval needs (``model``: weights; ``data``: documents; ``geometry``: the model's RoPE
+shape read from its config), the metrics it reports per length (their direction, and whether the verdict
+judges them), ``resolve(cfg)`` filling what its lengths decide before the job key is taken,
+``reference(cfg)`` adapting its config for the unscaled reference run, and -- for an eval made of others,
+the suite -- ``parts(cfg)``. ``EVALS``, the Hydra eval schemas, the suite's options,
+the user-error handling and the verdict are all derived from here (modelled on lm-evaluation-harness's
+``api/registry.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from .errors import UserError
 
 NEEDS = frozenset({"model", "data", "geometry"})
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number an eval reports per length as ``<name>@L`` in its summary.
+
+    ``lower_is_better``: its direction; ``verdict``: the verdict judges it against the unscaled model
+    (lower-is-better ones within ``verdict.tolerance``, higher-is-better ones by ``verdict.retained``);
+    ``count``: the summary key (``<count>@L``) saying how many tokens, trials or samples a value rests on,
+    which must match the reference's for a comparison; ``interval``: whether ``<name>_ci95_low@L`` and
+    ``<name>_ci95_high@L`` are reported; ``label``: how tables and figures name it; ``log``: drawn on a log
+    axis; ``bounds``: the range its values live in (accuracies 0-1, RULER scores 0-100), the axis range."""
+
+    name: str
+    lower_is_better: bool = False
+    verdict: bool = False
+    count: str | None = None
+    interval: bool = False
+    label: str = ""
+    log: bool = False
+    bounds: tuple | None = None
+
+    def declared(self, eval_name: str) -> dict:
+        """What results.json records of it (the report and the verdict read this, not the registry)."""
+        return {**asdict(self), "eval": eval_name, "label": self.label or self.name,
+                "bounds": list(self.bounds) if self.bounds else None}
 
 
 @dataclass(frozen=True)
@@ -29,7 +59,10 @@ class EvalSpec:
     error: type[UserError]
     check: Callable | None  # check(cfg, job) before any work; raises ``error``
     needs: frozenset | Callable  # or needs(cfg) -> names, when it depends on the config
-    doc: str = ""
+    metrics: tuple | Callable = ()  # Metric declarations, or metrics(cfg) -> them (names that follow the config)
+    resolve: Callable | None = None  # resolve(cfg): fill, in place, what the resolved lengths decide
+    reference: Callable | None = None  # reference(cfg): adapt, in place, the config of an unscaled reference run
+    parts: Callable | None = None  # parts(cfg) -> [(eval name, its config)] for an eval made of others
 
     def needs_for(self, cfg) -> frozenset:
         """What this eval needs for ``cfg`` (e.g. a passkey needs no data; the suite: its evals' union)."""
@@ -38,12 +71,25 @@ class EvalSpec:
             raise ValueError(f"eval '{self.name}' needs {sorted(needs - NEEDS)}, not among {sorted(NEEDS)}")
         return needs
 
+    def parts_of(self, cfg) -> list[tuple["EvalSpec", object]]:
+        """(eval, config) of each eval this one runs: itself, or a suite's members."""
+        if self.parts is None:
+            return [(self, cfg)]
+        return [(EVALS[name], part) for name, part in self.parts(cfg)]
+
+    def metrics_for(self, cfg) -> tuple[Metric, ...]:
+        """The per-length metrics this eval declares for ``cfg`` (a suite: those of its members)."""
+        if self.parts is not None:
+            return tuple(m for spec, part in self.parts_of(cfg) for m in spec.metrics_for(part))
+        return tuple(self.metrics(cfg) if callable(self.metrics) else self.metrics)
+
 
 EVALS: dict[str, EvalSpec] = {}
 
 
 def register_eval(name: str, *, config: type, error: type[UserError] = UserError, check: Callable | None = None,
-                  needs=("model", "data")):
+                  needs=("model", "data"), metrics=(), resolve: Callable | None = None, reference: Callable | None = None,
+                  parts: Callable | None = None):
     """Decorator registering ``fn(cfg, ctx) -> summary`` as the eval ``name``."""
     if not issubclass(error, UserError):
         raise ValueError(f"eval '{name}': error must be a UserError subclass, got {error}")
@@ -52,7 +98,7 @@ def register_eval(name: str, *, config: type, error: type[UserError] = UserError
 
     def deco(fn: Callable) -> Callable:
         EVALS[name] = EvalSpec(name, fn, config, error, check, needs if callable(needs) else frozenset(needs),
-                               (fn.__doc__ or "").strip())
+                               metrics if callable(metrics) else tuple(metrics), resolve, reference, parts)
         return fn
 
     return deco

@@ -25,10 +25,12 @@ import torch
 from .cache import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, UserError
-from .job import Job, ModelSpec, parse_job
+from .config import length_fields
+from .job import Job, ModelSpec, parse_job, parts
 from .models import LoadedModel, load_model, load_tokenizer, tokenizer_identity
 from .output import Output, RunRecord
-from .retention import retention_of
+from .figures import describe, job_figures
+from .verdict import Reference, criteria_of, format_job, judge, reference_from
 from .rundir import claim, find_finished, read_results
 from .tracking import Tracker, sweep_group
 
@@ -83,21 +85,31 @@ def _error(err: BaseException, with_traceback: bool) -> dict:
     return error
 
 
-def _reuse(job: Job, finished: Path) -> dict:
-    """The finished run's summary; outside the job's own directory a record pointing at it is written."""
+def _reuse(job: Job, finished: Path, cache: ModelCache) -> dict:
+    """The finished run's summary, judged again (against the reference found now, with this job's criteria);
+    outside the job's own directory a record pointing at it is written."""
     previous = read_results(finished) or {}
     print(f"skip: the same job finished in {finished.parent} (force=true reruns it)")
+    measured = {k: v for k, v in (previous.get("summary") or {}).items() if k not in judged_keys(previous)}
+    judgement = judge_job(job, measured, previous.get("declared") or job.declared(), *find_reference(job, cache))
+    summary = {**measured, **judgement["summary"]}
     if finished.parent.resolve() != job.out_dir.resolve():
         with claim(job.out_dir, job.key) as run_dir:
-            record = RunRecord(run_dir, job.info(), job.config, job.identity)
-            for section in ("metrics", "summary", "rope"):
+            record = RunRecord(run_dir, job.sections())
+            for section in ("metrics", "rope", "declared"):
                 if section in previous:
                     record.data[section] = previous[section]
+            record.data["summary"], record.data["verdict"] = summary, judgement
             record.data["resumed_from"] = str(finished.parent)
             record.finish("done")
-    summary = previous.get("summary") or {}
     print_summary(job, summary, finished.parent)
+    print_verdict(job, judgement)
     return summary
+
+
+def judged_keys(results: dict) -> set:
+    """The summary keys a stored run's verdict added (judged again, never read back as measurements)."""
+    return set(((results.get("verdict") or {}).get("summary") or {}))
 
 
 @contextlib.contextmanager
@@ -106,9 +118,9 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     The outcome is recorded on exit -- done, failed (the one-line error; a crash's traceback too) or
     interrupted -- and whatever was reported reaches the tracker. ``documents`` replaces the job's data
     (tests, notebooks)."""
-    record = RunRecord(run_dir, job.info(), job.config, job.identity)
-    tracker = Tracker(job.logger, job.config, run_dir, job.name, sweep_group())
-    output = Output(record, tracker)
+    record = RunRecord(run_dir, job.sections())
+    tracker = Tracker(job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name)
+    output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}")
     status, error = "failed", None
     try:
         with EvalContext(job, cache, output, documents) as ctx:
@@ -131,50 +143,131 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
             tracker.finish(0 if status == "done" else 1)
 
 
+def job_tags(job: Job) -> list[str]:
+    """W&B tags that filter a workspace the way the question is asked: strategy, model, eval, target."""
+    tags = [f"scaling:{job.scaling.name}", f"model:{job.model.label}", f"eval:{job.eval.name}"]
+    if job.target:
+        tags.append(f"target:{job.target / job.trained_context:g}x")
+    if job.role != "job":
+        tags.append(job.role)
+    return tags
+
+
 def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
-    """Run the job (or reuse its finished twin) and record the outcome; returns the summary."""
+    """Run the job (or reuse its finished twin), judge it against the unscaled model and record the outcome;
+    returns the summary (measurements and verdict)."""
     finished = None if job.force else find_finished(job.key, job.out_dir, job.resume_from)
     if finished:
-        return _reuse(job, finished)
-    base = _baseline(job, cache)
+        return _reuse(job, finished, cache)
+    reference, missing = find_reference(job, cache)
     with claim(job.out_dir, job.key) as run_dir:
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
         with started(job, run_dir, cache) as ctx:
-            summary = job.eval.run(job.eval_cfg, ctx)
-            if base is not None:
-                summary.update(retention_of(summary, base["summary"], job.trained_context))
-                ctx.output.record.update("baseline", {"key": job.baseline.key, "dir": str(base["dir"])})
-            ctx.output.summary(summary)
+            measured = job.eval.run(job.eval_cfg, ctx)
+            ctx.output.summary(measured)
+            reference = own_reference(measured) if job.scaling.name == "none" else reference
+            judgement = judge(measured, ctx.output.declared, reference, job.trained_context, job.target,
+                              criteria_of(job.verdict), missing)
+            summary = {**measured, **judgement["summary"]}
+            ctx.output.verdict(judgement)
+            for name, figure in job_figures(ctx.title, job.scaling.name, measured, ctx.output.declared, reference,
+                                            job.trained_context, job.target, criteria_of(job.verdict),
+                                            describe(job.compare_fields)).items():
+                ctx.output.figure(name, figure)
     print_summary(job, summary, run_dir)
+    print_verdict(job, judgement)
     return summary
 
 
-def _baseline(job: Job, cache: ModelCache) -> dict | None:
-    """The unscaled reference (``eval.baseline=true``), run or reused before the job; its summary and
-    directory. A failed reference is recorded in its own directory and the job runs without retention."""
-    if job.baseline is None:
-        return None
-    print(f"baseline: {job.baseline.name} at {list(job.baseline.eval_cfg.lengths)} (eval.baseline=true)")
+def reference_runs(job: Job) -> list[dict]:
+    """Finished runs a reference may come from: the job's sweep (its ``baseline/`` included) or own directory,
+    then ``resume_from``; each results.json read once."""
+    roots = [job.out_dir.parent if job.multirun else job.out_dir, *map(Path, job.resume_from)]
+    seen, runs = set(), []
+    for root in roots:
+        for path in sorted(Path(root).glob("**/results.json")) if Path(root).is_dir() else []:
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
+            data = read_results(path)
+            if isinstance(data, dict) and data.get("status") == "done" and (data.get("job") or {}).get("scaling") == "none":
+                data["dir"] = str(path.parent)
+                runs.append(data)
+    return runs
+
+
+def _covered(job: Job, reference: Reference | None) -> bool:
+    """Whether ``reference`` has a judged metric at the trained context and at each of the job's lengths up to it."""
+    if reference is None:
+        return False
+    declared = job.declared()
+    for part_spec, part, _ in parts(job.eval, job.eval_cfg):
+        judged = [m.name for m in part_spec.metrics_for(part) if m.verdict]
+        lengths = {int(L) for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]}
+        for L in {L for L in lengths if L <= job.trained_context} | {job.trained_context}:
+            if judged and not any(reference.get(name, L) is not None for name in judged if name in declared):
+                return False
+    return True
+
+
+def find_reference(job: Job, cache: ModelCache) -> tuple[Reference | None, str | None]:
+    """(the unscaled reference of a scaled job, why there is none): finished runs on the same tokens (same code
+    and versions), or -- when they lack a length and ``verdict.baseline`` is on -- the reference job run now.
+    An unscaled job is its own reference: (None, None)."""
+    if job.scaling.name == "none" or not job.needs_reference():
+        return None, None
+    found = reference_from(reference_runs(job), job.compare, job.environment, strict=True)
+    if _covered(job, found):
+        return found, None
+    if job.reference is None:
+        return found, None if found else ("no unscaled run on the same tokens in this sweep or resume_from, and "
+                                           "verdict.baseline=false: run scaling=none with the same eval first")
+    print(f"baseline: the unscaled {job.reference.name} at {reference_lengths(job.reference)} first (the verdict's "
+          f"reference; verdict.baseline=false skips it)")
     try:
-        summary = execute(job.baseline, cache)
-    except Exception as err:  # noqa: BLE001 -- the job itself still runs; the failure is in the baseline's record
-        print(f"error: baseline {job.baseline.name} failed ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); "
-              f"{job.name} runs without retention", file=sys.stderr)
-        return None
-    finished = find_finished(job.baseline.key, job.baseline.out_dir, job.baseline.resume_from)
-    return {"summary": summary, "dir": finished.parent if finished else job.baseline.out_dir}
+        execute(job.reference, cache)
+    except Exception as err:  # noqa: BLE001 -- the job itself still runs; the failure is in the reference's record
+        why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        print(f"error: the reference {job.reference.name} failed ({why}); {job.name} runs without it", file=sys.stderr)
+        return found, None if found else f"the unscaled reference run failed ({why})"
+    found = reference_from(reference_runs(job), job.compare, job.environment, strict=True)
+    return found, None if found else "the unscaled reference run left no comparable result"
 
 
-DETAIL = ("tokens@", "ppl_ci95_")  # in results.json and W&B, not in the printed table
+def reference_lengths(job: Job) -> list[int]:
+    return sorted({int(L) for part_spec, part, _ in parts(job.eval, job.eval_cfg)
+                   for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]})
+
+
+def own_reference(measured: dict) -> Reference:
+    """An unscaled job is its own reference."""
+    return Reference(values={k: v for k, v in measured.items() if isinstance(v, (int, float))}, sources=["itself"])
+
+
+def judge_job(job: Job, measured: dict, declared: dict, reference: Reference | None, missing: str | None) -> dict:
+    """The verdict of the job's measurements against ``reference`` (from :func:`find_reference`; None:
+    ``missing`` says why); an unscaled job is its own reference."""
+    if job.scaling.name == "none":
+        reference = own_reference(measured)
+    return judge(measured, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)
+
+
+DETAIL = ("tokens@", "ppl_ci95_", "verdict", "target_length", "effective_length_reason")  # not in the printed summary
+DETAIL_PARTS = ("_ci95_", "_trials@", "_samples@")
 
 
 def print_summary(job: Job, summary: dict, run_dir: Path) -> None:
     print(f"\n{job.model.label} | {job.scaling.label} | {job.eval.name}  ->  {run_dir}")
     for key, value in summary.items():
-        if key.startswith(DETAIL):
+        if key.startswith(DETAIL) or any(part in key for part in DETAIL_PARTS):
             continue
         print(f"  {key:<40} {value:.4g}" if isinstance(value, float) else f"  {key:<40} {value}")
+
+
+def print_verdict(job: Job, judgement: dict) -> None:
+    if judgement["lengths"] and job.role == "job":
+        print("\n".join(format_job(f"{job.scaling.label} on {job.model.label}", judgement)))
 
 
 def job_dir(cfg) -> tuple[Path, bool]:

@@ -36,14 +36,17 @@ def flatten(tree: dict, prefix: str = "") -> dict:
     return flat
 
 
-def sweep_group() -> str | None:
-    """The W&B group of a Hydra multirun job: its sweep directory, e.g. ``sweep-2026-11-22_20-30-00``."""
-    from hydra.core.hydra_config import HydraConfig
+def sweep_group(sweep_dir: str | Path | None = None) -> str | None:
+    """The W&B group of a Hydra multirun: ``sweep-`` and the sweep directory's last two path parts, e.g.
+    ``sweep-2026-11-22_20-30-00`` (``hydra.sweep.dir=multirun/readme_ppl``: ``sweep-multirun_readme_ppl``);
+    None for a single run."""
+    if sweep_dir is None:
+        from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
-        return None
-    parts = Path(HydraConfig.get().sweep.dir).parts[-2:]
-    return "sweep-" + "_".join(parts)
+        if not HydraConfig.initialized() or HydraConfig.get().mode.name != "MULTIRUN":
+            return None
+        sweep_dir = HydraConfig.get().sweep.dir
+    return "sweep-" + "_".join(Path(sweep_dir).parts[-2:])
 
 
 def _finite(value) -> bool:
@@ -51,7 +54,7 @@ def _finite(value) -> bool:
 
 
 class Tracker:
-    def __init__(self, cfg, run_config: dict, run_dir: Path, name: str, group: str | None):
+    def __init__(self, cfg, run_config: dict, run_dir: Path, name: str, group: str | None, tags=(), job_type=None):
         self.run = None
         mode = ("online" if _has_api_key() else "offline") if cfg.mode == "auto" else cfg.mode
         if cfg.name == "none" or mode == "disabled":
@@ -59,18 +62,19 @@ class Tracker:
         if _UNAVAILABLE:
             log.warning("W&B skipped: it could not start earlier in this process (%s); local results only", _UNAVAILABLE[0])
             return
-        self._guard("start", self._start, cfg, mode, run_config, run_dir, name, group)
+        self._guard("start", self._start, cfg, mode, run_config, run_dir, name, group, [*cfg.tags, *tags], job_type)
         if self.run is None:
             _UNAVAILABLE.append(f"mode {mode}")
 
-    def _start(self, cfg, mode, run_config, run_dir, name, group):
+    def _start(self, cfg, mode, run_config, run_dir, name, group, tags, job_type):
         import wandb
 
         self.run = wandb.init(
             project=cfg.project,
             entity=cfg.entity,
             group=cfg.group or group,
-            tags=list(cfg.tags),
+            tags=list(dict.fromkeys(tags)),
+            job_type=job_type,
             name=name,
             mode=mode,
             dir=str(cfg.dir or run_dir),
@@ -95,12 +99,13 @@ class Tracker:
         if self.run is not None and values:
             self._guard("summary", self.run.summary.update, {k: v for k, v in values.items() if v is not None})
 
-    def curve(self, name: str, step: str, rows: list[dict]) -> None:
-        """Each row's numbers as history against ``step`` (one W&B line per run over e.g. length)."""
+    def curve(self, name: str, step: str, rows: list[dict], at=None) -> None:
+        """Each row's numbers as history against ``step`` (one W&B line per run over e.g. length); the run's
+        summary of each then holds its value at ``step == at`` (the target length), not the last row's."""
         if self.run is not None and rows:
-            self._guard("curve", self._curve, name, step, rows)
+            self._guard("curve", self._curve, name, step, rows, at)
 
-    def _curve(self, name, step, rows):
+    def _curve(self, name, step, rows, at):
         self.run.define_metric(step)
         metrics = sorted({k for row in rows for k, v in row.items() if k != step and isinstance(v, (int, float))
                           and not isinstance(v, bool)})
@@ -110,6 +115,13 @@ class Tracker:
             values = {f"{name}/{m}": row[m] for m in metrics if _finite(row.get(m))}
             if values:
                 self.run.log({step: row[step], **values})
+        target = next((row for row in rows if row[step] == at), None)
+        for metric in metrics:  # the last row is not the answer: the value at the target (or none) is
+            key = f"{name}/{metric}"
+            if target is not None and _finite(target.get(metric)):
+                self.run.summary[key] = target[metric]
+            elif key in self.run.summary.keys():
+                del self.run.summary[key]
 
     def table(self, name: str, rows: list[dict]) -> None:
         if self.run is not None and rows:

@@ -1,0 +1,168 @@
+"""The answer: does a strategy keep the model working at L, judged against the unscaled model on the same tokens
+(evals/core/verdict.py), with lengths relative to the trained context and the unscaled reference found or run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evals.core.errors import UserError
+from evals.core.job import parse_job
+from evals.core.registry import Metric
+from evals.core.verdict import DEFAULTS, Reference, judge
+from tests.conftest import ROOT, TINY, compose_config, run_job
+
+PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens").declared("perplexity")}
+ACC = {"needle_acc": Metric("needle_acc", verdict=True, count="needle_trials").declared("needle")}
+LENGTHS = (1024, 2048, 4096, 8192, 16384)
+# docs/benchmarks.md, SmolLM2 (trained 8192) on Emma, factor 2
+NONE = dict(zip(LENGTHS, (32.8, 28.9, 25.0, 25.7, 53.0)))
+YARN = dict(zip(LENGTHS, (33.6, 29.6, 25.6, 26.4, 26.6)))
+PI = dict(zip(LENGTHS, (61.1, 55.7, 50.8, 54.0, 54.5)))
+
+
+def ppl(values: dict) -> dict:
+    return {f"ppl@{L}": v for L, v in values.items()}
+
+
+def verdict(values, reference, declared=PPL, target=16384, **criteria):
+    ref = None if reference is None else Reference(values=reference)
+    return judge(values, declared, ref, 8192, target, {**DEFAULTS, **criteria}, "no reference here")
+
+
+def test_a_strategy_is_judged_against_the_unscaled_model_not_itself():
+    """PI x2 is flat at twice the unscaled ppl: it kept 'working' against its own ppl at 8192; it fails here."""
+    pi = verdict(ppl(PI), ppl(NONE))["summary"]
+    assert pi["verdict"] is False and pi["verdict@16384"] is False and pi["verdict@1024"] is False
+    assert pi["effective_length"] is None and "not working at 1024" in pi["effective_length_reason"]
+    assert pi["ppl_stable_length"] == 16384  # the old, self-referenced quantity, under its honest name
+    assert "ppl 54.5 > 28.27 (unscaled 25.7 @8192)" in pi["verdict_reason@16384"]
+    yarn = verdict(ppl(YARN), ppl(NONE))["summary"]
+    assert yarn["verdict"] is True and yarn["effective_length"] == 16384 and yarn["ppl@target"] == 26.6
+    assert yarn["ppl_retention@4096"] == pytest.approx(25.0 / 25.6)
+    none = verdict(ppl(NONE), ppl(NONE))["summary"]
+    assert none["verdict@16384"] is False and none["verdict@8192"] is True and none["effective_length"] == 8192
+    strict = verdict(ppl(YARN), ppl(NONE), tolerance=0.02)["summary"]  # 33.6 vs 32.8 is 2.4% worse at 1024
+    assert strict["verdict@1024"] is False and strict["verdict@16384"] is False
+    assert "short context: ppl 33.6 > 33.46" in strict["verdict_reason@16384"]
+
+
+def test_no_reference_or_another_test_is_no_answer_with_its_reason():
+    found = verdict(ppl(YARN), None)["summary"]
+    assert found["verdict"] is None and found["verdict_reason@16384"] == "no reference here"
+    assert not any("_retention@" in k for k in found)
+    counts = {**ppl(YARN), "tokens@1024": 1023}
+    other = verdict(counts, {**ppl(NONE), "tokens@1024": 2046})["summary"]  # two documents in the reference
+    assert other["verdict@1024"] is None and "rests on 1023 here and 2046 in the reference" in other["verdict_reason@1024"]
+    assert other["verdict@16384"] is None  # the short context could not be checked at 1024
+    short_only = verdict({"ppl@16384": 26.6}, ppl(NONE))["summary"]
+    assert short_only["verdict@16384"] is None and "short context not measured" in short_only["verdict_reason@16384"]
+    untargeted = verdict(ppl(YARN), ppl(NONE), target=32768)["summary"]
+    assert untargeted["verdict"] is None and "32768 was not evaluated" in untargeted["verdict_reason"]
+
+
+def test_accuracies_are_judged_by_the_share_they_keep():
+    acc = {"needle_acc@4096": 1.0, "needle_acc@8192": 0.8, "needle_acc@16384": 0.6}
+    reference = {"needle_acc@4096": 1.0, "needle_acc@8192": 0.9}
+    found = verdict(acc, reference, ACC)["summary"]
+    assert found["verdict@8192"] is True  # 0.8 >= 0.85 x 0.9
+    assert found["verdict@16384"] is False and "needle_acc 0.6 < 0.765" in found["verdict_reason@16384"]
+    assert verdict(acc, reference, ACC, retained=0.6)["summary"]["verdict@16384"] is True
+    zero = verdict({"needle_acc@8192": 0.0, "needle_acc@16384": 0.0}, {"needle_acc@8192": 0.0}, ACC)["summary"]
+    assert zero["verdict@16384"] is None and "scores 0 on needle_acc" in zero["verdict_reason@16384"]
+
+
+def read(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+BOOKS = ["data.books=[persuasion]", "eval.lengths=[256,512,1x,2x]"]  # the tiny model is trained at 2048
+
+
+def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path):
+    relative = parse_job(compose_config(*TINY, *BOOKS, "scaling=yarn", "scaling.factor=4"), tmp_path)
+    absolute = parse_job(compose_config(*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,2048,4096,2048]",
+                                        "scaling=yarn", "scaling.factor=4"), tmp_path)
+    assert list(relative.eval_cfg.lengths) == [256, 512, 2048, 4096] and relative.key == absolute.key
+    assert relative.target == 8192  # trained x factor
+    other = parse_job(compose_config(*TINY, *BOOKS, "model.original_max_position=1024", "verdict.target=3x"), tmp_path)
+    assert list(other.eval_cfg.lengths) == [256, 512, 1024, 2048] and other.target == 3072
+    suite = parse_job(compose_config(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path)
+    assert list(suite.eval_cfg.perplexity.lengths) == [1024] and list(suite.eval_cfg.needle.lengths) == [2048]
+    for bad, message in (("eval.lengths=[2y]", "eval.lengths='2y' is not a length"),
+                         ("verdict.target=far", "verdict.target='far' is not a length")):
+        with pytest.raises(UserError, match=message):
+            parse_job(compose_config(*TINY, bad), tmp_path)
+
+
+def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, capsys):
+    summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=2")
+    (path,) = (tmp_path / "yarn" / "baseline").glob("*/results.json")  # baseline/<its key>
+    base = read(path)
+    assert base["status"] == "done" and base["job"]["scaling"] == "none" and base["job"]["role"] == "reference"
+    assert base["config"]["eval"]["lengths"] == [256, 512, 2048]  # up to the trained context, which is included
+    assert base["config"]["eval"]["min_document_tokens"] == 4096  # the job's documents: the same tokens
+    assert base["job"]["compare"] == results["job"]["compare"]
+    assert summary["target_length"] == 4096 and summary["verdict"] in (True, False)
+    assert set(k for k in summary if k.startswith("verdict@")) == {"verdict@256", "verdict@512", "verdict@2048", "verdict@4096"}
+    assert summary["ppl_retention@512"] == pytest.approx(base["summary"]["ppl@512"] / summary["ppl@512"])
+    assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
+    assert results["declared"]["ppl"]["lower_is_better"] and results["summary"]["verdict@4096"] == summary["verdict@4096"]
+    out = capsys.readouterr().out
+    assert "verdict: does yarn-factor2 on tinyllama[random] keep working?" in out and "<- target" in out
+    assert (tmp_path / "yarn" / "ppl_by_length.png").is_file() and (tmp_path / "yarn" / "ppl_by_length.svg").is_file()
+
+    # another strategy that may resume from the first run finds the same reference instead of computing it
+    summary, results = run_job(tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]")
+    assert not (tmp_path / "ntk" / "baseline").exists()
+    assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
+
+    # the unscaled job is its own reference: nothing more runs, and it fails beyond its trained context or not
+    summary, results = run_job(tmp_path / "none", *BOOKS)
+    assert not (tmp_path / "none" / "baseline").exists() and results["verdict"]["reference"]["sources"] == ["itself"]
+
+
+def test_without_a_reference_the_answer_is_missing_and_says_why(tmp_path, capsys):
+    summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "verdict.baseline=false", "resume_from=[]")
+    assert not (tmp_path / "yarn" / "baseline").exists()
+    assert summary["verdict"] is None and "verdict.baseline=false" in summary["verdict_reason"]
+    assert "no answer: no unscaled run on the same tokens" in capsys.readouterr().out
+
+
+def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_the_trained_context(tmp_path):
+    common = [*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]", "eval.protocol=sliding",
+              "eval.longppl=true"]
+    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=64", "eval.key_tokens.stride=16"), tmp_path)
+    base = job.reference
+    assert base.scaling.name == "none" and list(base.eval_cfg.lengths) == [256, 512, 2048]
+    assert base.eval_cfg.max_tokens == 4096  # sliding: the job's tokens, not only the first 2048
+    assert base.eval_cfg.longppl and base.out_dir == tmp_path / "baseline" / base.key[:12]
+    assert base.compare == job.compare  # the same test, eval by eval
+    # key tokens need more than short_context + stride tokens: none within 2048, so the reference has no LongPPL
+    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=2048", "eval.key_tokens.stride=1024"), tmp_path)
+    assert job.eval_cfg.longppl and not job.reference.eval_cfg.longppl and job.reference.compare == job.compare
+    # another protocol, another document count: another comparison key
+    other = parse_job(compose_config(*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]",
+                                     "eval.documents=2"), tmp_path)
+    assert other.compare != job.compare
+
+
+def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the_verdict_table(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    command = [sys.executable, str(ROOT / "run.py"), "-m", *TINY, *BOOKS, "scaling=none,yarn,linear", "scaling.factor=2",
+               f"hydra.sweep.dir={sweep_dir}", "resume_from=[]"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TQDM_DISABLE": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not (sweep_dir / "baseline").exists()  # the sweep's own unscaled job is the reference
+    jobs = {read(p)["job"]["scaling"]: read(p) for p in sweep_dir.glob("*/results.json")}
+    none_dir = next(p.parent for p in sweep_dir.glob("*/results.json") if read(p)["job"]["scaling"] == "none")
+    assert jobs["yarn-factor2"]["verdict"]["reference"]["sources"] == [str(none_dir)]
+    table = result.stdout.split("verdict: tinyllama[random], perplexity on books", 1)[1]
+    assert "| strategy       | target | 256 (0.125x) | 512 (0.25x) | 2048 (1x) | 4096 (2x) | effective length |" in table
+    assert "| yarn-factor2   | 4096   |" in table and "| linear-factor2 | 4096   |" in table
+    verdicts = (sweep_dir / "report_verdict.csv").read_text().splitlines()
+    assert verdicts[0].startswith("model,data,eval,strategy,trained,target,verdict@256") and len(verdicts) == 4
