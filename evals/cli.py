@@ -15,6 +15,7 @@ import sys
 import hydra
 
 from .core.config import config_dir, register_configs
+from .core.progress import quiet_libraries
 from .core.runner import run_hydra
 
 
@@ -73,6 +74,7 @@ def main() -> int:
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors reach us, not Hydra's multi-line printer
     signal.signal(signal.SIGTERM, _interrupt)
+    quiet_libraries()
     load_evals()
     register_configs()
     try:

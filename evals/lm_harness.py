@@ -13,15 +13,18 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
+from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
 from .core.models import hub_reachable, tokenizer_source
-from .core.registry import register_eval
+from .core.registry import Metric, register_eval
 from .lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
+from .stats import wilson_interval
 
 TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
@@ -38,20 +41,23 @@ class LmEvalConfig:
 
     name: str = "lm_eval"
     tasks: List[str] = option(["rope_ext_passkey", "rope_ext_books"], nonempty=True)
+    lengths: List[Any] = context_lengths([1024, 4096])  # tasks with per-length prompts (metadata max_seq_lengths); or 2x
     num_fewshot: Optional[int] = option(None, minimum=0)
     limit: Optional[float] = option(None, above=0)  # documents per task (a fraction when < 1)
-    batch_size: int = option(1, minimum=1)
+    batch_size: int = option(1, minimum=1, compare=False)
     max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest prompt + 64
     include_path: List[str] = field(default_factory=list)  # more task directories (ours are always included)
     apply_chat_template: bool = False  # wrap prompts in the tokenizer's chat template (instruct models)
     fewshot_as_multiturn: bool = False  # with the chat template: few-shot examples as turns
     system_instruction: Optional[str] = None
-    log_samples: bool = False  # every sample's prompt, response and score: <name>_samples_<task>.jsonl and W&B
-    metadata: dict = field(default_factory=lambda: {"max_seq_lengths": [1024, 4096], "max_chars": 20000,
-                                                    "books": ["emma", "persuasion"]})
+    log_samples: bool = option(False, key=False)  # every sample's prompt, response and score: lm_eval_samples_<task>.jsonl
+    metadata: dict = field(default_factory=lambda: {"max_chars": 20000, "books": ["emma", "persuasion"]})
 
 
 def check_config(cfg, job=None) -> None:
+    if "max_seq_lengths" in (cfg.metadata or {}):
+        raise HarnessError("eval.metadata.max_seq_lengths: the lengths are eval.lengths, as for every eval (tokens, or "
+                           "multiples of the trained context such as 2x)")
     if cfg.fewshot_as_multiturn and not cfg.apply_chat_template:
         raise HarnessError("eval.fewshot_as_multiturn=true needs eval.apply_chat_template=true")
     for path in cfg.include_path:
@@ -91,10 +97,8 @@ def check_tasks(manager, tasks) -> None:
 
 def default_max_length(cfg, ctx) -> int:
     """The extended context (trained x factor), and at least the longest synthetic prompt + generation."""
-    factor = ctx.scaling.params.get("factor") if ctx.scaling.name != "none" else None
-    extended = int(ctx.trained_context * (factor or 1))
-    prompts = max((int(L) for L in (cfg.metadata or {}).get("max_seq_lengths", [])), default=0)
-    return max(extended, prompts + 64)
+    extended = int(ctx.trained_context * (ctx.scaling.factor or 1))
+    return max(extended, max(int(L) for L in cfg.lengths) + 64)
 
 
 def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: int, include_path=(), limit=None,
@@ -102,32 +106,62 @@ def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: in
                         fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True) -> dict:
     """lm-eval's ``simple_evaluate`` of ``tasks`` on the job's loaded, patched model (HFLM around the model
     object and tokenizer; ``max_length`` always passed), our task directory always on the include path, the
-    model's tokenizer (GGUF included) in the tasks' metadata; unknown and offline hub tasks fail first."""
+    model's tokenizer (GGUF included) in the tasks' metadata; unknown and offline hub tasks fail first. Its
+    output gains ``model_seconds``: the time the model spent per request type."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    tokenizer, kwargs = tokenizer_source(ctx.job.model.cfg)
-    metadata = {**metadata, "tokenizer": tokenizer, **kwargs}
+    source, kwargs = tokenizer_source(ctx.job.model.cfg)
+    metadata = {**metadata, "tokenizer": source, **kwargs}
     manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], metadata=metadata)
     if check:
         check_tasks(manager, list(tasks))
-    lm = HFLM(pretrained=ctx.model(), tokenizer=ctx.tokenizer(), max_length=max_length, batch_size=batch_size)
-    return simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                           log_samples=log_samples, metadata=metadata, apply_chat_template=apply_chat_template,
-                           fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction)
+    tokenizer, model = ctx.tokenizer(), ctx.model()
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, max_length=max_length, batch_size=batch_size)
+    seconds = _time_requests(lm)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    saved = tokenizer.model_max_length, config.max_position_embeddings
+    # the scaled model's context is max_length: tokenizer and generation would otherwise warn past the trained one
+    tokenizer.model_max_length = max(max_length, saved[0] or 0)
+    config.max_position_embeddings = max(max_length, saved[1] or 0)
+    try:
+        output = simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
+                                 log_samples=log_samples, metadata=metadata, apply_chat_template=apply_chat_template,
+                                 fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction)
+    finally:
+        tokenizer.model_max_length, config.max_position_embeddings = saved
+    return {**output, "model_seconds": seconds}
+
+
+def _time_requests(lm) -> dict[str, float]:
+    """{request type: seconds the model spent on it}, filled as lm-eval calls the model (generation, log-likelihoods):
+    the model's time, apart from lm-eval building its tasks and prompts."""
+    seconds: dict[str, float] = {}
+    for name in ("generate_until", "loglikelihood", "loglikelihood_rolling"):
+        def timed(*args, _run=getattr(lm, name), _name=name, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _run(*args, **kwargs)
+            finally:
+                seconds[_name] = seconds.get(_name, 0.0) + time.perf_counter() - started
+
+        setattr(lm, name, timed)
+    return seconds
 
 
 @register_eval("lm_eval", config=LmEvalConfig, error=HarnessError, check=check_config, needs=("model",))
 def evaluate(cfg, ctx) -> dict:
-    """lm-evaluation-harness tasks (ours run offline) on the loaded, patched model, through HFLM."""
+    """lm-evaluation-harness tasks (ours run offline) on the loaded, patched model, through HFLM; per-length
+    results as ``<task>_<metric>@L`` like every eval's, task results as ``<task>_<metric>``."""
     from omegaconf import OmegaConf
 
+    lengths = sorted({int(L) for L in cfg.lengths})
     max_length = cfg.max_length or default_max_length(cfg, ctx)
-    output = run_simple_evaluate(ctx, list(cfg.tasks), metadata=OmegaConf.to_container(cfg.metadata or {}, resolve=True),
-                                 max_length=max_length, include_path=list(cfg.include_path), limit=cfg.limit,
-                                 num_fewshot=cfg.num_fewshot, batch_size=cfg.batch_size, log_samples=cfg.log_samples,
-                                 apply_chat_template=cfg.apply_chat_template,
+    metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "max_seq_lengths": lengths}
+    output = run_simple_evaluate(ctx, list(cfg.tasks), metadata=metadata, max_length=max_length,
+                                 include_path=list(cfg.include_path), limit=cfg.limit, num_fewshot=cfg.num_fewshot,
+                                 batch_size=cfg.batch_size, log_samples=True, apply_chat_template=cfg.apply_chat_template,
                                  fewshot_as_multiturn=cfg.fewshot_as_multiturn, system_instruction=cfg.system_instruction)
     results = {task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)} for task, metrics in output["results"].items()}
     rows, summary = [], {}
@@ -136,18 +170,73 @@ def evaluate(cfg, ctx) -> dict:
             metric, _, filter_name = key.partition(",")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "alias":
                 rows.append({"task": task, "metric": metric, "filter": filter_name, "value": value})
-                if not (isinstance(value, float) and math.isnan(value)):
-                    summary[f"lm_eval/{task}/{metric}"] = value
+                if not metric.isdigit() and not metric.endswith("_stderr") and not (isinstance(value, float) and math.isnan(value)):
+                    summary[_name(task, metric, filter_name)] = value
+    per_length, declared = by_length(output, lengths)
+    summary.update(per_length)
+    ctx.output.declare(declared)
     ctx.output.table("lm_eval", rows)
-    for task, samples in (output.get("samples") or {}).items():
-        with ctx.output.records(f"lm_eval_samples_{task}") as write:
-            for sample in samples:
-                write(sample)
+    curve = [{"length": L, **{name.split("@")[0]: v for name, v in per_length.items() if name.endswith(f"@{L}")
+                              and name.split("@")[0] in declared}} for L in lengths]
+    ctx.output.curve("lm_eval", [row for row in curve if len(row) > 1])
+    if cfg.log_samples:
+        for task, samples in (output.get("samples") or {}).items():
+            with ctx.output.records(f"lm_eval_samples_{task}") as write:
+                for sample in samples:
+                    write(sample)
     ctx.output.metrics("lm_eval", {
         "results": results, "versions": output.get("versions"), "n-samples": output.get("n-samples"),
         "max_length": max_length, "lm_eval_version": output.get("lm_eval_version") or _version(),
+        "higher_is_better": output.get("higher_is_better"),
         "config": {k: str(v) for k, v in (output.get("config") or {}).items()}})
     return summary
+
+
+def _name(task: str, metric: str, filter_name: str) -> str:
+    """``rope_ext_passkey`` + ``acc`` (filter ``none``) -> ``rope_ext_passkey_acc``; other filters are named."""
+    return f"{task}_{metric}" + ("" if filter_name in ("", "none") else f"_{filter_name}")
+
+
+def _sample_length(doc: dict, lengths: list[int]) -> int | None:
+    """The length a sample was built for (rope_ext's tasks: ``length``, RULER's: ``max_length``), when it is
+    one of the lengths asked for."""
+    for field_name in ("max_length", "length"):
+        value = doc.get(field_name) if isinstance(doc, dict) else None
+        if isinstance(value, int) and value in lengths:
+            return value
+    return None
+
+
+def by_length(output: dict, lengths: list[int]) -> tuple[dict, dict]:
+    """({<task>_<metric>@L, <task>_samples@L, intervals}, {metric: declaration}) from lm-eval's logged samples:
+    for tasks whose samples carry the length they were built for, the mean of each mean-aggregated metric per
+    length, its direction from lm-eval's ``higher_is_better``, a Wilson interval where it is a 0-1 score."""
+    summary, declared = {}, {}
+    for task, samples in (output.get("samples") or {}).items():
+        metric_list = ((output.get("configs") or {}).get(task) or {}).get("metric_list") or []
+        means = [m["metric"] for m in metric_list if isinstance(m.get("metric"), str) and not m["metric"].isdigit()
+                 and str(m.get("aggregation", "mean")) == "mean"]
+        groups: dict[int, list[dict]] = {}
+        for sample in samples:
+            length = _sample_length(sample.get("doc"), lengths)
+            if length is not None:
+                groups.setdefault(length, []).append(sample)
+        for metric in means:
+            values = {L: [float(s[metric]) for s in group if isinstance(s.get(metric), (int, float))] for L, group in groups.items()}
+            values = {L: v for L, v in values.items() if v}
+            if not values:
+                continue
+            name, unit = f"{task}_{metric}", all(0 <= x <= 1 for v in values.values() for x in v)
+            higher = ((output.get("higher_is_better") or {}).get(task) or {}).get(metric, True)
+            declared[name] = Metric(name, lower_is_better=not higher, verdict=True, count=f"{task}_samples",
+                                    interval=unit, label=f"{task} {metric}", bounds=(0, 1) if unit else None).declared("lm_eval")
+            for L, v in values.items():
+                summary[f"{name}@{L}"] = sum(v) / len(v)
+                summary[f"{task}_samples@{L}"] = len(v)
+                interval = wilson_interval(sum(v), len(v)) if unit else None
+                if interval:
+                    summary[f"{name}_ci95_low@{L}"], summary[f"{name}_ci95_high@{L}"] = interval
+    return summary, declared
 
 
 def _unevaluated(key: str, value) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -41,7 +42,7 @@ from .core.progress import progress
 from .core.registry import Metric, register_eval
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
-from .scoring import free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
+from .scoring import Cost, cost_of, free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
 from .stats import block_bootstrap, t_interval
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,17 @@ class Accumulator:
         return rows
 
 
-def _forward(acc: Accumulator, length: int, compute):
-    """``compute()``, or None after recording an allocation failure at ``length``."""
+def _forward(acc: Accumulator, length: int, compute, cost: Cost | None = None, forwards: int = 1):
+    """``compute()`` (its expected cost said first and its time recorded), or None after recording an
+    allocation failure at ``length``."""
     try:
-        return compute()
+        if cost is None:
+            return compute()
+        cost.announce("perplexity", length, forwards=forwards)
+        started = time.perf_counter()
+        result = compute()
+        cost.record(time.perf_counter() - started, length, forwards=forwards)
+        return result
     except Exception as err:
         if not is_out_of_memory(err):
             raise
@@ -162,10 +170,10 @@ def _prefix_document(model, ids, lengths, acc, cfg, dynamic) -> dict:
     """Score one document at every applicable length: {length: NLL of its first length - 1 predictions}
     (the largest length's is its longest pass)."""
     todo = [L for L in lengths if L <= len(ids) and L not in acc.oom]
-    scored = {}
+    scored, cost = {}, cost_of(model)
     while todo:
-        for L in [todo[-1]] if not dynamic else list(reversed(todo)):
-            nll = _forward(acc, L, lambda: token_nll(model, ids[:L], cfg.chunk_tokens, progress=L >= 4096))
+        for L in [todo[-1]] if not dynamic else list(todo):  # dynamic: shortest first, its rate predicts the next
+            nll = _forward(acc, L, lambda: token_nll(model, ids[:L], cfg.chunk_tokens, progress=L >= 4096), cost)
             if nll is None:
                 todo.remove(L)
                 break
@@ -177,10 +185,11 @@ def _prefix_document(model, ids, lengths, acc, cfg, dynamic) -> dict:
 
 def _sliding_document(model, ids, lengths, acc, cfg, bos) -> dict:
     """{length: NLL of the tokens its windows score}."""
-    scored = {}
+    scored, cost = {}, cost_of(model)
     for L in lengths:
         if L <= len(ids) and L not in acc.oom:
-            nll = _forward(acc, L, lambda: sliding_nll(model, ids, L, cfg.stride, bos, cfg.chunk_tokens))
+            windows = 1 + max(0, math.ceil((len(ids) - L) / cfg.stride))
+            nll = _forward(acc, L, lambda: sliding_nll(model, ids, L, cfg.stride, bos, cfg.chunk_tokens), cost, windows)
             if nll is not None:
                 scored[L] = nll
     return scored

@@ -35,7 +35,7 @@ from .core.progress import progress
 from .core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
 from .stats import wilson_interval
-from .scoring import free_memory, is_out_of_memory, warn_if_too_large
+from .scoring import cost_of, free_memory, is_out_of_memory, warn_if_too_large
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,14 @@ class PromptScorer:
         self.device = next(model.parameters()).device
         self.cache, self.cached = None, torch.tensor([], dtype=torch.int64)
         self.computed = 0  # tokens actually run through the model (prefill + decode)
+        self.cost = cost_of(model)
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         self.computed += len(ids)
+        cached = self.cache.get_seq_length() if self.cache is not None else 0
+        started = time.perf_counter()
         out = self.model(input_ids=ids[None].to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        self.cost.record(time.perf_counter() - started, cached + len(ids), len(ids))
         return out.logits[0].float()
 
     @torch.inference_mode()
@@ -196,11 +200,15 @@ def evaluate(cfg, ctx) -> dict:
     scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
     for L in sorted(set(cfg.lengths)):
         warn_if_too_large(scorer.model, L, cfg.name, cfg.prefill_chunk if share else None)
-    started, records, oom = time.perf_counter(), [], set()
+    started, records, oom, announced = time.perf_counter(), [], set(), None
     with ctx.output.records(f"{cfg.name}_trials") as write:
         for prompt in progress(prompts, f"{cfg.name} ({'shared prefix' if share else 'cell by cell'})", "prompt"):
             if prompt.length in oom:
                 continue
+            if prompt.length != announced:  # before a length runs: what it will cost (cell by cell: an upper bound)
+                announced = prompt.length
+                scorer.cost.announce(f"{cfg.name}{' (at most, sharing prefixes)' if share else ''}", prompt.length,
+                                     forwards=sum(p.length == prompt.length for p in prompts))
             try:
                 record = _score(cfg, scorer, tokenizer, prompt)
             except Exception as err:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -98,6 +99,8 @@ def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
     for L in contexts:
         key = f"{dim}/{L}"
         if key not in known:
+            print(f"rope_decay: base lower bound for d={dim} at {L} tokens (computed once, then cached in {path})",
+                  file=sys.stderr, flush=True)
             known[key], new = analysis.base_lower_bound(dim, L), True
         found[L] = known[key]
     if new:

@@ -132,11 +132,13 @@ def evaluate(cfg, ctx) -> dict:
     max_length = cfg.max_length or max(int(ctx.trained_context * (factor or 1)), lengths[-1] + 128)
     metadata = {"max_seq_lengths": lengths, "num_samples": int(cfg.limit), "seed": int(cfg.seed),
                 "data": OmegaConf.to_container(ctx.job.data_cfg, resolve=True) if ctx.job.data_cfg is not None else None}
+    ctx.model()  # loaded (and patched) before the clock starts: the load is the job's, not RULER's
     started = time.perf_counter()
     output = run_simple_evaluate(ctx, [f"rope_ext_ruler_{t}" for t in tasks], metadata=metadata, max_length=max_length,
                                  batch_size=cfg.batch_size, log_samples=True, apply_chat_template=cfg.apply_chat_template,
                                  system_instruction=cfg.system_instruction, check=False)
-    seconds = time.perf_counter() - started
+    total = time.perf_counter() - started
+    seconds = output["model_seconds"].get("generate_until", 0.0)  # generation only, as RULER reports it
     samples = output.get("samples") or {}
     with ctx.output.records("ruler_samples") as write:
         for name, rows in samples.items():
@@ -168,6 +170,7 @@ def evaluate(cfg, ctx) -> dict:
     summary["ruler_effective_length"] = effective_length(averages, cfg.threshold)
     summary["ruler_effective_length_relative"] = effective_length(averages, relative) if relative else None
     summary["ruler_seconds"] = round(seconds, 2)
+    summary["ruler_prompt_seconds"] = round(total - seconds, 2)  # lm-eval building the tasks and their prompts
     count = sum(c["samples"] for c in cells)
     summary["ruler_seconds_per_sample"] = round(seconds / count, 3) if count else None
     grid = [[float("nan") if c["score"] is None else c["score"] for c in cells if c["task"] == t] for t in tasks]

@@ -1,11 +1,13 @@
 """Scoring helpers shared by the evals: per-token NLL without materialising [tokens, vocab] logits, a
-per-layer progress bar for long forwards (on a terminal), and out-of-memory handling that treats a CPU
-allocation failure like a CUDA one."""
+per-layer progress bar for long forwards (on a terminal), out-of-memory handling that treats a CPU
+allocation failure like a CUDA one, and what a length will cost before it runs (:class:`Cost`)."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -161,3 +163,65 @@ def warn_if_too_large(model: torch.nn.Module, length: int, what: str, query_toke
               "available; it will likely fail and be recorded as out of memory", flush=True)
         return True
     return False
+
+
+class Cost:
+    """What a forward at a length will cost on this device, said before it runs.
+
+    Time: the forward's FLOPs -- 2 x non-embedding parameters per token, plus causal attention, 2 x layers x
+    hidden x (L^2 - cached^2) for the new tokens of a length-L sequence (QK^T and AV) -- divided by the rate the
+    earlier forwards of this model in this process achieved (so the first says only its memory). Memory: the
+    estimate of :func:`estimate_forward_bytes`, scaled on CUDA by how far the last forward's measured peak was
+    from its estimate. One instance per loaded model (:func:`cost_of`), so the jobs of a sweep share the rate."""
+
+    def __init__(self, model: torch.nn.Module):
+        config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        embeddings = sum(m.weight.numel() for m in (model.get_input_embeddings(), model.get_output_embeddings())
+                         if m is not None and hasattr(m, "weight"))
+        self.model, self.params = model, max(1, sum(p.numel() for p in model.parameters()) - embeddings)
+        self.layers, self.hidden = config.num_hidden_layers, config.hidden_size
+        self.flops_done, self.seconds_done, self.memory_ratio = 0.0, 0.0, 1.0
+        self.device = next(model.parameters()).device
+
+    def flops(self, length: int, new: int | None = None) -> float:
+        new = length if new is None else new
+        # 2 FLOPs per multiply-add: the dense layers once per new token, causal attention over the prefix
+        return 2.0 * self.params * new + 2.0 * self.layers * self.hidden * (length**2 - (length - new) ** 2)
+
+    def record(self, seconds: float, length: int, new: int | None = None, forwards: int = 1) -> None:
+        """``forwards`` forwards measured: ``new`` tokens (default all) of a ``length``-token sequence, in ``seconds``."""
+        self.flops_done += forwards * self.flops(length, new)
+        self.seconds_done += seconds
+        if self.device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated(self.device)
+            self.memory_ratio = max(1.0, peak / max(1, estimate_forward_bytes(self.model, length, new)))
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def expected(self, length: int, new: int | None = None, forwards: int = 1) -> tuple[float | None, int]:
+        """(seconds or None before any forward was measured, peak bytes) of ``forwards`` such forwards."""
+        rate = self.flops_done / self.seconds_done if self.seconds_done > 0 else None
+        seconds = forwards * self.flops(length, new) / rate if rate else None
+        return seconds, int(self.memory_ratio * estimate_forward_bytes(self.model, length, new))
+
+    def announce(self, what: str, length: int, new: int | None = None, forwards: int = 1) -> None:
+        """One line in the log before the work: expected time and memory on this device."""
+        seconds, peak = self.expected(length, new, forwards)
+        when = f"about {_duration(seconds)}" if seconds is not None else "time known after the first forward"
+        many = f" ({forwards} forwards)" if forwards > 1 else ""
+        print(f"{what}: {length} tokens{many}: {when}, about {peak / 2**30:.2f} GiB on {self.device.type}",
+              file=sys.stderr, flush=True)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+_COSTS: dict[int, Cost] = {}
+
+
+def cost_of(model: torch.nn.Module) -> Cost:
+    """The :class:`Cost` of a loaded model (kept while the model is, so a sweep's jobs share its rate)."""
+    found = _COSTS.get(id(model))
+    if found is None or found.model is not model:
+        found = _COSTS[id(model)] = Cost(model)
+    return found

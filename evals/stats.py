@@ -61,4 +61,5 @@ def wilson_interval(successes: float, n: int, level: float = 0.95) -> tuple[floa
     # Wilson: (p + z^2/2n +/- z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low, high = max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if p == 0 else low), (1.0 if p == 1 else high)  # exact at the ends, where rounding would leave dust

@@ -441,7 +441,14 @@ def logn(p, positions):
       ``use_logn_attn``: ``math.log(i, seq_length) if i > seq_length else 1`` for i = n);
     - ``llama4``: 1 + attn_scale * log1p(floor(n / floor_scale)) (transformers' Llama-4
       ``attn_temperature_tuning``, floor_scale 8192 and attn_scale 0.1 there; here floor_scale defaults
-      to L, so nothing changes within the trained length).
+      to L): 1 for the first L - 1 queries; the query at m = L - 1, the last of the trained length, already
+      sees n = L and is scaled, as in Llama-4.
+
+    >>> p = {"form": "llama4", "original_max_position": 8192, "attn_scale": 0.1, "floor_scale": None}
+    >>> [round(f, 4) for f in logn(p, torch.tensor([0, 8190, 8191, 16383])).tolist()]
+    [1.0, 1.0, 1.0693, 1.1099]
+    >>> [round(f, 4) for f in logn({**p, "form": "su"}, torch.tensor([8190, 8191, 16383])).tolist()]
+    [1.0, 1.0, 1.0769]
     """
     n = positions.double() + 1
     trained = p["original_max_position"]

@@ -41,13 +41,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs, multi-process sweeps, memory-limit runs); CI runs them after the default suite")
 
 
-def compose_config(*overrides, searchpath: list[str] | None = None):
+def compose_config(*overrides, searchpath: list[str] | None = None, return_hydra_config: bool = False):
     """The config ``python run.py <overrides>`` composes."""
     load_evals()
     register_configs()
     extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose("config", overrides=[*extra, *overrides])
+        return compose("config", overrides=[*extra, *overrides], return_hydra_config=return_hydra_config)
 
 
 def scaling_overrides(scaling: dict | None) -> list[str]:

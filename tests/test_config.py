@@ -109,6 +109,9 @@ def run_cli(*args, timeout=120):
          "data.glob='/no/*.txt' matches no file"),
         (["eval.lengths=[1000000]", "model=tinyllama", "model.weights=random", *REDUCED, "data.books=[persuasion]"],
          "eval.lengths [1000000] exceed every document"),
+        (["eval.lengths=[1x,double]"], "eval.lengths='double' is not a length: give tokens (4096) or a multiple of the "
+                                       "trained context (8192), e.g. 2x"),
+        (["verdict.target=4y"], "verdict.target='4y' is not a length"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message):
@@ -116,3 +119,20 @@ def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message):
     assert result.returncode == 2
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_help_lists_the_groups_a_user_chooses_from():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    groups = result.stdout.split("== Configuration groups ==", 1)[1].split("== Config ==", 1)[0]
+    assert "scaling: base, base_20k, compose" in groups and "eval: lm_eval, needle" in groups
+    assert "schema/" not in groups and "rope_ext: does a RoPE scaling strategy keep your model working" in result.stdout
+
+
+def test_run_and_sweep_directories_name_the_factor():
+    from omegaconf import OmegaConf
+
+    cfg = compose_config("scaling=yarn", "scaling.factor=4", return_hydra_config=True)
+    assert OmegaConf.select(cfg, "hydra.run.dir").endswith("_smollm2_yarn_x4")
+    assert "${rope_ext.factor:" in OmegaConf.to_container(cfg.hydra.sweep)["subdir"]  # the sweep's job dirs too
+    assert OmegaConf.select(compose_config("scaling=none", return_hydra_config=True), "hydra.run.dir").endswith("_none")

@@ -22,23 +22,35 @@ def tokenizer():
     return bundled_tokenizer()
 
 
-def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog):
-    summary, results = run_job(tmp_path, "eval=lm_eval", "eval.metadata.max_seq_lengths=[256,512]", "eval.metadata.max_chars=3000",
+def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capfd):
+    summary, results = run_job(tmp_path, "eval=lm_eval", "eval.lengths=[256,0.25x]", "eval.metadata.max_chars=3000",
+                               "+eval.metadata.depths=[0.5]",
                                "eval.limit=4", "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true",
                                "eval.log_samples=true")
     metrics = results["metrics"]["lm_eval"]
     assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
     assert metrics["max_length"] == 2048 * 2  # passed explicitly: the extended context
     assert metrics["versions"]["rope_ext_passkey"] == 1.0 and metrics["lm_eval_version"]
-    assert 0 <= summary["lm_eval/rope_ext_passkey/acc"] <= 1
-    assert summary["lm_eval/rope_ext_books/byte_perplexity"] > 1
-    assert "lm_eval/rope_ext_passkey/1024" not in summary  # lengths without prompts are left out
+    assert 0 <= summary["rope_ext_passkey_acc"] <= 1 and summary["rope_ext_books_byte_perplexity"] > 1
+    # per length, like every eval: <task>_<metric>@L (0.25x = 512), with what it rests on and its interval
+    assert {"rope_ext_passkey_acc@256", "rope_ext_passkey_acc@512", "rope_ext_passkey_samples@256"} <= set(summary)
+    assert summary["rope_ext_passkey_samples@256"] + summary["rope_ext_passkey_samples@512"] == 4
+    assert summary["rope_ext_passkey_acc_ci95_low@256"] <= summary["rope_ext_passkey_acc@256"]
+    assert not any(k.startswith("lm_eval/") or k.endswith("@1024") for k in summary)
+    declared = results["declared"]["rope_ext_passkey_acc"]
+    assert declared["eval"] == "lm_eval" and declared["verdict"] and not declared["lower_is_better"]
+    assert summary["verdict@512"] is None  # judged like the rest: a random model retrieves nothing, unscaled or not
+    assert "the unscaled model scores 0 on rope_ext_passkey_acc at 512" in summary["verdict_reason@512"]
     table = (tmp_path / "lm_eval.csv").read_text()
     assert table.count("rope_ext_books") == 4 and ",-1" not in table  # 3 metrics + sample_len; no unevaluated length
     assert "1024" not in metrics["results"]["rope_ext_passkey"] and "1024,none" not in metrics["results"]["rope_ext_passkey"]
     samples = [json.loads(line) for line in (tmp_path / "lm_eval_samples_rope_ext_passkey.jsonl").read_text().splitlines()]
     assert len(samples) == 4 and "<|im_start|>user" in json.dumps(samples[0]["arguments"])  # the chat template applied
+    assert (tmp_path / "rope_ext_passkey_acc_by_length.png").is_file()
     assert not [r for r in caplog.records if "aggregation is not" in r.getMessage() or "higher_is_better is not" in r.getMessage()]
+    assert "predefined maximum length" not in capfd.readouterr().err  # a scaled model's context is its max_length
+    with pytest.raises(HarnessError, match="eval.metadata.max_seq_lengths: the lengths are eval.lengths"):
+        run_job(tmp_path / "old", "eval=lm_eval", "+eval.metadata.max_seq_lengths=[256]")
 
 
 def test_unknown_and_offline_hub_tasks_fail_early():

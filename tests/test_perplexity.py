@@ -176,3 +176,13 @@ def test_bad_eval_config(overrides, message):
 def test_length_beyond_every_document_is_an_error(eval_context):
     with pytest.raises(perplexity.PerplexityError, match="exceed every document \\(longest: 300 tokens"):
         perplexity.evaluate(config(lengths=[64, 1000]), eval_context())
+
+
+def test_each_length_says_its_expected_time_and_memory_before_it_runs(eval_context, capsys):
+    """Dynamic scaling runs one forward per length, shortest first: the measured rate predicts the next ones."""
+    ctx = eval_context({"name": "dynamic_ntk", "factor": 2.0})
+    perplexity.evaluate(config(lengths=[64, 128, 256]), ctx)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("perplexity: ")]
+    assert [line.split(":")[1].strip() for line in lines] == ["64 tokens", "128 tokens", "256 tokens"] * 2  # 2 documents
+    assert "time known after the first forward" in lines[0] and "GiB on cpu" in lines[0]
+    assert all(" s, about " in line for line in lines[1:])  # "about 0.1 s, about 0.00 GiB on cpu"

@@ -203,3 +203,11 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     assert "Not finished: 1 of" in text and "yarn-factor2" in text and "Verdict: does each strategy" in text
     assert (tmp_path / "report.png").stat().st_size > 100_000
     shutil.copy(tmp_path / "report.png", runs / "report_screenshot.png")  # to look at
+
+
+@pytest.mark.parametrize("k,n", [(0, 3), (2, 3), (3, 3), (7, 20)])
+def test_wilson_interval_matches_scipy(k, n):
+    from evals.stats import wilson_interval
+
+    expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-12)

@@ -58,3 +58,16 @@ def test_failed_job_keeps_what_it_wrote(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["config"]["eval"]["lengths"] == [512, 100000000]
     assert "exceed every document" in results["error"]["message"] and results["error"]["user_error"]
+
+
+def test_only_the_documents_asked_for_are_tokenized(tmp_path, capsys):
+    from evals.core.config import DataConfig
+    from evals.core.data import load_documents
+    from evals.core.models import bundled_tokenizer
+    from evals.core.progress import progress
+
+    books = DataConfig(name="books", source="books", books=["persuasion", "emma"])
+    assert [d.name for d in load_documents(books, bundled_tokenizer(), count=1)] == ["persuasion"]
+    assert [d.name for d in load_documents(books, bundled_tokenizer(), count=1, min_tokens=10**9)] == ["persuasion", "emma"]
+    assert list(progress(range(50), "quick", "item")) == list(range(50))  # a quick loop leaves no line in a log
+    assert "quick" not in capsys.readouterr().err

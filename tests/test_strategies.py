@@ -196,3 +196,27 @@ def test_resolve_once_fills_defaults_and_the_trained_context_and_labels_the_scal
                                trained_context=2048)
     assert compose.label == "compose[base-base500000,yarn-factor2]"
     assert compose.params["stages"][1].params["original_max_position"] == 2048 and not compose.dynamic
+
+
+def test_docstring_examples_hold():
+    """The examples in rope_ext's docstrings run (logn's llama4 form scales the query at m = L - 1)."""
+    import doctest
+
+    import rope_ext.strategies
+
+    failed, tried = doctest.testmod(rope_ext.strategies, raise_on_error=False)
+    assert tried >= 2 and failed == 0
+
+
+def test_the_readme_python_api_example_runs():
+    """The README's Python API block, as a user would paste it, on a tiny model."""
+    import re
+    from pathlib import Path
+
+    from tests.conftest import ROOT, tiny_llama
+
+    readme = (Path(ROOT) / "README.md").read_text()
+    block = re.search(r"## The Python API\s+```python\n(.*?)```", readme, re.S).group(1)
+    namespace = {"model": tiny_llama()}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 -- our own README
+    assert namespace["inv_freq"].shape == (64,) and namespace["attention_factor"] > 1

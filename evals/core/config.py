@@ -293,6 +293,25 @@ def register_configs() -> None:
 
 
 
+def _factor_suffix(factor) -> str:
+    """``_x2`` for a scaling factor of 2 (run and sweep directory names say the factor); nothing without one."""
+    return "" if factor in (None, "") else f"_x{float(factor):g}"
+
+
+def _option_groups() -> str:
+    """The config groups a user chooses from, with their options, as ``--help`` lists them (Hydra's own and the
+    internal ``schema/`` groups left out); groups on ``hydra.searchpath`` (plugins) included."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    loader = GlobalHydra.instance().config_loader()
+    groups = sorted(g for g in loader.list_groups("") if g not in ("hydra", "schema"))
+    return "\n".join(f"{g}: {', '.join(sorted(loader.get_group_options(g)))}" for g in groups)
+
+
+OmegaConf.register_new_resolver("rope_ext.factor", _factor_suffix, replace=True)
+OmegaConf.register_new_resolver("rope_ext.groups", _option_groups, replace=True)
+
+
 def __getattr__(name: str):
     """Schema classes are generated from the registries; a process that unpickles a config (a joblib or
     submitit worker) finds them here by name before anything registered them."""

@@ -104,8 +104,10 @@ class Job:
                 for m in spec.metrics_for(part)}
 
     def needs_reference(self) -> bool:
-        """Whether the verdict judges anything this job measures (a metric declared with ``verdict``)."""
-        return any(m["verdict"] for m in self.declared().values())
+        """Whether the verdict judges anything this job measures: a metric declared with ``verdict``, or an eval
+        with lengths whose metrics are known only when it runs (lm-eval's tasks)."""
+        return any(m["verdict"] for m in self.declared().values()) or any(
+            length_fields(spec.config) and not spec.metrics_for(part) for spec, part in self.eval.parts_of(self.eval_cfg))
 
 
 def _container(node) -> Any:

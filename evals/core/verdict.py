@@ -153,6 +153,9 @@ def judge(values: dict, declared: dict, reference: Reference | None, trained: in
     judged = {name: d for name, d in metrics.items() if d.get("verdict")}
     have = measured(values, metrics)
     lengths = sorted({L for name in judged for L in have.get(name, {})})
+    if not lengths:  # nothing this job measured is judged (an analytic study): no verdict at all
+        return {"summary": {}, "lengths": [], "criteria": criteria, "target": target, "trained": trained,
+                "reference": None, "missing": None}
     summary: dict = {}
     rows = []
     for L in lengths:

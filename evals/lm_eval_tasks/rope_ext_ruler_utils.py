@@ -13,7 +13,8 @@ What differs from lm-eval's ``ruler`` tasks, and nothing else:
   bundled SmolLM2 one), where lm-eval's ``get_tokenizer`` cannot read a GGUF file;
 - ``num_samples`` per length (metadata, default 500 as RULER) instead of a fixed 500, and a seed
   (``seed``, default 42 as RULER) set before each task and length is generated (RULER prepares each task
-  and length in its own run with seed 42; lm-eval sets none);
+  and length in its own run with seed 42; lm-eval's ``simple_evaluate`` seeds python's ``random`` with 0
+  once per call, so without this a task's samples would depend on which tasks were generated before it);
 - each document reports ``score`` (lm-eval's ``process_results``, 0-1) and its score under its length for
   the lengths of ``LENGTH_METRICS`` (-1 elsewhere, lm-eval's convention).
 
