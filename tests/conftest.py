@@ -58,10 +58,11 @@ def scaling_overrides(scaling: dict | None) -> list[str]:
 
 
 def run_job(out_dir, *overrides):
-    """One job through run.run(cfg), forced: (summary, results.json)."""
+    """One job through run.run(cfg), forced: (summary, results.json). The unscaled reference is not run
+    first (``verdict.baseline=false``) unless a test asks for it: most tests are not about the verdict."""
     import run as rope_run
 
-    cfg = compose_config(*TINY, "force=true", f"output_dir={out_dir}", *overrides)
+    cfg = compose_config(*TINY, "force=true", "verdict.baseline=false", f"output_dir={out_dir}", *overrides)
     summary = rope_run.run(cfg)
     return summary, json.loads((Path(out_dir) / "results.json").read_text())
 

@@ -26,7 +26,7 @@ def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capf
     summary, results = run_job(tmp_path, "eval=lm_eval", "eval.lengths=[256,0.25x]", "eval.metadata.max_chars=3000",
                                "+eval.metadata.depths=[0.5]",
                                "eval.limit=4", "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true",
-                               "eval.log_samples=true")
+                               "eval.log_samples=true", "verdict.baseline=true")
     metrics = results["metrics"]["lm_eval"]
     assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
     assert metrics["max_length"] == 2048 * 2  # passed explicitly: the extended context

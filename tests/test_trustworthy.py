@@ -80,6 +80,7 @@ def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys):
     assert read(tmp_path / "run-3" / "results.json")["config"]["eval"]["lengths"] == [256]
 
 
+@pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
 def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path):
     sweep_dir = tmp_path / "sweep"
     command = ["-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=none,linear"]
@@ -92,7 +93,7 @@ def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path)
                      "resume_from=[]", "scaling=none,linear", "force=true")
     assert shared.returncode == 0  # output_dir in a multirun: one subdirectory per job, not one folder for all
     assert sorted(p.parent.name for p in (tmp_path / "shared").glob("*/results.json")) == ["0_tinyllama_none",
-                                                                                           "1_tinyllama_linear"]
+                                                                                           "1_tinyllama_linear_x2"]
 
 
 # --- every input that changes a number changes the key ------------------------------------------------------
@@ -152,6 +153,7 @@ def test_weights_file_identity_is_in_the_key(tmp_path):
 
 # --- a sweep survives its failures ------------------------------------------------------------------------
 
+@pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
 def test_a_sweep_runs_every_job_it_can_reports_failures_and_exits_nonzero(tmp_path, plugin):
     plug, env = plugin
     sweep_dir = tmp_path / "sweep"
@@ -217,6 +219,7 @@ def test_each_bad_value_is_one_line_before_any_work(args, message, tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+@pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
 def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, models):
     empty, latin = tmp_path / "empty.txt", tmp_path / "latin.txt"
     empty.write_text("  \n")

@@ -99,7 +99,7 @@ def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path)
 
 
 def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, capsys):
-    summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=2")
+    summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=2", "verdict.baseline=true")
     (path,) = (tmp_path / "yarn" / "baseline").glob("*/results.json")  # baseline/<its key>
     base = read(path)
     assert base["status"] == "done" and base["job"]["scaling"] == "none" and base["job"]["role"] == "reference"
@@ -116,7 +116,8 @@ def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, ca
     assert (tmp_path / "yarn" / "ppl_by_length.png").is_file() and (tmp_path / "yarn" / "ppl_by_length.svg").is_file()
 
     # another strategy that may resume from the first run finds the same reference instead of computing it
-    summary, results = run_job(tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]")
+    summary, results = run_job(tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]",
+                               "verdict.baseline=true")
     assert not (tmp_path / "ntk" / "baseline").exists()
     assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
 

@@ -29,7 +29,6 @@ from .config import length_fields
 from .job import Job, ModelSpec, parse_job, parts
 from .models import LoadedModel, load_model, load_tokenizer, tokenizer_identity
 from .output import Output, RunRecord
-from .figures import describe, job_figures
 from .verdict import Reference, criteria_of, format_job, judge, reference_from
 from .rundir import claim, find_finished, read_results
 from .tracking import Tracker, sweep_group
@@ -171,6 +170,8 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
                               criteria_of(job.verdict), missing)
             summary = {**measured, **judgement["summary"]}
             ctx.output.verdict(judgement)
+            from .figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
+
             for name, figure in job_figures(ctx.title, job.scaling.name, measured, ctx.output.declared, reference,
                                             job.trained_context, job.target, criteria_of(job.verdict),
                                             describe(job.compare_fields)).items():

@@ -32,7 +32,6 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-import datasets
 
 # metric names of the per-length scores (the group averages them); other lengths report `score` only
 LENGTH_METRICS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -206,6 +205,8 @@ def ruler_dataset(task: str, **metadata) -> dict:
     for length in lengths:
         for row in generate(task, length, tok, num_samples, seed, metadata.get("data")):
             rows.append({**row, "task": task})
+    import datasets  # imported where used: loading the evals stays fast
+
     return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
 
 

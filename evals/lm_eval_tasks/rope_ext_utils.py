@@ -13,7 +13,6 @@ import re
 from dataclasses import replace
 from functools import cache
 
-import datasets
 
 
 LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
@@ -52,6 +51,8 @@ def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
                 prompt = builder.build(length, depth, trial)
                 rows.append({"input": tokenizer.decode(prompt.ids, skip_special_tokens=True), "outputs": prompt.keys,
                              "length": length, "depth": depth, "task": task})
+    import datasets  # imported where used: loading the evals stays fast
+
     return {"test": datasets.Dataset.from_list(rows)}
 
 
@@ -99,6 +100,8 @@ def books_dataset(**metadata) -> dict:
     for name in metadata.get("books", list(AUSTEN_BOOKS)):
         text = novels[name][:max_chars]
         rows.append({"title": name, "text": text[: text.rfind("\n") + 1] or text})
+    import datasets  # imported where used: loading the evals stays fast
+
     return {"test": datasets.Dataset.from_list(rows)}
 
 
