@@ -54,18 +54,23 @@ def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, na
 
 @pytest.mark.slow
 def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
-    """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover."""
+    """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover -- and the
+    verdict says so, each strategy judged against the unscaled run it finds (no reference run of its own)."""
     results = {}
     for scaling in ("none", "yarn", "ntk"):
-        cfg = compose_config(f"scaling={scaling}", "logger=none", "force=true", f"output_dir={tmp_path / scaling}",
-                             "eval.lengths=[8192,16384]")
+        cfg = compose_config(f"scaling={scaling}", "scaling.factor=2", "logger=none", "force=true",
+                             f"output_dir={tmp_path / scaling}", "eval.lengths=[1x,2x]", f"resume_from=[{tmp_path}]")
         results[scaling] = rope_run.run(cfg)
         assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
     none = results["none"]
     assert 10 < none["ppl@8192"] < 60
     assert none["ppl@16384"] > 1.5 * none["ppl@8192"]
+    assert none["verdict"] is False and none["effective_length"] == 8192 and none["target_length"] == 16384
     for scaling in ("yarn", "ntk"):
         assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
+        assert results[scaling]["verdict"] is True and results[scaling]["effective_length"] == 16384
+        verdict = json.loads((tmp_path / scaling / "results.json").read_text())["verdict"]
+        assert verdict["reference"]["sources"] == [str(tmp_path / "none")] and not (tmp_path / scaling / "baseline").exists()
 
 
 @pytest.mark.slow
@@ -107,9 +112,10 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
 def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
     """eval=lm_eval on the real model, small limit; the metrics land in results.json."""
     cfg = compose_config("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
-                         "eval.metadata.max_seq_lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
+                         "eval.lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
     summary = rope_run.run(cfg)
     results = json.loads((tmp_path / "results.json").read_text())["metrics"]["lm_eval"]
     assert results["max_length"] == 8192
-    assert summary["lm_eval/rope_ext_passkey/1024"] == results["results"]["rope_ext_passkey"]["1024,none"] == 1.0
-    assert 1 < summary["lm_eval/rope_ext_books/byte_perplexity"] < 3  # a real model on real English text
+    assert summary["rope_ext_passkey_acc@1024"] == results["results"]["rope_ext_passkey"]["1024,none"] == 1.0
+    assert summary["verdict@1024"] is True  # the unscaled model is its own reference
+    assert 1 < summary["rope_ext_books_byte_perplexity"] < 3  # a real model on real English text

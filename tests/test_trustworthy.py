@@ -343,7 +343,8 @@ def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path):
     result = run_cli("-m", *SMALL, "logger=wandb", "logger.mode=online", "logger.init_timeout=5",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "resume_from=[]", "scaling=none,linear,ntk", env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert (result.stdout + result.stderr).count("W&B skipped: it could not start earlier in this process") == 2
+    # skipped without a wait: the unscaled reference the scaled jobs run first, linear, ntk, and the sweep's report
+    assert (result.stdout + result.stderr).count("W&B skipped: it could not start earlier in this process") == 4
     assert all(j["state"] == "done" for j in load_jobs([tmp_path / "sweep"]))
     assert (result.stdout + result.stderr).count("W&B start failed") == 1  # one wait for the whole sweep
 
