@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 import rope_ext
 from evals.core.errors import ScalingConfigError
 from evals.core.job import parse_job
-from evals.core.models import meta_model, model_config, random_model, rotary_shapes
+from evals.core.models import random_model, resolve_model
 from tests.conftest import ROOT, compose_config
 
 GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
@@ -52,9 +52,11 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option):
     cfg = compose_config(f"model={option}", "model.weights=random", *REDUCED,
                          f"model.architecture.num_attention_heads={heads}",
                          f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
-    model = random_model(cfg.model, torch.float32)
+    resolved = resolve_model(cfg.model, geometry=True, weights=False)  # from the config alone, on the meta device
+    model = random_model(resolved, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
-    shapes = rotary_shapes(meta_model(model_config(cfg.model)))  # from the config alone, on the meta device
+    shapes = resolved.slots
+    assert sorted(shapes, key=str) == sorted(slots, key=str)  # the same slots, named alike on meta and real models
     arch = cfg.model.architecture
     rope = arch.rope_parameters  # one set, or one per layer type (Gemma-3: sliding and global)
     bases = [rope.rope_theta] if "rope_theta" in rope else [rope[t].rope_theta for t in set(model.config.layer_types)]

@@ -126,7 +126,7 @@ def test_logn_scales_queries_of_the_scaled_layers_only_and_composes_with_frequen
                 torch.testing.assert_close(ratio[0, 0, :, 0], expected)
             else:
                 torch.testing.assert_close(ratio, torch.ones_like(ratio))
-        rotary = patched.slots[0].module
+        rotary = patched.slots[0].module(model)
         torch.testing.assert_close(rotary.full_attention_inv_freq, rope_ext.default_inv_freq(16, 1e6) / 2)
     assert scaled_layers == [5]
 

@@ -30,7 +30,7 @@ def test_gemma3_geometry_trained_context_and_global_layers_only(gemma3):
     job, loaded = gemma3
     assert job.trained_context == 32768
     assert [(s.layer_type, s.dim, s.base) for s in job.scaled] == [("full_attention", 256, 1e6)]
-    rotary = rope_ext.find_rotary_slots(loaded.model)[0].module
+    rotary = rope_ext.find_rotary_slots(loaded.model)[0].module(loaded.model)
     sliding, full = rotary.sliding_attention_inv_freq.clone(), rotary.full_attention_inv_freq.clone()
     with rope_ext.patch(loaded.model, job.scaling) as patched:
         assert [s.layer_type for s in patched.slots] == ["full_attention"]

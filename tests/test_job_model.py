@@ -68,6 +68,35 @@ def test_a_job_is_validated_once(tmp_path, monkeypatch):
     assert calls == [], calls
 
 
+def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path, monkeypatch):
+    """SmolLM2's shape (its GGUF package located once, for the job and its unscaled reference alike), its
+    rotary slots found on the meta model and selected once, then handed to the patcher: neither is redone."""
+    import sys
+
+    import evals.core.models as models
+
+    counts = {"gguf": 0, "find": 0, "select": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(models, "_gguf_location", counted("gguf", models._gguf_location))
+    for module in (rope_ext, sys.modules["rope_ext.slots"], sys.modules["rope_ext.patch"]):
+        for attr, name in (("find_rotary_slots", "find"), ("select_slots", "select")):
+            if hasattr(module, attr):
+                monkeypatch.setattr(module, attr, counted(name, getattr(sys.modules["rope_ext.slots"], attr)))
+    cfg = compose_config("model=smollm2", "model.weights=random", "model.architecture.num_hidden_layers=2",
+                         "logger=none", "scaling=yarn", "eval.lengths=[256,0.1x]", "data.books=[persuasion]",
+                         f"output_dir={tmp_path}", "resume_from=[]")
+    execute(parse_job(cfg, tmp_path))
+    assert counts == {"gguf": 1, "find": 1, "select": 1}, counts
+    reference = json.loads(next((tmp_path / "baseline").glob("*/results.json")).read_text())
+    assert reference["status"] == "done"  # the reference ran, on the model resolved for the job
+
+
 def wandb_keys(run_dir: Path) -> dict[str, str]:
     """{logged key: W&B type} of an offline run, read with wandb's own `wandb leet inspect`."""
     (offline,) = run_dir.glob("wandb/offline-run-*")

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import torch
 
-from evals import key_tokens
-from evals.core.models import bundled_tokenizer, random_model
+from evals.perplexity import key_tokens
+from evals.core.models import bundled_tokenizer, random_model, resolve_model
 from tests.conftest import TINY, compose_config, run_cli, run_job
 
 longppl = pytest.importorskip("longppl.longppl")  # the dev extra; only ever a test oracle
@@ -40,7 +40,7 @@ def overrides(text_file, *extra, short=SHORT, stride=STRIDE):
 
 def oracle(text, tmp_path, short=SHORT, stride=STRIDE):
     """The reference package on the same model (evaluator = itself, as the run's unscaled model)."""
-    model = random_model(compose_config(*TINY, SHARP).model, torch.float32).eval()
+    model = random_model(resolve_model(compose_config(*TINY, SHARP).model, False, False), torch.float32).eval()
     tokenizer = bundled_tokenizer()
     save = tmp_path / "oracle_keys.txt"
     result = longppl.compute_longppl(text, model, model, tokenizer, tokenizer, save_path=str(save),

@@ -10,7 +10,7 @@ from evals.core.config import check_lengths, check_options
 from evals.core.data import Document
 from evals.core.errors import ConfigError
 from evals.core.models import bundled_tokenizer
-from evals.haystack import HaystackError, PromptBuilder, haystack_ids
+from evals.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
 from evals.retrieval import RetrievalConfig
 from tests.conftest import structured
 

@@ -10,14 +10,14 @@ from transformers import AutoModelForCausalLM
 import rope_ext
 import run as rope_run
 from evals.core.data import load_documents
-from evals.core.models import load_model
+from evals.core.models import load_model, resolve_model
 from tests.conftest import ROOT, compose_config
 
 
 @pytest.fixture(scope="module")
 def smollm2():
     cfg = compose_config("data.books=[emma]")
-    loaded = load_model(cfg.model, torch.device("cpu"), torch.float32)
+    loaded = load_model(resolve_model(cfg.model, geometry=False, weights=True))
     emma = load_documents(cfg.data, loaded.tokenizer)[0]
     return loaded, emma
 
