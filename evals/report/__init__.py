@@ -42,9 +42,9 @@ from hydra.experimental.callback import Callback
 
 from ..core.files import atomic_write
 from ..core.figures import describe, metric_figure, reference_of, rows_of
-from .html import SCRIPT as CHART_SCRIPT
-from .html import STYLE as CHART_STYLE
-from .html import length_chart
+from .page import SCRIPT as CHART_SCRIPT
+from .page import STYLE as CHART_STYLE
+from .page import length_chart
 from ..core.output import save_figure
 from ..core.plots import Curve
 from ..core.rundir import read_results, state
