@@ -24,8 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 MODES = ("body", "forward", "prefix", "per_length", "sliding", "sliding_naive")
 
 
@@ -36,15 +34,14 @@ def load(args):
     from evals import load_evals
     from evals.core.config import config_dir, register_configs
     from evals.core.data import load_documents
-    from evals.core.models import load_model, resolve_device, resolve_dtype
+    from evals.core.models import load_model, resolve_model
 
     load_evals()
     register_configs()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=[f"model={args.model}", f"model.weights={args.weights}",
                                            f"model.device={args.device}", f"model.dtype={args.dtype}", *args.override])
-    device = resolve_device(cfg.model.device)
-    loaded = load_model(cfg.model, device, resolve_dtype(cfg.model.dtype, device))
+    loaded = load_model(resolve_model(cfg.model, geometry=False, weights=True))
     need = max(args.lengths + [args.tokens or 0])
     vocab = loaded.model.get_input_embeddings().num_embeddings
     if args.weights == "pretrained":

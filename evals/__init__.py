@@ -1,38 +1,40 @@
-"""The evals of rope_ext and the machinery that runs them as jobs.
+"""The evals of rope_ext, the machinery that runs them as jobs, and the app around them.
 
-Each eval is one module that registers itself (``evals.core.registry.register_eval``) with its config
-dataclass, early check, user-error class and needs, plus one ``conf/eval/<name>.yaml``:
+- Each eval is a module (or a package, with its private helpers beside it) that registers itself with
+  ``register_eval``: its name, config dataclass, early check, user-error class, needs, the metrics it reports
+  per length and, if it has one, its section of the report; plus one ``conf/eval/<name>.yaml``. The built-in
+  ones -- ``perplexity/`` (LongPPL's key tokens beside it), ``retrieval/`` (needle and passkey, prompts in its
+  ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study.py``, ``suite.py`` -- are
+  discovered, not listed; ``scoring.py`` and ``stats.py`` are what they share.
+- ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
+  runner, the verdict, output sink, tracking, figures.
+- The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``) and ``report/`` (``python -m
+  evals.report``).
 
-- ``perplexity``  perplexity by length, prefix and sliding protocols (evals/perplexity.py)
-- ``needle``, ``passkey``  retrieval grids over lengths x depths (evals/retrieval.py, prompts: evals/haystack.py)
-- ``rope_decay``  the analytic RoPE studies, no weights (evals/rope_decay.py)
-- ``qk_study``    the model's own q and k: per-pair statistics, score profiles, the decay conjecture (evals/qk_study.py)
-- ``lm_eval``     lm-evaluation-harness tasks on the patched model (evals/lm_harness.py)
-- ``ruler``       RULER's synthetic tasks offline, from lm-eval's generators and scoring (evals/ruler.py)
-- ``suite``       several of them on one loaded model (evals/suite.py)
-
-``evals/core/`` holds the job machinery: config schemas, the job model, runner, models, data, output
-sink, tracking, plots. ``load_evals()`` imports the built-in evals and any modules named in
-``$ROPE_EXT_PLUGINS`` (comma-separated), whose ``register``/``register_eval`` calls add strategies and evals.
+``load_evals()`` imports every eval of this package and any modules named in ``$ROPE_EXT_PLUGINS``
+(comma-separated), whose ``register``/``register_eval`` calls add strategies and evals.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 
 from .core.errors import UserError
-from .core.registry import EVALS, register_eval
+from .core.registry import EVALS, Metric, register_eval
 
-BUILTIN = ("perplexity", "retrieval", "rope_decay", "qk_study", "lm_harness", "ruler", "suite")
+APP = ("cli", "report", "lm_eval_tasks", "core")  # not evals: nothing of theirs registers
 
-__all__ = ["EVALS", "UserError", "load_evals", "register_eval"]
+__all__ = ["EVALS", "Metric", "UserError", "load_evals", "register_eval"]
 
 
 def load_evals() -> dict:
-    """Import the built-in evals and the plugins of ``$ROPE_EXT_PLUGINS``; returns the registry."""
-    for name in BUILTIN:
-        importlib.import_module(f"{__name__}.{name}")
+    """Import the evals of this package (each registers itself) and the plugins of ``$ROPE_EXT_PLUGINS``;
+    returns the registry."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name not in APP:
+            importlib.import_module(f"{__name__}.{module.name}")
     for module in filter(None, (m.strip() for m in os.environ.get("ROPE_EXT_PLUGINS", "").split(","))):
         importlib.import_module(module)
     return EVALS

@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
-from .core.models import hub_reachable, tokenizer_source
+from .core.hub import hub_reachable
 from .core.registry import Metric, register_eval
 from .lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
 from .stats import wilson_interval
@@ -112,8 +112,8 @@ def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: in
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    source, kwargs = tokenizer_source(ctx.job.model.cfg)
-    metadata = {**metadata, "tokenizer": source, **kwargs}
+    source = ctx.job.model.source
+    metadata = {**metadata, "tokenizer": source.tokenizer, **dict(source.tokenizer_kwargs)}
     manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], metadata=metadata)
     if check:
         check_tasks(manager, list(tasks))

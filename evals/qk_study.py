@@ -81,10 +81,10 @@ def check_config(cfg, job) -> None:
         if not hasattr(entry, "get") or "name" not in entry:
             raise QKStudyError(f"eval.compare[{k}]={entry!r} must be a scaling config with a name")
     for scaling in _resolve_compare(cfg, job):
-        for shape in job.model.shapes or ():
+        for slot in job.model.slots or ():
             with scaling_errors_as_user_errors():
-                scaling.frequencies(shape.dim, shape.base)
-    check_attention_hook(job.model.cfg, "eval=qk_study captures q and k inside attention")
+                scaling.frequencies(slot.dim, slot.base)
+    check_attention_hook(job.model, "eval=qk_study captures q and k inside attention")
 
 
 # -- one layer -----------------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class Layer:
 def _frequency_sets(cap, scaling: rope_ext.Scaling, scaled: set, max_distance: int):
     """(model's theta, factor) and (the strategy's theta, factor) for this layer's slot."""
     slot, dim = cap.slot, 2 * len(cap.inv_freq)
-    is_scaled = (id(slot.module), slot.prefix) in scaled
+    is_scaled = slot in scaled
     if is_scaled and scaling.scales_frequencies:
         own = (rope_ext.default_inv_freq(dim, slot.base), 1.0)
         strategy = scaling.frequencies(dim, slot.base, seq_len=max_distance)
@@ -377,8 +377,8 @@ def evaluate(cfg, ctx) -> dict:
     max_distance = cfg.max_distance or 2 * trained
     compare = _resolve_compare(cfg, ctx.job)
     model = ctx.model()
-    slots = rope_ext.find_rotary_slots(model)
-    scaled = {(id(s.module), s.prefix) for s in rope_ext.select_slots(slots, ctx.scaling.layer_types)}
+    slots = ctx.job.model.slots  # found and selected once, when the job was parsed
+    scaled = set(ctx.job.scaled)
     generator = torch.Generator().manual_seed(cfg.seed)
     layers: list[Layer] = []
 
@@ -404,16 +404,16 @@ def evaluate(cfg, ctx) -> dict:
                            "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean())})
     strategy_rows = []
     for scaling in [ctx.scaling, *compare]:
-        chosen = {(id(s.module), s.prefix) for s in rope_ext.select_slots(slots, scaling.layer_types)}
+        chosen = set(ctx.job.scaled) if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
         for layer in layers:
             dim = 2 * len(layer.wavelength)
             own = rope_ext.default_inv_freq(dim, layer.base)
             inv_freq = scaling.frequencies(dim, layer.base, seq_len=max_distance)[0] if (
-                (id(layer.slot.module), layer.slot.prefix) in chosen and scaling.scales_frequencies) else own
+                layer.slot in chosen and scaling.scales_frequencies) else own
             changed = _changed(own, inv_freq)
             strategy_rows.append({"strategy": scaling.label, "layer": layer.index, "layer_type": layer.layer_type,
                                   "pairs_changed": int(changed.sum()), "energy_changed": float(layer.usage[:, changed].sum(-1).mean()),
-                                  "queries_scaled": scaling.scales_query and (id(layer.slot.module), layer.slot.prefix) in chosen})
+                                  "queries_scaled": scaling.scales_query and layer.slot in chosen})
     dimension_rows = []
     for (layer_type, base), members in {(l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)]
                                         for l in layers}.items():

@@ -31,7 +31,7 @@ import torch
 import rope_ext
 from rope_ext import analysis
 
-from .core.cache import atomic_write, cache_dir
+from .core.files import atomic_write, cache_dir
 from .core.config import option
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.plots import plt
@@ -83,8 +83,8 @@ def check_config(cfg, job) -> None:
 
 def geometries(cfg, job) -> list[tuple[str | None, int, float]]:
     """(layer type, rotary dim, base) of each distinct geometry the strategy scales, overrides applied."""
-    shapes = job.scaled if job.scaled else job.model.shapes
-    found = {(s.dim, s.base): s.layer_type for s in shapes}
+    slots = job.scaled if job.scaled else job.model.slots
+    found = {(s.dim, s.base): s.layer_type for s in slots}
     return [(layer, cfg.head_dim or dim, float(cfg.base or base)) for (dim, base), layer in found.items()]
 
 
@@ -232,7 +232,23 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     return summary, curves
 
 
-@register_eval("rope_decay", config=RopeDecayConfig, error=RopeDecayError, check=check_config, needs=("geometry",))
+def report_figures(name: str, jobs: list[dict], label) -> dict:
+    """The report's section: the expected decay of every strategy of the runs (one line each; ``none`` once)
+    per q/k distribution."""
+    curves, vectors, trained, target = {}, [], None, None
+    for job in jobs:
+        metrics = (job.get("metrics") or {}).get(name) or {}
+        for studied in (metrics.get("studied") or {}).values():
+            for strategy, by_vector in studied["curves"].items():
+                key = f"none (d={studied['dim']}, base={studied['base']:g})" if strategy == "none" else label(job)
+                curves.setdefault(key, by_vector)
+                vectors = vectors or [{"label": v} for v in by_vector]
+            trained, target = trained or metrics.get("trained_context"), target or metrics.get("target_length")
+    return {"decay": decay_figure(curves, vectors, trained, target, "Expected RoPE decay, every strategy")} if curves else {}
+
+
+@register_eval("rope_decay", config=RopeDecayConfig, error=RopeDecayError, check=check_config, needs=("geometry",),
+               report=report_figures)
 def evaluate(cfg, ctx) -> dict:
     """Expected decay curves, base bound and per-dimension table of the strategy on the model's RoPE geometry."""
     summary, studied = {}, {}

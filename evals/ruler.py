@@ -23,7 +23,7 @@ from typing import Any, List, Optional
 from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
-from .core.models import hub_reachable
+from .core.hub import hub_reachable
 from .core.plots import task_heatmap
 from .core.registry import Metric, register_eval
 from .stats import wilson_interval

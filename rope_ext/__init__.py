@@ -10,7 +10,8 @@ function (:mod:`rope_ext.attention`).
 """
 
 from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
-from .patch import RopePatch, RotaryNotFoundError, RotarySlot, find_rotary_slots, patch, select_slots, trained_context
+from .patch import RopePatch, patch
+from .slots import RotaryNotFoundError, RotarySlot, find_rotary_slots, select_slots, trained_context
 from .strategies import (
     ALIASES,
     STRATEGIES,

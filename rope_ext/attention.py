@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .patch import RotarySlot, find_rotary_slots
+from .slots import RotarySlot, find_rotary_slots
 from .strategies import ScalingError
 
 WRAPPER_PREFIX = "rope_ext_"
@@ -142,7 +142,7 @@ class AttentionHooks:
         self.observers: list[Callable] = []
         self.transforms: list[Callable] = []
         self._rotations: dict[int, tuple] = {}
-        self._slot_cache: dict[int, RotarySlot | None] = {}
+        self._slot_cache: dict[int, RotarySlot | None] = {}  # id(attention module) -> its slot
         self._pre_hooks: list = []
         self._names: dict[int, str] = {}
         self._slots: list[RotarySlot] | None = None
@@ -228,8 +228,8 @@ class AttentionHooks:
             for slot in self.slots:
                 if slot.dim != cos.shape[-1]:
                     continue
-                inv_freq = getattr(slot.module, f"{slot.prefix}inv_freq").to(cos.device).float()
-                scale = float(getattr(slot.module, f"{slot.prefix}attention_scaling"))
+                inv_freq, scale = slot.frequencies(self.model)
+                inv_freq = inv_freq.to(cos.device).float()
                 expected = torch.cos(positions[..., None] * inv_freq) * scale
                 half = cos.shape[-1] // 2
                 error = min(float((cos[..., :half] - expected).abs().max()), float((cos[..., 0::2] - expected).abs().max()))
@@ -337,8 +337,8 @@ def capture(model: nn.Module, on_layer: Callable[[CapturedLayer], None]) -> Hand
         slot = call.slot()
         if slot is None:
             raise AttentionHookError(f"{call.name}: no rotary slot of the model reproduces its cos")
-        inv_freq = getattr(slot.module, f"{slot.prefix}inv_freq").detach().float().cpu()
-        factor = float(getattr(slot.module, f"{slot.prefix}attention_scaling"))
+        inv_freq, factor = slot.frequencies(model)
+        inv_freq = inv_freq.detach().float().cpu()
         on_layer(CapturedLayer(call.layer, call.name, unrotate(call.query, cos, sin, pairs),
                                unrotate(call.key, cos, sin, pairs), pairs, inv_freq, factor, slot, call.positions,
                                call.scaling, call))

@@ -90,13 +90,25 @@ class Param:
             value = float(value)
             if not math.isfinite(value):
                 raise ScalingError(f"{where} must be a finite number")
-        if self.minimum is not None and not value >= self.minimum:
-            raise ScalingError(f"{where} must be >= {self.minimum:g}" + (" (1 = no scaling)" if key == "factor" else ""))
-        if self.above is not None and not value > self.above:
-            raise ScalingError(f"{where} must be > {self.above:g}")
-        if self.maximum is not None and not value <= self.maximum:
-            raise ScalingError(f"{where} must be <= {self.maximum:g}")
+        why = self.why(value)
+        if why:
+            raise ScalingError(f"{where} {why}" + (" (1 = no scaling)" if key == "factor" and "must be >=" in why else ""))
         return value
+
+    def why(self, value: Any) -> str | None:
+        """Why ``value`` is not one this declaration accepts (its choices, its numeric bounds), or None. The one
+        rule for accepted values: strategy parameters and eval options (``evals.core.config.option``) alike."""
+        if self.choices is not None:
+            return None if value in self.choices else f"is not one of {', '.join(map(str, self.choices))}"
+        bounds = [(self.minimum, ">="), (self.above, ">"), (self.maximum, "<=")]
+        if all(bound is None for bound, _ in bounds):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "must be a finite number"
+        for bound, op in bounds:
+            if bound is not None and not {">=": value >= bound, ">": value > bound, "<=": value <= bound}[op]:
+                return f"must be {op} {bound:g}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -112,13 +124,12 @@ class Strategy:
     params: Mapping[str, Param]
     check: Callable[[dict], None] = field(default=lambda p: None)
     dynamic: Callable[[dict], bool] = field(default=lambda p: False)
-    doc: str = ""
     kind: str = "frequencies"
 
 
 STRATEGIES: dict[str, Strategy] = {}
 ALIASES: dict[str, str] = {}
-# Keys a scaling config may carry that belong to the patcher, not to any strategy (see patch.select_slots).
+# Keys a scaling config may carry that belong to the patcher, not to any strategy (see slots.select_slots).
 PATCH_KEYS = {"layer_types": "auto"}
 
 
@@ -133,8 +144,7 @@ def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
 
     def deco(fn: StrategyFn) -> StrategyFn:
-        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False),
-                                    (fn.__doc__ or "").strip(), kind)
+        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind)
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -510,6 +520,7 @@ class Scaling:
     params: dict
     layer_types: Any = "auto"
     dynamic: bool = False
+    _computed: dict = field(default_factory=dict, compare=False, repr=False)  # (dim, base) -> static frequencies
 
     @property
     def strategy(self) -> Strategy:
@@ -546,8 +557,14 @@ class Scaling:
             raise ScalingError(f"RoPE base must be > 1, got {base}")
         if self.strategy.kind == "query":
             return default_inv_freq(dim, float(base)), 1.0
+        if seq_len is None and (dim, float(base)) in self._computed:  # computed once: validated, then applied
+            inv_freq, attention = self._computed[(dim, float(base))]
+            return inv_freq.clone(), attention
         inv_freq, attention = self.strategy.fn(self.params, dim, float(base), seq_len)
-        return inv_freq.to(torch.float32), float(attention)
+        inv_freq, attention = inv_freq.to(torch.float32), float(attention)
+        if seq_len is None:
+            self._computed[(dim, float(base))] = (inv_freq.clone(), attention)
+        return inv_freq, attention
 
     def query_factors(self, positions: torch.Tensor) -> torch.Tensor | None:
         """Factors (float32, shape of ``positions``) the query at each 0-based position is multiplied by, or

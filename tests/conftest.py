@@ -1,7 +1,10 @@
-"""Shared test set-up: the Hydra config composed as the CLI composes it (lightning-hydra-template style),
-one tiny-model override list, and real eval contexts built from real jobs."""
+"""Shared test set-up, as fixtures: the Hydra config composed as the CLI composes it (once per session for each
+set of overrides, a copy for each test: the lightning-hydra-template pattern), jobs run through run.run(cfg) or
+the CLI, the tiny models of tests/tiny.py, a plugin from outside the package, and real eval contexts built from
+real jobs. What module-level code needs (ROOT, TINY, MICRO) is in tests/tiny.py."""
 
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -10,70 +13,110 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
 from omegaconf import OmegaConf
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from evals import load_evals
 from evals.core.config import config_dir, register_configs
 from evals.core.data import Document
 from evals.core.job import parse_job
 from evals.core.runner import ModelCache, started
+from tests import tiny
+from tests.tiny import MICRO, ROOT, TINY
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TQDM_DISABLE", "1")
-
-# the one tiny random-weight model of a real architecture (TinyLlama's), for jobs run end to end
-TINY = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
-        "model.architecture.hidden_size=64", "model.architecture.intermediate_size=96",
-        "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-        "model.architecture.vocab_size=49152", "logger=none"]
-# smaller still, eager attention, trained context 64: for evals checked token by token against transformers
-MICRO = ["model=tinyllama", "model.weights=random", "model.architecture.num_hidden_layers=2",
-         "model.architecture.hidden_size=32", "model.architecture.intermediate_size=64",
-         "model.architecture.num_attention_heads=4", "model.architecture.num_key_value_heads=2",
-         "model.architecture.max_position_embeddings=64", "model.original_max_position=64",
-         "model.attn_implementation=eager", "logger=none"]
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs, multi-process sweeps, memory-limit runs); CI runs them after the default suite")
 
 
-def compose_config(*overrides, searchpath: list[str] | None = None, return_hydra_config: bool = False):
-    """The config ``python run.py <overrides>`` composes."""
-    load_evals()
-    register_configs()
-    extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return compose("config", overrides=[*extra, *overrides], return_hydra_config=return_hydra_config)
+# --- composing and running jobs -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def compose():
+    """``compose(*overrides, searchpath=None, return_hydra_config=False)``: the config ``python run.py <overrides>``
+    composes. Each distinct call is composed once per session; every call gets its own deep copy, so a test may
+    change its config (parsing a job resolves the eval's lengths in place) without touching another's."""
+    composed = {}
+
+    def compose(*overrides, searchpath: list[str] | None = None, return_hydra_config: bool = False):
+        key = (overrides, tuple(searchpath or ()), return_hydra_config)
+        if key not in composed:
+            load_evals()
+            register_configs()
+            extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
+            with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+                composed[key] = hydra_compose("config", overrides=[*extra, *overrides],
+                                              return_hydra_config=return_hydra_config)
+        return copy.deepcopy(composed[key])
+
+    return compose
 
 
-def scaling_overrides(scaling: dict | None) -> list[str]:
-    """{"name": "yarn", "factor": 4.0} -> ["scaling=yarn", "scaling.factor=4.0"]."""
-    scaling = dict(scaling or {"name": "none"})
-    name = scaling.pop("name")
-    return [f"scaling={name}"] + [f"scaling.{k}={json.dumps(v)}" for k, v in scaling.items()]
-
-
-def run_job(out_dir, *overrides):
-    """One job through run.run(cfg), forced: (summary, results.json). The unscaled reference is not run
-    first (``verdict.baseline=false``) unless a test asks for it: most tests are not about the verdict."""
+@pytest.fixture(scope="session")
+def run_job(compose):
+    """``run_job(out_dir, *overrides)``: one job on the TINY model through run.run(cfg), forced: (summary,
+    results.json). The unscaled reference is not run first (``verdict.baseline=false``) unless a test asks for it:
+    most tests are not about the verdict."""
     import run as rope_run
 
-    cfg = compose_config(*TINY, "force=true", "verdict.baseline=false", f"output_dir={out_dir}", *overrides)
-    summary = rope_run.run(cfg)
-    return summary, json.loads((Path(out_dir) / "results.json").read_text())
+    def run_job(out_dir, *overrides):
+        cfg = compose(*TINY, "force=true", "verdict.baseline=false", f"output_dir={out_dir}", *overrides)
+        summary = rope_run.run(cfg)
+        return summary, json.loads((Path(out_dir) / "results.json").read_text())
+
+    return run_job
 
 
-def run_cli(*args, env=None, timeout=300, **popen):
-    """``python run.py <args>`` in a subprocess: the CompletedProcess, or the Popen with ``popen`` arguments."""
-    command = [sys.executable, str(ROOT / "run.py"), *args]
-    if popen:
-        return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
-    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+@pytest.fixture(scope="session")
+def run_cli():
+    """``run_cli(*args, env=None, timeout=300, **popen)``: ``python run.py <args>`` in a subprocess, in the checkout:
+    the CompletedProcess (output captured as text), or the running Popen when given ``popen`` arguments."""
 
+    def run_cli(*args, env=None, timeout=300, **popen):
+        command = [sys.executable, str(ROOT / "run.py"), *args]
+        if popen:
+            return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+
+    return run_cli
+
+
+@pytest.fixture(scope="session")
+def searchpath():
+    """``searchpath(directory)``: the override that puts ``directory/conf`` on Hydra's search path."""
+    return lambda directory: f"hydra.searchpath=[file://{Path(directory) / 'conf'}]"
+
+
+@pytest.fixture(scope="session")
+def structured():
+    """``structured(schema, **values)``: an eval config as composition makes it, the registered schema, typed,
+    with ``values`` set."""
+    return lambda schema, **values: OmegaConf.structured(schema(**values))
+
+
+# --- models -------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """``tiny_llama(vocab=96, trained=64, seed=0, **extra)``: the micro Llama of tests/tiny.py, built directly."""
+    return tiny.tiny_llama
+
+
+@pytest.fixture
+def models(tmp_path, searchpath):
+    """The override that finds the YAML models of tests/tiny.py (tinygemma: Gemma-3's per-layer-type RoPE;
+    tinygpt2: no RoPE; tinyfalcon: attention that cannot be hooked), written to a conf dir in ``tmp_path``."""
+    (tmp_path / "conf" / "model").mkdir(parents=True, exist_ok=True)
+    for name, model in tiny.MODELS.items():
+        (tmp_path / "conf" / "model" / f"{name}.yaml").write_text(OmegaConf.to_yaml(model))
+    return searchpath(tmp_path)
+
+
+# --- a plugin from outside the package ----------------------------------------------------------------------
 
 PLUGIN = '''
 """Strategies and evals from outside rope_ext, one function each (and test-only behaviours)."""
@@ -85,8 +128,8 @@ from dataclasses import dataclass
 import torch
 
 import rope_ext
-from evals import register_eval
-from evals.core.config import option
+from evals import Metric, register_eval
+from evals.core.config import lengths, option
 from evals.scoring import token_nll
 
 if os.environ.get("TEST_MEMORY_LIMIT_GIB"):  # a process memory limit, so an allocation fails without harm
@@ -122,6 +165,31 @@ def first_tokens(cfg, ctx):
         raise RuntimeError("boom: a bug in an eval")
     time.sleep(cfg.sleep)
     return {"first_tokens_nll": float(nll.mean())}
+
+
+@dataclass
+class PrefixNllConfig:
+    name: str = "prefix_nll"
+    lengths: list = lengths([32, "1x", "2x"])
+
+
+def prefix_nll_figures(name, jobs, label):
+    """Its section of the report: one bar per run, the NLL at its longest length."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    values = {label(j): max(((int(k.split("@")[1]), v) for k, v in j["summary"].items() if k.startswith(name + "@")))[1]
+              for j in jobs if j.get("job", {}).get("eval") == name}
+    ax.bar(list(values), list(values.values()))
+    return {f"{name}_bars": fig} if values else {}
+
+
+@register_eval("prefix_nll", config=PrefixNllConfig, report=prefix_nll_figures,
+               metrics=(Metric("prefix_nll", lower_is_better=True, verdict=True, label="prefix NLL"),))
+def prefix_nll(cfg, ctx):
+    """Mean NLL of the first L tokens of the first document, per length L."""
+    ids = ctx.documents()[0].ids
+    return {f"prefix_nll@{L}": float(token_nll(ctx.model(), ids[:L]).mean()) for L in cfg.lengths}
 '''
 
 
@@ -133,47 +201,40 @@ def plugin(tmp_path):
     (tmp_path / "conf" / "scaling").mkdir(parents=True)
     (tmp_path / "conf" / "eval").mkdir()
     (tmp_path / "conf" / "scaling" / "halve_slow.yaml").write_text("defaults:\n  - /schema/scaling@_here_: halve_slow\n  - _self_\n")
-    (tmp_path / "conf" / "eval" / "first_tokens.yaml").write_text("defaults:\n  - /schema/eval@_here_: first_tokens\n  - _self_\n")
+    for name in ("first_tokens", "prefix_nll"):
+        (tmp_path / "conf" / "eval" / f"{name}.yaml").write_text(f"defaults:\n  - /schema/eval@_here_: {name}\n  - _self_\n")
     env = {**os.environ, "ROPE_EXT_PLUGINS": "my_ext", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     return tmp_path, env
 
 
-def searchpath(directory) -> str:
-    return f"hydra.searchpath=[file://{Path(directory) / 'conf'}]"
+# --- real eval contexts -------------------------------------------------------------------------------------
 
-
-def tiny_llama(vocab=96, trained=64, seed=0, **extra):
-    config = AutoConfig.for_model(
-        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=vocab, max_position_embeddings=trained, bos_token_id=1, eos_token_id=2, **extra)
-    config._attn_implementation = "eager"
-    torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config).eval()
+def scaling_overrides(scaling: dict | None) -> list[str]:
+    """{"name": "yarn", "factor": 4.0} -> ["scaling=yarn", "scaling.factor=4.0"]."""
+    scaling = dict(scaling or {"name": "none"})
+    name = scaling.pop("name")
+    return [f"scaling={name}"] + [f"scaling.{k}={json.dumps(v)}" for k, v in scaling.items()]
 
 
 @pytest.fixture
 def documents():
+    """Three documents of random ids in the micro model's vocabulary (300, 260 and 150 tokens)."""
     generator = torch.Generator().manual_seed(0)
     return [Document(f"doc{i}", torch.randint(3, 96, (n,), generator=generator)) for i, n in enumerate([300, 260, 150])]
 
 
 @pytest.fixture
-def eval_context(tmp_path, documents):
-    """``make(scaling, *overrides, docs=..., eval_cfg=...)``: a real EvalContext of a real job on the MICRO model
-    (vocabulary 96 unless overridden), with the given documents in place of the job's data."""
+def eval_context(tmp_path, documents, compose):
+    """``make(scaling, *overrides, docs=...)``: a real EvalContext of a real job on the MICRO model (vocabulary 96
+    unless overridden), with the given documents in place of the job's data."""
     stack, count = contextlib.ExitStack(), [0]
 
     def make(scaling=None, *overrides, docs=None):
         count[0] += 1
-        cfg = compose_config(*MICRO, "model.architecture.vocab_size=96", *scaling_overrides(scaling), *overrides)
+        cfg = compose(*MICRO, "model.architecture.vocab_size=96", *scaling_overrides(scaling), *overrides)
         job = parse_job(cfg, tmp_path / f"run{count[0]}")
         job.out_dir.mkdir(parents=True)
         return stack.enter_context(started(job, job.out_dir, ModelCache(), documents=docs or documents))
 
     with stack:
         yield make
-
-
-def structured(schema, **values):
-    """An eval config as composition makes it: the registered schema, typed, with ``values`` set."""
-    return OmegaConf.structured(schema(**values))

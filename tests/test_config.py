@@ -1,8 +1,5 @@
 """Hydra composition of every config option, the hub models' real shapes, and bad input at the CLI."""
 
-import subprocess
-import sys
-
 import pytest
 import torch
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -11,8 +8,8 @@ from omegaconf import OmegaConf
 import rope_ext
 from evals.core.errors import ScalingConfigError
 from evals.core.job import parse_job
-from evals.core.models import meta_model, model_config, random_model, rotary_shapes
-from tests.conftest import ROOT, compose_config
+from evals.core.models import random_model, resolve_model
+from tests.tiny import ROOT
 
 GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
           ("model", "scaling", "eval", "data", "logger", "experiment")}
@@ -22,8 +19,8 @@ REDUCED = ["model.architecture.num_hidden_layers=2", "model.architecture.hidden_
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
-def test_every_option_composes(group, option):
-    cfg = compose_config(f"{group}={option}")
+def test_every_option_composes(group, option, compose):
+    cfg = compose(f"{group}={option}")
     if group != "experiment":
         assert cfg[group].name in (option, "perplexity", "rope_decay", "base")
     OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
@@ -36,25 +33,27 @@ def test_defaults_read_like_a_table_of_contents():
 
 
 @pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])
-def test_every_scaling_preset_is_valid_for_the_default_model(option, tmp_path):
-    job = parse_job(compose_config(f"scaling={option}"), tmp_path)  # accepted by rope_ext on SmolLM2's geometry
+def test_every_scaling_preset_is_valid_for_the_default_model(option, tmp_path, compose):
+    job = parse_job(compose(f"scaling={option}"), tmp_path)  # accepted by rope_ext on SmolLM2's geometry
     assert job.scaled is None if option == "none" else [(s.dim, s.base) for s in job.scaled] == [(64, 100000.0)]
 
 
-def test_longrope_preset_asks_for_its_factor_lists(tmp_path):
+def test_longrope_preset_asks_for_its_factor_lists(tmp_path, compose):
     with pytest.raises(ScalingConfigError, match="needs short_factor, long_factor"):
-        parse_job(compose_config("scaling=longrope"), tmp_path)
+        parse_job(compose("scaling=longrope"), tmp_path)
 
 
 @pytest.mark.parametrize("option", GROUPS["model"])
-def test_every_model_builds_with_random_weights_at_reduced_size(option):
+def test_every_model_builds_with_random_weights_at_reduced_size(option, compose):
     heads = 4
-    cfg = compose_config(f"model={option}", "model.weights=random", *REDUCED,
-                         f"model.architecture.num_attention_heads={heads}",
-                         f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
-    model = random_model(cfg.model, torch.float32)
+    cfg = compose(f"model={option}", "model.weights=random", *REDUCED,
+                  f"model.architecture.num_attention_heads={heads}",
+                  f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
+    resolved = resolve_model(cfg.model, geometry=True, weights=False)  # from the config alone, on the meta device
+    model = random_model(resolved, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
-    shapes = rotary_shapes(meta_model(model_config(cfg.model)))  # from the config alone, on the meta device
+    shapes = resolved.slots
+    assert sorted(shapes, key=str) == sorted(slots, key=str)  # the same slots, named alike on meta and real models
     arch = cfg.model.architecture
     rope = arch.rope_parameters  # one set, or one per layer type (Gemma-3: sliding and global)
     bases = [rope.rope_theta] if "rope_theta" in rope else [rope[t].rope_theta for t in set(model.config.layer_types)]
@@ -65,12 +64,12 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option):
         assert model(torch.arange(16)[None]).logits.shape == (1, 16, 512)
 
 
-def test_model_configs_record_real_shapes_and_contexts():
+def test_model_configs_record_real_shapes_and_contexts(compose):
     expected = {"llama": (4096, 10000.0, 32, 4096), "llama3": (8192, 500000.0, 32, 4096),
                 "tinyllama": (2048, 10000.0, 22, 2048), "smollm2": (8192, 100000.0, 30, 576),
                 "mistral": (8192, 10000.0, 32, 4096), "qwen2": (32768, 1000000.0, 28, 3584)}
     for name, (trained, base, layers, hidden) in expected.items():
-        model = compose_config(f"model={name}").model
+        model = compose(f"model={name}").model
         arch = model.architecture
         assert (model.original_max_position, arch.rope_parameters.rope_theta, arch.num_hidden_layers,
                 arch.hidden_size) == (trained, base, layers, hidden)
@@ -81,14 +80,9 @@ def test_model_configs_record_real_shapes_and_contexts():
     [(["eval.lenghts=[1]"], ConfigCompositionException), (["scaling=yran"], MissingConfigException),
      (["model.pth=/x"], ConfigCompositionException), (["scaling.beta_fats=3"], ConfigCompositionException)],
 )
-def test_typos_fail_at_composition(overrides, error):
+def test_typos_fail_at_composition(overrides, error, compose):
     with pytest.raises(error):
-        compose_config(*overrides)
-
-
-def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, str(ROOT / "run.py"), "logger=none", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+        compose(*overrides)
 
 
 @pytest.mark.parametrize(
@@ -114,25 +108,25 @@ def run_cli(*args, timeout=120):
         (["verdict.target=4y"], "verdict.target='4y' is not a length"),
     ],
 )
-def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message):
-    result = run_cli(*args)
+def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, run_cli):
+    result = run_cli("logger=none", *args, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
 
 
-def test_help_lists_the_groups_a_user_chooses_from():
-    result = run_cli("--help")
+def test_help_lists_the_groups_a_user_chooses_from(run_cli):
+    result = run_cli("logger=none", "--help", timeout=120)
     assert result.returncode == 0
     groups = result.stdout.split("== Configuration groups ==", 1)[1].split("== Config ==", 1)[0]
     assert "scaling: base, base_20k, compose" in groups and "eval: lm_eval, needle" in groups
     assert "schema/" not in groups and "rope_ext: does a RoPE scaling strategy keep your model working" in result.stdout
 
 
-def test_run_and_sweep_directories_name_the_factor():
+def test_run_and_sweep_directories_name_the_factor(compose):
     from omegaconf import OmegaConf
 
-    cfg = compose_config("scaling=yarn", "scaling.factor=4", return_hydra_config=True)
+    cfg = compose("scaling=yarn", "scaling.factor=4", return_hydra_config=True)
     assert OmegaConf.select(cfg, "hydra.run.dir").endswith("_smollm2_yarn_x4")
     assert "${rope_ext.factor:" in OmegaConf.to_container(cfg.hydra.sweep)["subdir"]  # the sweep's job dirs too
-    assert OmegaConf.select(compose_config("scaling=none", return_hydra_config=True), "hydra.run.dir").endswith("_none")
+    assert OmegaConf.select(compose("scaling=none", return_hydra_config=True), "hydra.run.dir").endswith("_none")

@@ -13,7 +13,7 @@ import rope_ext
 from evals.core.errors import UserError
 from evals.core.job import parse_job
 from rope_ext import analysis
-from tests.conftest import TINY, compose_config, searchpath
+from tests.tiny import TINY
 
 # --- p-RoPE ------------------------------------------------------------------------------------------------
 
@@ -30,12 +30,12 @@ def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest():
     assert rope_ext.resolve({"name": "p_rope"}, 64).label == "p_rope-fraction0.75"
 
 
-def test_p_rope_fraction_outside_0_1_is_one_line_before_the_model(tmp_path):
+def test_p_rope_fraction_outside_0_1_is_one_line_before_the_model(tmp_path, compose):
     for fraction, why in [(0.0, "must be > 0"), (1.5, "must be <= 1"), (-0.2, "must be > 0")]:
         with pytest.raises(rope_ext.ScalingError, match=f"scaling 'p_rope': fraction={fraction!r} {why}"):
             rope_ext.resolve({"name": "p_rope", "fraction": fraction}, 64)
     with pytest.raises(UserError) as err:  # the job is rejected when parsed: nothing loaded, nothing written
-        parse_job(compose_config(*TINY, "scaling=p_rope", "scaling.fraction=1.5"), tmp_path / "out")
+        parse_job(compose(*TINY, "scaling=p_rope", "scaling.fraction=1.5"), tmp_path / "out")
     assert str(err.value) == "scaling 'p_rope': fraction=1.5 must be <= 1" and not (tmp_path / "out").exists()
 
 
@@ -126,7 +126,7 @@ def test_logn_scales_queries_of_the_scaled_layers_only_and_composes_with_frequen
                 torch.testing.assert_close(ratio[0, 0, :, 0], expected)
             else:
                 torch.testing.assert_close(ratio, torch.ones_like(ratio))
-        rotary = patched.slots[0].module
+        rotary = patched.slots[0].module(model)
         torch.testing.assert_close(rotary.full_attention_inv_freq, rope_ext.default_inv_freq(16, 1e6) / 2)
     assert scaled_layers == [5]
 
@@ -146,25 +146,12 @@ def test_logn_alone_changes_no_frequency_and_nothing_within_the_trained_length()
 
 # --- bad input, one line, before the model -----------------------------------------------------------------------
 
-FALCON = """defaults:
-  - /schema/model@_here_: base
-  - _self_
-name: tinyfalcon
-weights: random
-original_max_position: 256
-architecture: {model_type: falcon, hidden_size: 64, num_hidden_layers: 1, num_attention_heads: 4, vocab_size: 49152,
-               new_decoder_architecture: true, max_position_embeddings: 256}
-"""
-
-
-def test_logn_on_a_model_whose_attention_cannot_be_hooked_is_one_line_before_loading(tmp_path):
-    (tmp_path / "conf" / "model").mkdir(parents=True)
-    (tmp_path / "conf" / "model" / "tinyfalcon.yaml").write_text(FALCON)
-    cfg = compose_config("model=tinyfalcon", "logger=none", "scaling=linear", searchpath(tmp_path))
+def test_logn_on_a_model_whose_attention_cannot_be_hooked_is_one_line_before_loading(tmp_path, compose, models):
+    cfg = compose("model=tinyfalcon", "logger=none", "scaling=linear", models)
     parse_job(cfg, tmp_path / "ok")  # its frequencies can be patched
     for scaling in (["scaling=logn"], ["scaling=compose", "scaling.stages=[{name: yarn, factor: 2}, {name: logn}]"]):
         with pytest.raises(UserError, match="scales queries inside attention, but model 'tinyfalcon' cannot be hooked: "
                                             r"FalconForCausalLM: its attention \(FalconAttention\) does not call"):
-            parse_job(compose_config("model=tinyfalcon", "logger=none", *scaling, searchpath(tmp_path)), tmp_path / "bad")
+            parse_job(compose("model=tinyfalcon", "logger=none", *scaling, models), tmp_path / "bad")
     with pytest.raises(UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyfalcon' cannot"):
-        parse_job(compose_config("model=tinyfalcon", "logger=none", "eval=qk_study", searchpath(tmp_path)), tmp_path / "qk")
+        parse_job(compose("model=tinyfalcon", "logger=none", "eval=qk_study", models), tmp_path / "qk")

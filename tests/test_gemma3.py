@@ -11,7 +11,6 @@ import rope_ext
 from evals.core.data import load_documents
 from evals.core.job import parse_job
 from evals.core.runner import MODEL_CACHE
-from tests.conftest import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -19,9 +18,9 @@ GEMMA3 = ["model=gemma3", "logger=none", "data.books=[emma]"]
 
 
 @pytest.fixture(scope="module")
-def gemma3(tmp_path_factory):
+def gemma3(tmp_path_factory, compose):
     """The job's model, loaded once into the runner's cache: the runs below reuse it (re-patched, not reloaded)."""
-    job = parse_job(compose_config(*GEMMA3, "scaling=yarn", "scaling.factor=2"), tmp_path_factory.mktemp("g") / "job")
+    job = parse_job(compose(*GEMMA3, "scaling=yarn", "scaling.factor=2"), tmp_path_factory.mktemp("g") / "job")
     loaded, _ = MODEL_CACHE.get(job.model)
     return job, loaded
 
@@ -30,7 +29,7 @@ def test_gemma3_geometry_trained_context_and_global_layers_only(gemma3):
     job, loaded = gemma3
     assert job.trained_context == 32768
     assert [(s.layer_type, s.dim, s.base) for s in job.scaled] == [("full_attention", 256, 1e6)]
-    rotary = rope_ext.find_rotary_slots(loaded.model)[0].module
+    rotary = rope_ext.find_rotary_slots(loaded.model)[0].module(loaded.model)
     sliding, full = rotary.sliding_attention_inv_freq.clone(), rotary.full_attention_inv_freq.clone()
     with rope_ext.patch(loaded.model, job.scaling) as patched:
         assert [s.layer_type for s in patched.slots] == ["full_attention"]
@@ -49,11 +48,11 @@ def test_gemma3_geometry_trained_context_and_global_layers_only(gemma3):
     assert loaded.model.config._attn_implementation == "sdpa"
 
 
-def test_gemma3_perplexity_offline_equals_a_plain_forward(gemma3, tmp_path):
+def test_gemma3_perplexity_offline_equals_a_plain_forward(gemma3, tmp_path, compose):
     import run as rope_run
 
     job, loaded = gemma3
-    summary = rope_run.run(compose_config(*GEMMA3, "eval.lengths=[512,2048]", f"output_dir={tmp_path / 'run'}", "force=true"))
+    summary = rope_run.run(compose(*GEMMA3, "eval.lengths=[512,2048]", f"output_dir={tmp_path / 'run'}", "force=true"))
     assert summary["ppl@512"] == pytest.approx(32.4, rel=0.01) and summary["ppl@2048"] == pytest.approx(27.4, rel=0.01)
     ids = load_documents(job.data_cfg, loaded.tokenizer)[0].ids[:512]
     with torch.no_grad():
@@ -61,11 +60,11 @@ def test_gemma3_perplexity_offline_equals_a_plain_forward(gemma3, tmp_path):
     assert math.exp(float(loss)) == pytest.approx(summary["ppl@512"], rel=1e-4)
 
 
-def test_qk_study_on_gemma3_hybrid_attention(gemma3, tmp_path):
+def test_qk_study_on_gemma3_hybrid_attention(gemma3, tmp_path, compose):
     import run as rope_run
 
-    summary = rope_run.run(compose_config(*GEMMA3, "eval=qk_study", "eval.tokens=1024", "eval.max_distance=65536",
-                                          f"output_dir={tmp_path / 'qk'}", "force=true"))
+    summary = rope_run.run(compose(*GEMMA3, "eval=qk_study", "eval.tokens=1024", "eval.max_distance=65536",
+                                   f"output_dir={tmp_path / 'qk'}", "force=true"))
     assert summary["heads"] == 18 * 4
     layers = {row.split(",")[0]: row for row in (tmp_path / "qk" / "qk_layers.csv").read_text().splitlines()[1:]}
     assert len(layers) == 18

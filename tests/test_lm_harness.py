@@ -14,7 +14,6 @@ from evals.core.models import bundled_tokenizer
 from evals.lm_harness import TASKS_DIR, HarnessError, check_tasks
 from evals.perplexity import sliding_nll
 from evals.scoring import token_nll
-from tests.conftest import run_job, tiny_llama
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,7 @@ def tokenizer():
     return bundled_tokenizer()
 
 
-def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capfd):
+def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capfd, run_job):
     summary, results = run_job(tmp_path, "eval=lm_eval", "eval.lengths=[256,0.25x]", "eval.metadata.max_chars=3000",
                                "+eval.metadata.depths=[0.5]",
                                "eval.limit=4", "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true",
@@ -95,7 +94,7 @@ def test_task_datasets_hide_each_key_in_a_prompt_of_the_asked_length(tokenizer, 
     assert len({tuple(r["outputs"]) for r in rows}) > 1  # keys vary
 
 
-def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
+def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer, tiny_llama):
     """Same text, same window: lm-eval's rolling NLL equals ours over its windows; our non-overlapping
     sliding protocol differs only in each later window's first token (documented in the README)."""
     from evals.lm_eval_tasks.rope_ext_utils import books_dataset
@@ -118,7 +117,7 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer):
 
 
 @pytest.mark.slow  # the plain lm_eval CLI in a subprocess (~20 s)
-def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
+def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
     """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
     model = tiny_llama(vocab=49152)
     model.save_pretrained(tmp_path / "tiny")

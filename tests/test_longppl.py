@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import torch
 
-from evals import key_tokens
-from evals.core.models import bundled_tokenizer, random_model
-from tests.conftest import TINY, compose_config, run_cli, run_job
+from evals.perplexity import key_tokens
+from evals.core.models import bundled_tokenizer, random_model, resolve_model
+from tests.tiny import TINY
 
 longppl = pytest.importorskip("longppl.longppl")  # the dev extra; only ever a test oracle
 
@@ -38,14 +38,20 @@ def overrides(text_file, *extra, short=SHORT, stride=STRIDE):
             f"eval.key_tokens.alpha={ALPHA}", f"eval.key_tokens.beta={BETA}", *extra]
 
 
-def oracle(text, tmp_path, short=SHORT, stride=STRIDE):
-    """The reference package on the same model (evaluator = itself, as the run's unscaled model)."""
-    model = random_model(compose_config(*TINY, SHARP).model, torch.float32).eval()
-    tokenizer = bundled_tokenizer()
-    save = tmp_path / "oracle_keys.txt"
-    result = longppl.compute_longppl(text, model, model, tokenizer, tokenizer, save_path=str(save),
-                                     trunc_len=short, sliding_window=stride, alpha=ALPHA, beta=BETA)
-    return result, [list(map(int, s)) for s in longppl.load_key_token(str(save))]
+@pytest.fixture
+def oracle(compose, tmp_path):
+    """``oracle(text, short=SHORT, stride=STRIDE)``: (its result, its key spans) from the reference package on the
+    same model (evaluator = itself, as the run's unscaled model)."""
+
+    def oracle(text, short=SHORT, stride=STRIDE):
+        model = random_model(resolve_model(compose(*TINY, SHARP).model, False, False), torch.float32).eval()
+        tokenizer = bundled_tokenizer()
+        save = tmp_path / "oracle_keys.txt"
+        result = longppl.compute_longppl(text, model, model, tokenizer, tokenizer, save_path=str(save),
+                                         trunc_len=short, sliding_window=stride, alpha=ALPHA, beta=BETA)
+        return result, [list(map(int, s)) for s in longppl.load_key_token(str(save))]
+
+    return oracle
 
 
 def cached_spans(results) -> list:
@@ -54,11 +60,11 @@ def cached_spans(results) -> list:
 
 
 @pytest.mark.parametrize("stride", [STRIDE, SHORT // 2])
-def test_longppl_equals_the_reference_package(text_file, tmp_path, monkeypatch, stride):
+def test_longppl_equals_the_reference_package(text_file, tmp_path, monkeypatch, stride, run_job, oracle):
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, text, n = text_file
     summary, results = run_job(tmp_path / "run", *overrides(text_file, stride=stride))
-    expected, spans = oracle(text, tmp_path, stride=stride)
+    expected, spans = oracle(text, stride=stride)
     assert 20 < expected["n_key_token"] < n // 2  # the thresholds pick some tokens, not all
     assert summary[f"key_tokens@{n}"] == expected["n_key_token"]
     assert summary[f"longppl@{n}"] == pytest.approx(float(expected["longppl"]), rel=1e-4)
@@ -70,7 +76,7 @@ def test_longppl_equals_the_reference_package(text_file, tmp_path, monkeypatch, 
     assert (tmp_path / "run" / "longppl_by_length.png").stat().st_size > 0
 
 
-def test_key_spans_are_cached_and_reused_across_strategies(text_file, tmp_path, monkeypatch):
+def test_key_spans_are_cached_and_reused_across_strategies(text_file, tmp_path, monkeypatch, run_job):
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, first = run_job(tmp_path / "none", *overrides(text_file))
     doc = first["metrics"]["perplexity"]["longppl"]
@@ -88,7 +94,7 @@ def test_key_spans_are_cached_and_reused_across_strategies(text_file, tmp_path, 
     assert third["summary"] == second["summary"]
 
 
-def test_sliding_protocol_with_one_full_window_equals_prefix(text_file, tmp_path, monkeypatch):
+def test_sliding_protocol_with_one_full_window_equals_prefix(text_file, tmp_path, monkeypatch, run_job):
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, _, n = text_file
     prefix, _ = run_job(tmp_path / "prefix", *overrides(text_file, f"eval.lengths=[{n}]"))
@@ -114,7 +120,7 @@ def test_span_helpers_match_the_reference():
     assert torch.nonzero(mask).flatten().tolist() == expected and 0 < len(expected) < len(other)
 
 
-def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_path, monkeypatch):
+def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_path, monkeypatch, compose, run_job):
     """Another evaluator (here a mapping describing the same weights) runs its own passes before the scaled
     model; spans are text, so they come out as the run model's own."""
     import run as rope_run
@@ -122,8 +128,8 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
 
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, shared = run_job(tmp_path / "self", *overrides(text_file))
-    cfg = compose_config(*TINY, "force=true", f"output_dir={tmp_path / 'other'}", *overrides(text_file),
-                         "scaling=yarn", "scaling.factor=2.0")
+    cfg = compose(*TINY, "force=true", f"output_dir={tmp_path / 'other'}", *overrides(text_file),
+                  "scaling=yarn", "scaling.factor=2.0")
     cfg.eval.key_tokens.evaluator = OmegaConf.to_container(cfg.model)
     rope_run.run(cfg)
     results = json.loads((tmp_path / "other" / "results.json").read_text())
@@ -140,9 +146,8 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
     ({"short_context": 64, "stride": 0}, "stride=0: must be >= 1"),
     ({"short_context": 64, "stride": 16, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
 ])
-def test_check_without_a_job(values, message):
+def test_check_without_a_job(values, message, structured):
     from evals import perplexity
-    from tests.conftest import structured
 
     cfg = structured(perplexity.PerplexityConfig, lengths=[128, 300], longppl=True,
                      key_tokens=key_tokens.KeyTokensConfig(**values))
@@ -159,7 +164,7 @@ def slow_tokenizer(tmp_path_factory):
     return path
 
 
-def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer, tmp_path):
+def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer, tmp_path, run_cli):
     _, _, n = text_file
     cases = {
         "is at least every eval.lengths": [f"eval.key_tokens.short_context={n}"],
@@ -178,7 +183,7 @@ def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer,
 
 
 @pytest.mark.slow
-def test_smollm2_evaluator_by_name_finds_the_spans_of_the_unscaled_run_model(tmp_path, monkeypatch):
+def test_smollm2_evaluator_by_name_finds_the_spans_of_the_unscaled_run_model(tmp_path, monkeypatch, compose):
     """SmolLM2 named as the evaluator is the run's own model: the same spans, found by a separate pass."""
     import run as rope_run
 
@@ -188,7 +193,7 @@ def test_smollm2_evaluator_by_name_finds_the_spans_of_the_unscaled_run_model(tmp
               "eval.key_tokens.stride=256"]
     results = []
     for i, evaluator in enumerate(["null", "smollm2"]):
-        cfg = compose_config(*common, f"eval.key_tokens.evaluator={evaluator}", f"output_dir={tmp_path / str(i)}")
+        cfg = compose(*common, f"eval.key_tokens.evaluator={evaluator}", f"output_dir={tmp_path / str(i)}")
         summary = rope_run.run(cfg)
         results.append((summary, json.loads((tmp_path / str(i) / "results.json").read_text())))
     (plain, first), (named, second) = results

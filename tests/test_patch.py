@@ -107,7 +107,7 @@ def test_static_strategy_adds_no_hook_and_dynamic_recomputes_per_forward():
         at_double = rotary.inv_freq.clone()
         logits(model, 4 * TRAINED)
         assert not torch.equal(rotary.inv_freq, at_double)  # recomputed for the new length
-        assert patched.slots[0].seq_len == 4 * TRAINED
+        assert patched.seq_len[patched.slots[0]] == 4 * TRAINED
     assert not rotary._forward_pre_hooks
 
 
@@ -127,7 +127,7 @@ def test_layer_types_gemma3_auto_scales_global_layers_only():
     slots = {s.layer_type: s for s in rope_ext.find_rotary_slots(model)}
     assert set(slots) == {"sliding_attention", "full_attention"}
     assert slots["full_attention"].base != slots["sliding_attention"].base  # per-layer-type bases read from config
-    rotary = slots["full_attention"].module
+    rotary = slots["full_attention"].module(model)
     sliding_before = rotary.sliding_attention_inv_freq.clone()
     full_before = rotary.full_attention_inv_freq.clone()
     with rope_ext.patch(model, {"name": "linear", "factor": 4.0}) as patched:

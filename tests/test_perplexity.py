@@ -11,14 +11,15 @@ from evals.core.config import check_lengths, check_options, resolve_lengths
 from evals.core.errors import ConfigError
 from evals.perplexity import PerplexityConfig
 from evals.scoring import token_nll
-from tests.conftest import structured, tiny_llama
 
 
-def config(**overrides):
-    return structured(PerplexityConfig, **overrides)
+@pytest.fixture(scope="session")
+def config(structured):
+    """``config(**values)``: a typed PerplexityConfig with ``values`` set."""
+    return lambda **values: structured(PerplexityConfig, **values)
 
 
-def test_token_nll_equals_transformers_loss():
+def test_token_nll_equals_transformers_loss(tiny_llama):
     model = tiny_llama()
     ids = torch.randint(3, 96, (200,), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -29,7 +30,7 @@ def test_token_nll_equals_transformers_loss():
 
 
 @pytest.mark.parametrize("scaling", [{"name": "none"}, {"name": "yarn", "factor": 4.0}])
-def test_prefix_one_pass_equals_per_length_runs(eval_context, documents, scaling):
+def test_prefix_one_pass_equals_per_length_runs(eval_context, documents, scaling, config):
     ctx = eval_context(scaling)
     summary = perplexity.evaluate(config(lengths=[32, 100, 256], min_document_tokens=0), ctx)
     for length in (32, 100, 256):
@@ -43,7 +44,7 @@ def test_prefix_one_pass_equals_per_length_runs(eval_context, documents, scaling
         assert summary[f"ppl@{length}"] == pytest.approx(expected, rel=1e-5)
 
 
-def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_length(eval_context):
+def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_length(eval_context, config):
     calls = []
     for scaling, expected in [({"name": "ntk", "factor": 2.0}, 3), ({"name": "dynamic_ntk", "factor": 2.0}, 3 + 3 + 1)]:
         ctx = eval_context(scaling)
@@ -54,7 +55,7 @@ def test_static_strategy_takes_one_forward_per_document_and_dynamic_one_per_leng
         calls.clear()
 
 
-def test_dynamic_per_length_equals_native_per_length(eval_context, documents):
+def test_dynamic_per_length_equals_native_per_length(eval_context, documents, config):
     ctx = eval_context({"name": "dynamic_ntk", "factor": 2.0})
     summary = perplexity.evaluate(config(lengths=[128, 280]), ctx)
     doc = documents[0]
@@ -87,7 +88,7 @@ def brute_force_sliding(model, ids, window, stride, bos=None):
 
 @pytest.mark.parametrize("bos", [None, 1])
 @pytest.mark.parametrize("window,stride", [(64, 16), (100, 100), (256, 50)])
-def test_sliding_equals_brute_force(window, stride, bos):
+def test_sliding_equals_brute_force(window, stride, bos, tiny_llama):
     model = tiny_llama()
     ids = torch.randint(3, 96, (300,), generator=torch.Generator().manual_seed(5))
     nll = perplexity.sliding_nll(model, ids, window, stride, bos, chunk_tokens=64)
@@ -99,13 +100,13 @@ def test_sliding_equals_brute_force(window, stride, bos):
     assert total == pytest.approx(expected_total, rel=1e-5)
 
 
-def test_sliding_protocol_end_to_end(eval_context):
+def test_sliding_protocol_end_to_end(eval_context, config):
     ctx = eval_context()
     summary = perplexity.evaluate(config(lengths=[64, 128], protocol="sliding", stride=32, bos_per_window=True), ctx)
     assert summary["ppl@64"] > 1 and summary["ppl@128"] > 1
 
 
-def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
+def test_results_rows_ci_skips_curve_and_files(eval_context, documents, config):
     ctx = eval_context()
     summary = perplexity.evaluate(config(lengths=[64, 200, 300], position_bins=10, min_document_tokens=0), ctx)
     data = json.loads((ctx.output.dir / "results.json").read_text())
@@ -121,7 +122,7 @@ def test_results_rows_ci_skips_curve_and_files(eval_context, documents):
     assert summary["tokens@200"] == 2 * 199 and "effective_length" not in summary  # judged by the verdict, not here
 
 
-def test_every_length_is_scored_on_the_same_documents_by_default(eval_context, documents):
+def test_every_length_is_scored_on_the_same_documents_by_default(eval_context, documents, config):
     """Documents too short for the longest length are left out of every length (the reference at a shorter
     length then scores the same text); min_document_tokens=0 scores each document where it reaches."""
     ctx = eval_context()
@@ -134,7 +135,7 @@ def test_every_length_is_scored_on_the_same_documents_by_default(eval_context, d
     assert every["tokens@64"] == 3 * 63 and every["tokens@200"] == 2 * 199
 
 
-def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_context):
+def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_context, config):
     ctx = eval_context()
 
     def fail_long_inputs(module, args, kwargs):  # the failure a GPU gives at a too-long length
@@ -155,7 +156,7 @@ def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_cont
     [({"lengths": [-5]}, "lengths=\\[-5\\]: each value must be >= 2"), ({"lengths": []}, "lengths is empty"),
      ({"protocol": "window"}, "is not one of prefix, sliding"), ({"lengths": ["2y"]}, "'2y' is not a length")],
 )
-def test_bad_options(overrides, message):
+def test_bad_options(overrides, message, config):
     with pytest.raises(ConfigError, match=message):
         cfg = config(**overrides)
         check_options(cfg, PerplexityConfig, "eval")
@@ -168,17 +169,17 @@ def test_bad_options(overrides, message):
     [({"protocol": "sliding", "stride": 500, "lengths": [128]}, "stride=500"),
      ({"protocol": "sliding", "max_tokens": 100, "stride": 64, "lengths": [128]}, "max_tokens=100 is below the longest length 128")],
 )
-def test_bad_eval_config(overrides, message):
+def test_bad_eval_config(overrides, message, config):
     with pytest.raises(perplexity.PerplexityError, match=message):
         perplexity.check_config(config(**overrides))
 
 
-def test_length_beyond_every_document_is_an_error(eval_context):
+def test_length_beyond_every_document_is_an_error(eval_context, config):
     with pytest.raises(perplexity.PerplexityError, match="exceed every document \\(longest: 300 tokens"):
         perplexity.evaluate(config(lengths=[64, 1000]), eval_context())
 
 
-def test_each_length_says_its_expected_time_and_memory_before_it_runs(eval_context, capsys):
+def test_each_length_says_its_expected_time_and_memory_before_it_runs(eval_context, capsys, config):
     """Dynamic scaling runs one forward per length, shortest first: the measured rate predicts the next ones."""
     ctx = eval_context({"name": "dynamic_ntk", "factor": 2.0})
     perplexity.evaluate(config(lengths=[64, 128, 256]), ctx)

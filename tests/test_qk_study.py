@@ -11,7 +11,6 @@ import rope_ext
 from evals.core.job import parse_job
 from evals.qk_study import QKStudyError, claims
 from rope_ext import analysis
-from tests.conftest import compose_config, run_job
 
 
 def captured_layers(model_type="llama", tokens=40, **extra):
@@ -89,7 +88,7 @@ def test_claims_read_the_sign_and_size_of_the_means():
 QK = ["eval=qk_study", "eval.tokens=128", "eval.near=4", "eval.bins=16", "eval.pair_samples=256", "data.books=[persuasion]"]
 
 
-def test_qk_study_runs_end_to_end_and_reports_through_the_output_sink(tmp_path):
+def test_qk_study_runs_end_to_end_and_reports_through_the_output_sink(tmp_path, run_job):
     text = tmp_path / "text.txt"  # a text file instead of the novels: nothing to unpack, the same eval
     text.write_text(" ".join(f"Sentence {i} of a plain text that the tiny model reads once." for i in range(60)))
     summary, results = run_job(tmp_path / "run", *QK[:-1], "data=text_files", f"data.glob={text}", "scaling=compose",
@@ -113,7 +112,7 @@ def test_qk_study_runs_end_to_end_and_reports_through_the_output_sink(tmp_path):
     assert len(pairs) == 1 + 2 * (4 + 2) * 8  # layers x (q heads + kv heads) x pairs
 
 
-def test_qk_study_bad_input_is_one_line_before_the_model_loads(tmp_path):
+def test_qk_study_bad_input_is_one_line_before_the_model_loads(tmp_path, compose, run_job):
     text = tmp_path / "short.txt"
     text.write_text("A short text. " * 20)
     with pytest.raises(QKStudyError, match=r"eval.tokens=128 exceeds document 0 \(short: \d+ tokens; the longest has \d+\)"):
@@ -121,9 +120,9 @@ def test_qk_study_bad_input_is_one_line_before_the_model_loads(tmp_path):
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert "model_load_s" not in results["timings"] and results["error"]["user_error"]
     with pytest.raises(QKStudyError, match=r"eval.near=80 must be below half"):
-        parse_job(compose_config(*QK, "eval.near=80", "model=tinyllama", "model.weights=random"), tmp_path / "x")
+        parse_job(compose(*QK, "eval.near=80", "model=tinyllama", "model.weights=random"), tmp_path / "x")
     from evals.core.errors import ScalingConfigError
 
     with pytest.raises(ScalingConfigError, match="fraction=2.0 must be <= 1"):
-        parse_job(compose_config(*QK, "model=tinyllama", "model.weights=random",
-                                 "eval.compare=[{name: p_rope, fraction: 2.0}]"), tmp_path / "y")
+        parse_job(compose(*QK, "model=tinyllama", "model.weights=random",
+                          "eval.compare=[{name: p_rope, fraction: 2.0}]"), tmp_path / "y")

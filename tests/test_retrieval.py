@@ -10,9 +10,8 @@ from evals.core.config import check_lengths, check_options
 from evals.core.data import Document
 from evals.core.errors import ConfigError
 from evals.core.models import bundled_tokenizer
-from evals.haystack import HaystackError, PromptBuilder, haystack_ids
+from evals.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
 from evals.retrieval import RetrievalConfig
-from tests.conftest import structured
 
 
 @pytest.fixture(scope="module")
@@ -26,14 +25,20 @@ def corpus(tokenizer):
     return [Document("corpus", torch.tensor(tokenizer(text)["input_ids"]))]
 
 
-def retrieval(**overrides):
-    return structured(RetrievalConfig, **{"lengths": [256, 512], "depths": [0.0, 0.3, 1.0], "trials": 2,
-                                          "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
+@pytest.fixture(scope="session")
+def retrieval(structured):
+    """``retrieval(**overrides)``: a typed RetrievalConfig, a small grid unless overridden."""
+
+    def retrieval(**overrides):
+        return structured(RetrievalConfig, **{"lengths": [256, 512], "depths": [0.0, 0.3, 1.0], "trials": 2,
+                                              "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
+
+    return retrieval
 
 
 @pytest.mark.parametrize("haystack", ["corpus", "filler"])
 @pytest.mark.parametrize("snap", [0, 32])
-def test_prompts_have_exact_length_and_needle_at_depth(tokenizer, corpus, haystack, snap):
+def test_prompts_have_exact_length_and_needle_at_depth(tokenizer, corpus, haystack, snap, retrieval):
     cfg = retrieval(haystack=haystack, snap_tokens=snap)
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
     for length in cfg.lengths:
@@ -56,7 +61,7 @@ def test_prompts_have_exact_length_and_needle_at_depth(tokenizer, corpus, haysta
                 assert builder.encode(text).tolist() == prompt.ids[len(builder.head):].tolist()
 
 
-def test_keys_are_seeded_and_vary_by_trial(tokenizer, corpus):
+def test_keys_are_seeded_and_vary_by_trial(tokenizer, corpus, retrieval):
     cfg = retrieval()
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
     assert builder.build(256, 0.5, 0).keys == builder.build(256, 0.5, 0).keys
@@ -64,7 +69,7 @@ def test_keys_are_seeded_and_vary_by_trial(tokenizer, corpus):
     assert all(5 <= len(builder.build(256, 0.5, t).keys[0]) <= 7 for t in range(10))
 
 
-def test_multi_needle_with_distractors(tokenizer, corpus):
+def test_multi_needle_with_distractors(tokenizer, corpus, retrieval):
     cfg = retrieval(num_needles=3, distractors=2, snap_tokens=0)
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
     prompt = builder.build(512, 0.5, 0)
@@ -79,17 +84,24 @@ def test_multi_needle_with_distractors(tokenizer, corpus):
     assert needle.is_correct("x1234567y", ["1234567"], "substring") == 1 and needle.is_correct("x1234567y", ["123456"], "exact") == 0
 
 
-def run_grid(eval_context, corpus, scaling=None, **overrides):
-    ctx = eval_context(scaling, "model.architecture.vocab_size=49152", docs=corpus)
-    summary = needle.evaluate(retrieval(**overrides), ctx)
-    trials = [json.loads(line) for line in (ctx.output.dir / "needle_trials.jsonl").read_text().splitlines()]
-    return summary, sorted(trials, key=lambda r: (r["length"], r["depth"], r["trial"])), ctx.output.dir
+@pytest.fixture
+def run_grid(eval_context, retrieval, corpus):
+    """``run_grid(scaling=None, **overrides)``: the needle grid on the corpus in a real eval context of the MICRO model
+    (SmolLM2's vocabulary): (summary, trials in grid order, output dir)."""
+
+    def run_grid(scaling=None, **overrides):
+        ctx = eval_context(scaling, "model.architecture.vocab_size=49152", docs=corpus)
+        summary = needle.evaluate(retrieval(**overrides), ctx)
+        trials = [json.loads(line) for line in (ctx.output.dir / "needle_trials.jsonl").read_text().splitlines()]
+        return summary, sorted(trials, key=lambda r: (r["length"], r["depth"], r["trial"])), ctx.output.dir
+
+    return run_grid
 
 
 @pytest.mark.parametrize("scaling", [None, {"name": "yarn", "factor": 4.0}])
-def test_prefix_sharing_equals_cell_by_cell(eval_context, corpus, scaling):
-    shared, shared_trials, shared_dir = run_grid(eval_context, corpus, scaling, prefix_sharing=True)
-    alone, alone_trials, _ = run_grid(eval_context, corpus, scaling, prefix_sharing=False)
+def test_prefix_sharing_equals_cell_by_cell(run_grid, scaling):
+    shared, shared_trials, shared_dir = run_grid(scaling, prefix_sharing=True)
+    alone, alone_trials, _ = run_grid(scaling, prefix_sharing=False)
     assert shared["needle_prefix_sharing"] and not alone["needle_prefix_sharing"]
     assert [r["answer"] for r in shared_trials] == [r["answer"] for r in alone_trials]
     assert [r["tf_correct"] for r in shared_trials] == [r["tf_correct"] for r in alone_trials]
@@ -100,8 +112,8 @@ def test_prefix_sharing_equals_cell_by_cell(eval_context, corpus, scaling):
         assert (shared_dir / name).stat().st_size > 0
 
 
-def test_dynamic_strategy_falls_back_to_cell_by_cell(eval_context, corpus):
-    summary, _, _ = run_grid(eval_context, corpus, {"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
+def test_dynamic_strategy_falls_back_to_cell_by_cell(run_grid):
+    summary, _, _ = run_grid({"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
     assert summary["needle_prefix_sharing"] is False
 
 
@@ -111,7 +123,7 @@ def test_dynamic_strategy_falls_back_to_cell_by_cell(eval_context, corpus):
      ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "each value must be >= 1 tokens"),
      ({"num_needles": 40}, "must be <= 16")],
 )
-def test_bad_options(overrides, message):
+def test_bad_options(overrides, message, retrieval):
     with pytest.raises(ConfigError, match=message):
         cfg = retrieval(**overrides)
         check_options(cfg, RetrievalConfig, "eval")
@@ -123,12 +135,12 @@ def test_bad_options(overrides, message):
     [({"key_digits": [7, 5]}, "must be \\[min, max\\]"), ({"needle": "The number is {code}."}, "placeholder other than"),
      ({"needle": "No key here."}, "must contain \\{key\\}")],
 )
-def test_bad_config(overrides, message):
+def test_bad_config(overrides, message, retrieval):
     with pytest.raises(HaystackError, match=message):
         needle.check_config(retrieval(**overrides))
 
 
-def test_length_below_needle_and_question_and_short_haystack(tokenizer, corpus):
+def test_length_below_needle_and_question_and_short_haystack(tokenizer, corpus, retrieval):
     cfg = retrieval()
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
     with pytest.raises(HaystackError, match="length 40 is below what the needles and question need"):
@@ -137,7 +149,7 @@ def test_length_below_needle_and_question_and_short_haystack(tokenizer, corpus):
         builder.build(100_000, 0.5, 0)
 
 
-def test_chat_template_wraps_the_prompt_and_keeps_the_exact_length(tokenizer, corpus):
+def test_chat_template_wraps_the_prompt_and_keeps_the_exact_length(tokenizer, corpus, retrieval):
     cfg = retrieval(chat_template=True)
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
     prompt = builder.build(512, 0.5, 0)

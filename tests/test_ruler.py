@@ -13,7 +13,7 @@ from evals.core.models import bundled_tokenizer, package_dir
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
 from evals.lm_harness import TASKS_DIR
 from evals.ruler import RulerError, effective_length
-from tests.conftest import ROOT, compose_config, run_cli, run_job
+from tests.tiny import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +97,7 @@ def test_effective_lengths():
     assert effective_length({1024: 80.0, 2048: 70.0}, 0.85 * 80.0) == 2048
 
 
-def test_ruler_job_on_a_tiny_model_reports_scores_per_task_and_length(tmp_path):
+def test_ruler_job_on_a_tiny_model_reports_scores_per_task_and_length(tmp_path, run_job):
     summary, results = run_job(tmp_path, "eval=ruler", "eval.tasks=[niah_single_1,niah_single_2,vt]",
                                "eval.lengths=[1024,1536]", "eval.limit=2", "data.books=[persuasion]",
                                "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true")
@@ -138,19 +138,19 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, monkeypatch):
+def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, monkeypatch, compose):
     from evals import UserError
     from evals.core.job import parse_job
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError) as err:
-        parse_job(compose_config("logger=none", "eval=ruler", *args), tmp_path)
+        parse_job(compose("logger=none", "eval=ruler", *args), tmp_path)
     assert message in str(err.value) and "\n" not in str(err.value)
     if "RULER" in message:
         assert isinstance(err.value, RulerError)
 
 
-def test_an_offline_qa_request_exits_2_with_one_line_from_the_cli(tmp_path):
+def test_an_offline_qa_request_exits_2_with_one_line_from_the_cli(tmp_path, run_cli):
     result = run_cli("logger=none", "eval=ruler", "eval.tasks=[niah_single_1,qa_hotpot]", f"hydra.run.dir={tmp_path}",
                      env={**os.environ, "HF_HUB_OFFLINE": "1"})
     lines = [line for line in result.stderr.splitlines() if line.strip()]

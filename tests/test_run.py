@@ -4,17 +4,11 @@ import json
 
 import pytest
 
-from tests import conftest
-
 BOOKS = ["data.books=[persuasion,emma]", "data.max_documents=2"]
 
 
-def run_job(tmp_path, *overrides):
-    return conftest.run_job(tmp_path, *BOOKS, *overrides)
-
-
-def test_perplexity_job_writes_results_csv_png(tmp_path):
-    summary, results = run_job(tmp_path, "scaling=yarn", "eval.lengths=[256,1024,4096]", "eval.documents=null")
+def test_perplexity_job_writes_results_csv_png(tmp_path, run_job):
+    summary, results = run_job(tmp_path, *BOOKS, "scaling=yarn", "eval.lengths=[256,1024,4096]", "eval.documents=null")
     assert results["status"] == "done"
     assert results["config"]["scaling"]["name"] == "yarn" and results["versions"]["transformers"].startswith("5.")
     assert results["rope"]["patched"][0]["attention_factor"] > 1  # YaRN temperature applied to the model
@@ -28,18 +22,19 @@ def test_perplexity_job_writes_results_csv_png(tmp_path):
     assert results["timings"]["elapsed_s"] > 0
 
 
-def test_model_is_loaded_once_and_repatched_across_jobs(tmp_path):
-    first, _ = run_job(tmp_path / "a", "scaling=none", "eval.lengths=[512]")
-    second, results = run_job(tmp_path / "b", "scaling=linear", "scaling.factor=4", "eval.lengths=[512]")
-    third, _ = run_job(tmp_path / "c", "scaling=none", "eval.lengths=[512]")
+def test_model_is_loaded_once_and_repatched_across_jobs(tmp_path, run_job):
+    first, _ = run_job(tmp_path / "a", *BOOKS, "scaling=none", "eval.lengths=[512]")
+    second, results = run_job(tmp_path / "b", *BOOKS, "scaling=linear", "scaling.factor=4", "eval.lengths=[512]")
+    third, _ = run_job(tmp_path / "c", *BOOKS, "scaling=none", "eval.lengths=[512]")
     assert second["ppl@512"] != first["ppl@512"]
     assert third["ppl@512"] == first["ppl@512"]  # the patch was fully restored between jobs
     assert "random weights" in results["rope"]["model_source"]
 
 
-def test_rope_decay_job_needs_no_weights(tmp_path):
-    summary, results = run_job(tmp_path, "eval=rope_decay", "scaling=yarn", "scaling.factor=4", "eval.max_distance=8192",
-                               "eval.bound_contexts=[1024,2048,4096]", "model.architecture.hidden_size=2048",
+def test_rope_decay_job_needs_no_weights(tmp_path, run_job):
+    summary, results = run_job(tmp_path, *BOOKS, "eval=rope_decay", "scaling=yarn", "scaling.factor=4",
+                               "eval.max_distance=8192", "eval.bound_contexts=[1024,2048,4096]",
+                               "model.architecture.hidden_size=2048",
                                "model.architecture.num_attention_heads=32")  # TinyLlama's real head size
     assert summary["rotary_dim"] == 64 and summary["base"] == 10000.0
     assert summary["decay_strength/none/gauss_mean1"] > 0.3 and abs(summary["decay_strength/none/gauss_mean0"]) < 0.15
@@ -50,11 +45,11 @@ def test_rope_decay_job_needs_no_weights(tmp_path):
         assert (tmp_path / name).stat().st_size > 0
 
 
-def test_failed_job_keeps_what_it_wrote(tmp_path):
+def test_failed_job_keeps_what_it_wrote(tmp_path, run_job):
     from evals import UserError
 
     with pytest.raises(UserError, match="exceed every document"):
-        run_job(tmp_path, "eval.lengths=[512,100000000]")
+        run_job(tmp_path, *BOOKS, "eval.lengths=[512,100000000]")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["status"] == "failed" and results["config"]["eval"]["lengths"] == [512, 100000000]
     assert "exceed every document" in results["error"]["message"] and results["error"]["user_error"]

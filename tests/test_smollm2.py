@@ -10,14 +10,14 @@ from transformers import AutoModelForCausalLM
 import rope_ext
 import run as rope_run
 from evals.core.data import load_documents
-from evals.core.models import load_model
-from tests.conftest import ROOT, compose_config
+from evals.core.models import load_model, resolve_model
+from tests.tiny import ROOT
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    cfg = compose_config("data.books=[emma]")
-    loaded = load_model(cfg.model, torch.device("cpu"), torch.float32)
+def smollm2(compose):
+    cfg = compose("data.books=[emma]")
+    loaded = load_model(resolve_model(cfg.model, geometry=False, weights=True))
     emma = load_documents(cfg.data, loaded.tokenizer)[0]
     return loaded, emma
 
@@ -53,13 +53,13 @@ def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, na
 
 
 @pytest.mark.slow
-def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
+def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose):
     """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover -- and the
     verdict says so, each strategy judged against the unscaled run it finds (no reference run of its own)."""
     results = {}
     for scaling in ("none", "yarn", "ntk"):
-        cfg = compose_config(f"scaling={scaling}", "scaling.factor=2", "logger=none", "force=true",
-                             f"output_dir={tmp_path / scaling}", "eval.lengths=[1x,2x]", f"resume_from=[{tmp_path}]")
+        cfg = compose(f"scaling={scaling}", "scaling.factor=2", "logger=none", "force=true",
+                      f"output_dir={tmp_path / scaling}", "eval.lengths=[1x,2x]", f"resume_from=[{tmp_path}]")
         results[scaling] = rope_run.run(cfg)
         assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
     none = results["none"]
@@ -75,10 +75,10 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["passkey", "needle"])
-def test_retrieval_works_within_the_trained_context(tmp_path, task):
+def test_retrieval_works_within_the_trained_context(tmp_path, task, compose):
     """Passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
-    cfg = compose_config(f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
-                         "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]")
+    cfg = compose(f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
+                  "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]")
     summary = rope_run.run(cfg)
     assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
     assert summary[f"{task}_prefix_sharing"] is True
@@ -109,10 +109,10 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path):
+def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path, compose):
     """eval=lm_eval on the real model, small limit; the metrics land in results.json."""
-    cfg = compose_config("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
-                         "eval.lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
+    cfg = compose("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
+                  "eval.lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
     summary = rope_run.run(cfg)
     results = json.loads((tmp_path / "results.json").read_text())["metrics"]["lm_eval"]
     assert results["max_length"] == 8192

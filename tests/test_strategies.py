@@ -208,12 +208,12 @@ def test_docstring_examples_hold():
     assert tried >= 2 and failed == 0
 
 
-def test_the_readme_python_api_example_runs():
+def test_the_readme_python_api_example_runs(tiny_llama):
     """The README's Python API block, as a user would paste it, on a tiny model."""
     import re
     from pathlib import Path
 
-    from tests.conftest import ROOT, tiny_llama
+    from tests.tiny import ROOT
 
     readme = (Path(ROOT) / "README.md").read_text()
     block = re.search(r"## The Python API\s+```python\n(.*?)```", readme, re.S).group(1)

@@ -12,21 +12,27 @@ from pathlib import Path
 import pytest
 
 from evals.report import write_report
-from tests.conftest import ROOT, TINY
+from tests.tiny import ROOT, TINY
 
 SMALL = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]"]
 WANDB = Path(sys.executable).parent / "wandb"
 
 
-def sweep(sweep_dir, *args, timeout=600, **popen):
-    command = [sys.executable, str(ROOT / "run.py"), "-m", *SMALL, f"hydra.sweep.dir={sweep_dir}",
-               f"resume_from=[{sweep_dir.parent}]", *args]
-    env = {**os.environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
-    if popen:
-        return subprocess.Popen(command, cwd=ROOT, env=env, **popen)
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+@pytest.fixture(scope="session")
+def sweep(run_cli):
+    """``sweep(sweep_dir, *args, timeout=600, **popen)``: ``python run.py -m`` over SMALL into ``sweep_dir``, resuming
+    from its parent: the finished run (asserted to succeed), or the running Popen when given ``popen`` arguments."""
+
+    def sweep(sweep_dir, *args, timeout=600, **popen):
+        env = {**os.environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"}
+        command = ["-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", f"resume_from=[{sweep_dir.parent}]", *args]
+        if popen:
+            return run_cli(*command, env=env, **popen)
+        result = run_cli(*command, env=env, timeout=timeout)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    return sweep
 
 
 def results(sweep_dir):
@@ -56,7 +62,7 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
     return json.loads(summary.stdout), run, history, metrics
 
 
-def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
+def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, sweep):
     sweep_dir = tmp_path / "sweep"
     sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger=wandb", "logger.mode=offline",
           "eval.lengths=[256,512,1x,2x,4x]")
@@ -100,7 +106,7 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path):
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
-def test_parallel_launchers_run_a_sweep(tmp_path, launcher):
+def test_parallel_launchers_run_a_sweep(tmp_path, launcher, sweep):
     sweep_dir = tmp_path / launcher
     extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else ["hydra.launcher.timeout_min=10"]
     sweep(sweep_dir, f"hydra/launcher={launcher}", *extra, "scaling=none,linear", "scaling.factor=2", "logger=none")
@@ -111,7 +117,7 @@ def test_parallel_launchers_run_a_sweep(tmp_path, launcher):
 
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
-def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path):
+def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path, sweep):
     first, second = tmp_path / "first", tmp_path / "second"
     args = ["scaling=none,linear,ntk", "scaling.factor=2", "logger=none"]
     process = sweep(first, *args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

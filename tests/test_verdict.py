@@ -3,8 +3,6 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +11,7 @@ from evals.core.errors import UserError
 from evals.core.job import parse_job
 from evals.core.registry import Metric
 from evals.core.verdict import DEFAULTS, Reference, judge
-from tests.conftest import ROOT, TINY, compose_config, run_job
+from tests.tiny import TINY
 
 PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens").declared("perplexity")}
 ACC = {"needle_acc": Metric("needle_acc", verdict=True, count="needle_trials").declared("needle")}
@@ -82,23 +80,23 @@ def read(path: Path) -> dict:
 BOOKS = ["data.books=[persuasion]", "eval.lengths=[256,512,1x,2x]"]  # the tiny model is trained at 2048
 
 
-def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path):
-    relative = parse_job(compose_config(*TINY, *BOOKS, "scaling=yarn", "scaling.factor=4"), tmp_path)
-    absolute = parse_job(compose_config(*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,2048,4096,2048]",
-                                        "scaling=yarn", "scaling.factor=4"), tmp_path)
+def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path, compose):
+    relative = parse_job(compose(*TINY, *BOOKS, "scaling=yarn", "scaling.factor=4"), tmp_path)
+    absolute = parse_job(compose(*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,2048,4096,2048]",
+                                 "scaling=yarn", "scaling.factor=4"), tmp_path)
     assert list(relative.eval_cfg.lengths) == [256, 512, 2048, 4096] and relative.key == absolute.key
     assert relative.target == 8192  # trained x factor
-    other = parse_job(compose_config(*TINY, *BOOKS, "model.original_max_position=1024", "verdict.target=3x"), tmp_path)
+    other = parse_job(compose(*TINY, *BOOKS, "model.original_max_position=1024", "verdict.target=3x"), tmp_path)
     assert list(other.eval_cfg.lengths) == [256, 512, 1024, 2048] and other.target == 3072
-    suite = parse_job(compose_config(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path)
+    suite = parse_job(compose(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path)
     assert list(suite.eval_cfg.perplexity.lengths) == [1024] and list(suite.eval_cfg.needle.lengths) == [2048]
     for bad, message in (("eval.lengths=[2y]", "eval.lengths='2y' is not a length"),
                          ("verdict.target=far", "verdict.target='far' is not a length")):
         with pytest.raises(UserError, match=message):
-            parse_job(compose_config(*TINY, bad), tmp_path)
+            parse_job(compose(*TINY, bad), tmp_path)
 
 
-def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, capsys):
+def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, capsys, run_job):
     summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=2", "verdict.baseline=true")
     (path,) = (tmp_path / "yarn" / "baseline").glob("*/results.json")  # baseline/<its key>
     base = read(path)
@@ -126,37 +124,35 @@ def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, ca
     assert not (tmp_path / "none" / "baseline").exists() and results["verdict"]["reference"]["sources"] == ["itself"]
 
 
-def test_without_a_reference_the_answer_is_missing_and_says_why(tmp_path, capsys):
+def test_without_a_reference_the_answer_is_missing_and_says_why(tmp_path, capsys, run_job):
     summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "verdict.baseline=false", "resume_from=[]")
     assert not (tmp_path / "yarn" / "baseline").exists()
     assert summary["verdict"] is None and "verdict.baseline=false" in summary["verdict_reason"]
     assert "no answer: no unscaled run on the same tokens" in capsys.readouterr().out
 
 
-def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_the_trained_context(tmp_path):
+def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_the_trained_context(tmp_path, compose):
     common = [*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]", "eval.protocol=sliding",
               "eval.longppl=true"]
-    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=64", "eval.key_tokens.stride=16"), tmp_path)
+    job = parse_job(compose(*common, "eval.key_tokens.short_context=64", "eval.key_tokens.stride=16"), tmp_path)
     base = job.reference
     assert base.scaling.name == "none" and list(base.eval_cfg.lengths) == [256, 512, 2048]
     assert base.eval_cfg.max_tokens == 4096  # sliding: the job's tokens, not only the first 2048
     assert base.eval_cfg.longppl and base.out_dir == tmp_path / "baseline" / base.key[:12]
     assert base.compare == job.compare  # the same test, eval by eval
     # key tokens need more than short_context + stride tokens: none within 2048, so the reference has no LongPPL
-    job = parse_job(compose_config(*common, "eval.key_tokens.short_context=2048", "eval.key_tokens.stride=1024"), tmp_path)
+    job = parse_job(compose(*common, "eval.key_tokens.short_context=2048", "eval.key_tokens.stride=1024"), tmp_path)
     assert job.eval_cfg.longppl and not job.reference.eval_cfg.longppl and job.reference.compare == job.compare
     # another protocol, another document count: another comparison key
-    other = parse_job(compose_config(*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]",
-                                     "eval.documents=2"), tmp_path)
+    other = parse_job(compose(*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]",
+                              "eval.documents=2"), tmp_path)
     assert other.compare != job.compare
 
 
-def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the_verdict_table(tmp_path):
+def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the_verdict_table(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "run.py"), "-m", *TINY, *BOOKS, "scaling=none,yarn,linear", "scaling.factor=2",
-               f"hydra.sweep.dir={sweep_dir}", "resume_from=[]"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TQDM_DISABLE": "1"})
+    result = run_cli("-m", *TINY, *BOOKS, "scaling=none,yarn,linear", "scaling.factor=2",
+                     f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (sweep_dir / "baseline").exists()  # the sweep's own unscaled job is the reference
     jobs = {read(p)["job"]["scaling"]: read(p) for p in sweep_dir.glob("*/results.json")}

@@ -37,34 +37,22 @@ def config_dir() -> Path:
 
 def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, above=None, nonempty=False,
            compare: bool = True, key: bool = True):
-    """A dataclass field with the values it accepts: ``choices``, or numeric bounds (``minimum`` and
-    ``maximum`` inclusive, ``above`` exclusive). For a list, every item is checked (and, with
-    ``nonempty``, there must be one).
+    """A dataclass field with the values it accepts -- ``choices``, or numeric bounds (``minimum`` and
+    ``maximum`` inclusive, ``above`` exclusive) -- declared as a ``rope_ext.Param``, the one rule strategy
+    parameters use too. For a list, every item is checked (and, with ``nonempty``, there must be one).
 
     What the field does to a result: ``key=False`` -- it changes no number the eval measures (it only says
     how results are judged or what runs around the job), so it is left out of the job key; ``compare=False``
     -- it does not change the number measured *at a given length* (the lengths themselves, chunk sizes,
     which extra metrics run), so runs that differ in it are still compared length by length."""
-    meta = {"choices": choices, "minimum": minimum, "maximum": maximum, "above": above, "nonempty": nonempty,
-            "compare": compare and key, "key": key}
+    from rope_ext import Param
+
+    accepts = Param(None if default is MISSING or isinstance(default, (list, dict)) else default, choices=choices,
+                    minimum=minimum, maximum=maximum, above=above)
+    meta = {"accepts": accepts, "nonempty": nonempty, "compare": compare and key, "key": key}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
-
-
-def _why(value, meta) -> str | None:
-    """Why ``value`` breaks the field's declared range, or None."""
-    if meta.get("choices") is not None:
-        return None if value in meta["choices"] else f"is not one of {', '.join(map(str, meta['choices']))}"
-    bounds = [(meta.get("minimum"), ">="), (meta.get("above"), ">"), (meta.get("maximum"), "<=")]
-    if all(bound is None for bound, _ in bounds):
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "must be a finite number"
-    for bound, op in bounds:
-        if bound is not None and not {">=": value >= bound, ">": value > bound, "<=": value <= bound}[op]:
-            return f"must be {op} {bound:g}"
-    return None
 
 
 def check_options(node, schema: type, path: str) -> None:
@@ -79,7 +67,7 @@ def check_options(node, schema: type, path: str) -> None:
             continue
         items = list(value) if OmegaConf.is_list(value) or isinstance(value, (list, tuple)) else [value]
         for item in items:
-            why = _why(item, meta)
+            why = meta["accepts"].why(item) if meta.get("accepts") else None
             if why:
                 shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
                 what = f"each value {why}" if len(items) != 1 or shown is not item else why
@@ -95,8 +83,10 @@ def lengths(default: list, *, minimum: int = 1):
     """A list of context lengths: tokens (``4096``) or multiples of the model's trained context (``2x``,
     ``0.5x``), mixable; resolved to tokens per model when the job is parsed (:func:`resolve_lengths`).
     Lengths never take part in comparing runs: runs are compared length by length."""
-    return field(default_factory=lambda: list(default),
-                 metadata={"lengths": True, "minimum": minimum, "nonempty": True, "compare": False, "key": True})
+    from rope_ext import Param
+
+    return field(default_factory=lambda: list(default), metadata={
+        "lengths": True, "accepts": Param(minimum=minimum), "nonempty": True, "compare": False, "key": True})
 
 
 def parse_length(value, trained: int, where: str) -> int:
@@ -130,15 +120,15 @@ def resolve_lengths(node, schema: type, trained: int, path: str) -> None:
 
 
 def check_lengths(node, schema: type, path: str) -> None:
-    """Resolved lengths against their declared minimum (after :func:`resolve_lengths`)."""
+    """Resolved lengths against what their field accepts (after :func:`resolve_lengths`)."""
     for spec in fields(schema):
         if spec.metadata.get("lengths") and spec.name in node and node[spec.name] is not None:
             values = list(node[spec.name])
             if not values:
                 raise ConfigError(f"{path}.{spec.name} is empty")
-            low = [v for v in values if v < spec.metadata["minimum"]]
-            if low:
-                raise ConfigError(f"{path}.{spec.name}={values}: each value must be >= {spec.metadata['minimum']} tokens")
+            why = next(filter(None, map(spec.metadata["accepts"].why, values)), None)
+            if why:
+                raise ConfigError(f"{path}.{spec.name}={values}: each value {why} tokens")
 
 
 def identity_fields(schema: type, node, role: str) -> dict:

@@ -72,11 +72,16 @@ class EvalContext:
         self._fold_vocabulary(loaded.model)
         return loaded.model
 
+    def other_model(self, model):
+        """Another model (a resolved ``evals.core.models.ResolvedModel``, e.g. LongPPL's evaluator), unscaled,
+        through the same model cache as the job's."""
+        return self._cache.get(model)[0].model
+
     def model(self):
         """The model with the job's scaling applied (loaded once per process, re-patched per job)."""
         if self._patch is None:
             loaded = self._loaded()
-            self._patch = rope_ext.patch(loaded.model, self.job.scaling)
+            self._patch = rope_ext.patch(loaded.model, self.job.scaling, slots=self.job.scaled)
             self.output.record.update("rope", {
                 "scaling": self.job.scaling.to_dict(), "label": self.job.scaling.label, "dynamic": self.job.scaling.dynamic,
                 "patched": self._patch.applied, "model_source": loaded.source, "device": str(loaded.device),

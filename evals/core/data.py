@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .cache import atomic_write, cache_dir, sha256_file
+from .files import atomic_write, cache_dir, sha256_file
 from .config import AUSTEN_BOOKS
 from .errors import UserError
 from .progress import progress
@@ -88,7 +88,7 @@ def read_austen(data_dir: Path) -> dict[str, str]:
 
 
 def _hub_texts(cfg) -> list[tuple[str, str]]:
-    from .models import hub_reachable
+    from .hub import hub_reachable
 
     if not hub_reachable():
         raise DataError(
@@ -150,7 +150,7 @@ def data_identity(cfg) -> dict:
             read_text_file(path)
         identity["content"] = {str(p.resolve()): sha256_file(p) for p in files}
     else:
-        from .models import hub_reachable
+        from .hub import hub_reachable
 
         if not hub_reachable():
             raise DataError(f"data '{cfg.name}' ({cfg.hub_id}) needs the Hugging Face hub, which is not reachable. "

@@ -23,45 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import rope_ext
-import torch
 from omegaconf import OmegaConf
 
 from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options, identity_fields,
                      length_fields, parse_length, resolve_lengths)
 from .data import data_identity
 from .errors import ConfigError, scaling_errors_as_user_errors
-from .models import (ModelLoadError, RotaryShape, check_attention_hook, gguf_location, meta_model, model_config,
-                     model_identity, require_hub, resolve_device, resolve_dtype, rotary_shapes)
+from .models import ResolvedModel, check_attention_hook, resolve_model
 from .registry import EVALS, EvalSpec
 
 KEY_PACKAGES = ("torch", "transformers", "gguf", "lm-eval")
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    cfg: Any  # the model config node
-    device: torch.device
-    dtype: torch.dtype
-    trained_context: int
-    shapes: tuple[RotaryShape, ...] | None  # every rotary slot (None when the geometry was not needed)
-    identity: dict
-
-    @property
-    def name(self) -> str:
-        return self.cfg.name
-
-    @property
-    def label(self) -> str:
-        """The model's name, marked when its weights are random (a random run is not the real model)."""
-        return self.cfg.name + ("[random]" if self.cfg.weights == "random" else "")
-
-
-@dataclass(frozen=True)
 class Job:
     name: str  # <model>-<scaling label>-<eval>: the W&B run name
-    model: ModelSpec
+    model: ResolvedModel
     scaling: rope_ext.Scaling
-    scaled: tuple[RotaryShape, ...] | None  # the rotary slots the scaling patches (None: geometry not read)
+    scaled: tuple[rope_ext.RotarySlot, ...] | None  # the slots the scaling patches, selected once (None: geometry not read)
     eval: EvalSpec
     eval_cfg: Any
     data_cfg: Any
@@ -114,33 +93,15 @@ def _container(node) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def parse_model(cfg, geometry: bool, weights: bool) -> ModelSpec:
-    """The model's device, dtype, trained context, rotary shapes and identity, without its weights."""
-    device = resolve_device(cfg.device) if weights else torch.device("cpu")
-    dtype = resolve_dtype(cfg.dtype, device)
-    if weights and cfg.weights == "pretrained" and not cfg.path and not gguf_location(cfg):
-        require_hub(cfg)
-    config = model_config(cfg, allow_architecture=not weights)
-    trained = int(cfg.original_max_position or rope_ext.trained_context(config))
-    shapes = None
-    if geometry or weights:
-        model = meta_model(config, cfg.attn_implementation if weights else None)
-        try:
-            shapes = tuple(rotary_shapes(model)) if geometry else None
-        except rope_ext.RotaryNotFoundError as err:
-            raise ModelLoadError(f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}") from None
-    identity = model_identity(cfg, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
-    return ModelSpec(cfg, device, dtype, trained, shapes, identity)
-
-
-def parse_scaling(cfg, model: ModelSpec, longest: int | None) -> tuple[rope_ext.Scaling, tuple | None]:
-    """The scaling resolved once against the model, and its frequencies computed on every slot it patches
-    (at the trained length and, for dynamic strategies, beyond it) so any bad value fails now."""
+def parse_scaling(cfg, model: ResolvedModel, longest: int | None) -> tuple[rope_ext.Scaling, tuple | None]:
+    """The scaling resolved once against the model, the slots it patches selected once (handed to the
+    patcher), and its frequencies computed on each (at the trained length and, for dynamic strategies,
+    beyond it) so any bad value fails now."""
     with scaling_errors_as_user_errors():
         scaling = rope_ext.resolve(_container(cfg), model.trained_context)
-        if model.shapes is None:
+        if model.slots is None or scaling.name == "none":  # nothing to patch
             return scaling, None
-        scaled = tuple(rope_ext.select_slots(model.shapes, scaling.layer_types))
+        scaled = tuple(rope_ext.select_slots(model.slots, scaling.layer_types))
         for shape in scaled:
             scaling.frequencies(shape.dim, shape.base)
             if scaling.dynamic:
@@ -238,8 +199,9 @@ def _hash(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
-    """Validate the composed config once and build the job; raises a UserError (one line) on bad input."""
+def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel | None = None) -> Job:
+    """Validate the composed config once and build the job; raises a UserError (one line) on bad input.
+    ``model``: the model already resolved for the same ``cfg.model`` (a job's unscaled reference)."""
     name = cfg.eval.get("name")
     if name not in EVALS:
         raise ConfigError(f"eval.name={name!r} is not a registered eval; valid: {', '.join(sorted(EVALS))}")
@@ -253,11 +215,13 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False) -> Job:
     needs = spec.needs_for(cfg.eval)
     with scaling_errors_as_user_errors():
         strategy = rope_ext.STRATEGIES[rope_ext.strategies.resolve_name(cfg.scaling.get("name"))]
-    model = parse_model(cfg.model, geometry="geometry" in needs or strategy.name != "none", weights="model" in needs)
+    geometry = "geometry" in needs or strategy.name != "none"
+    if model is None or (geometry and model.slots is None):
+        model = resolve_model(cfg.model, geometry=geometry, weights="model" in needs)
     lengths = _resolve_lengths(spec, cfg.eval, model.trained_context)
     scaling, scaled = parse_scaling(cfg.scaling, model, max(lengths, default=None))
     if scaling.scales_query:
-        check_attention_hook(cfg.model, f"scaling '{scaling.label}' scales queries inside attention")
+        check_attention_hook(model, f"scaling '{scaling.label}' scales queries inside attention")
     data = data_identity(cfg.data) if "data" in needs else None
     identity = {
         "model": model.identity,
@@ -308,7 +272,7 @@ def parse_reference(cfg, job: Job) -> Job | None:
         if part_spec.reference:
             part_spec.reference(part)
     root = job.out_dir.parent if job.multirun else job.out_dir
-    provisional = parse_job(node, root / "baseline", job.multirun)
+    provisional = parse_job(node, root / "baseline", job.multirun, model=job.model)
     # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
     return replace(provisional, out_dir=root / "baseline" / provisional.key[:12], role="reference")
 

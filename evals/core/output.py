@@ -19,7 +19,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from .cache import atomic_write
+from .files import atomic_write
 from .rundir import this_process
 
 PACKAGES = ("torch", "transformers", "hydra-core", "wandb", "lm-eval", "gguf", "accelerate", "datasets", "rope_ext")

@@ -9,10 +9,11 @@ dataclass, the early check (``check(cfg, job)``, run before any model or data is
 class, what the eval needs (``model``: weights; ``data``: documents; ``geometry``: the model's RoPE
 shape read from its config), the metrics it reports per length (their direction, and whether the verdict
 judges them), ``resolve(cfg)`` filling what its lengths decide before the job key is taken,
-``reference(cfg)`` adapting its config for the unscaled reference run, and -- for an eval made of others,
-the suite -- ``parts(cfg)``. ``EVALS``, the Hydra eval schemas, the suite's options,
-the user-error handling and the verdict are all derived from here (modelled on lm-evaluation-harness's
-``api/registry.py``).
+``reference(cfg)`` adapting its config for the unscaled reference run, ``report(name, runs, label)`` giving
+its own figures to the report, and -- for an eval made of others, the suite -- ``parts(cfg)``. ``EVALS``,
+the Hydra eval schemas, the suite's options, the user-error handling, the job key, the comparison with a
+reference, the verdict and the report are all derived from here; nothing else names an eval (modelled on
+lm-evaluation-harness's ``api/registry.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class EvalSpec:
     resolve: Callable | None = None  # resolve(cfg): fill, in place, what the resolved lengths decide
     reference: Callable | None = None  # reference(cfg): adapt, in place, the config of an unscaled reference run
     parts: Callable | None = None  # parts(cfg) -> [(eval name, its config)] for an eval made of others
+    report: Callable | None = None  # report(name, runs, label) -> {figure name: figure}: its section of the report
 
     def needs_for(self, cfg) -> frozenset:
         """What this eval needs for ``cfg`` (e.g. a passkey needs no data; the suite: its evals' union)."""
@@ -89,7 +91,7 @@ EVALS: dict[str, EvalSpec] = {}
 
 def register_eval(name: str, *, config: type, error: type[UserError] = UserError, check: Callable | None = None,
                   needs=("model", "data"), metrics=(), resolve: Callable | None = None, reference: Callable | None = None,
-                  parts: Callable | None = None):
+                  parts: Callable | None = None, report: Callable | None = None):
     """Decorator registering ``fn(cfg, ctx) -> summary`` as the eval ``name``."""
     if not issubclass(error, UserError):
         raise ValueError(f"eval '{name}': error must be a UserError subclass, got {error}")
@@ -98,7 +100,7 @@ def register_eval(name: str, *, config: type, error: type[UserError] = UserError
 
     def deco(fn: Callable) -> Callable:
         EVALS[name] = EvalSpec(name, fn, config, error, check, needs if callable(needs) else frozenset(needs),
-                               metrics if callable(metrics) else tuple(metrics), resolve, reference, parts)
+                               metrics if callable(metrics) else tuple(metrics), resolve, reference, parts, report)
         return fn
 
     return deco

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import torch
 
-from .cache import atomic_write
+from .files import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, UserError
 from .config import length_fields
-from .job import Job, ModelSpec, parse_job, parts
-from .models import LoadedModel, load_model, load_tokenizer, tokenizer_identity
+from .job import Job, parse_job, parts
+from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
 from .output import Output, RunRecord
 from .verdict import Reference, criteria_of, format_job, judge, reference_from
 from .rundir import claim, find_finished, read_results
@@ -38,31 +38,28 @@ log = logging.getLogger("rope_ext")
 
 class ModelCache:
     """The model loaded in this process, kept for the next job that uses the same model (a sweep re-patches
-    it instead of reloading: 0.002 s against ~14 s for SmolLM2), and tokenizers by source."""
+    it instead of reloading: 0.002 s against ~14 s for SmolLM2); any eval's other model (a LongPPL evaluator)
+    goes through it too. Tokenizers are shared per source by :func:`evals.core.models.tokenizer_of`."""
 
     def __init__(self):
         self._key: str | None = None
         self._loaded: LoadedModel | None = None
-        self._tokenizers: dict[str, object] = {}
 
     @staticmethod
-    def _key_of(spec: ModelSpec) -> str:
-        return json.dumps(spec.identity, sort_keys=True, default=str) + str(spec.cfg.device_map)
+    def _key_of(model: ResolvedModel) -> str:
+        return json.dumps(model.identity, sort_keys=True, default=str) + str(model.cfg.device_map)
 
-    def tokenizer(self, spec: ModelSpec):
-        key = json.dumps(tokenizer_identity(spec.cfg), sort_keys=True, default=str)
-        if key not in self._tokenizers:
-            self._tokenizers[key] = load_tokenizer(spec.cfg)[0]
-        return self._tokenizers[key]
+    def tokenizer(self, model: ResolvedModel):
+        return load_tokenizer(model)
 
-    def get(self, spec: ModelSpec) -> tuple[LoadedModel, bool]:
+    def get(self, model: ResolvedModel) -> tuple[LoadedModel, bool]:
         """(the loaded model, whether it was already loaded)."""
-        key = self._key_of(spec)
+        key = self._key_of(model)
         if key == self._key:
-            log.info("reusing the loaded %s model (re-patched, not reloaded)", spec.name)
+            log.info("reusing the loaded %s model (re-patched, not reloaded)", model.name)
             return self._loaded, True
         self.clear()
-        self._loaded = load_model(spec.cfg, spec.device, spec.dtype, self.tokenizer(spec))
+        self._loaded = load_model(model, self.tokenizer(model))
         self._key = key
         return self._loaded, False
 

@@ -195,7 +195,7 @@ def judge(values: dict, declared: dict, reference: Reference | None, trained: in
         if target in have.get(name, {}):
             summary[f"{name}@target"] = have[name][target]
     summary["effective_length"], summary["effective_length_reason"] = _effective(rows, trained)
-    if reference is not None:
+    if reference is not None and reference.sources != ["itself"]:  # an unscaled run retains itself, trivially
         for name, metric in metrics.items():
             for L, value in have.get(name, {}).items():
                 base = reference.get(name, L)

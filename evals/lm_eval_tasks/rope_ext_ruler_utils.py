@@ -58,7 +58,7 @@ ESSAY = tuple(name for name, spec in NIAH.items() if spec["type_haystack"] == "e
 # --- offline resources: nltk's punkt_tab, the corpus haystack, the tokenizer ------------------------------
 
 def nltk_data_dir() -> Path:
-    from evals.core.cache import cache_dir
+    from evals.core.files import cache_dir
 
     return cache_dir() / "nltk_data"
 
@@ -75,7 +75,7 @@ def ensure_punkt_tab() -> Path:
     if not (target / "ortho_context.tab").is_file():
         from nltk.tokenize.punkt import PunktTrainer, save_punkt_params
 
-        from evals.core.cache import cache_dir
+        from evals.core.files import cache_dir
         from evals.core.data import fetch_austen, read_austen
 
         trainer = PunktTrainer()

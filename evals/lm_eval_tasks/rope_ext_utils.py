@@ -1,7 +1,7 @@
 """Data and scoring for rope_ext's lm-eval tasks (used through ``!function`` from the YAMLs here).
 
 The tasks build their data offline: passkey and needle prompts with rope_ext's prompt builder
-(evals/haystack.py) and the wording of ``conf/eval/{passkey,needle}.yaml``, sized by the tokenizer
+(evals/retrieval/haystack.py) and the wording of ``conf/eval/{passkey,needle}.yaml``, sized by the tokenizer
 named in the metadata (``tokenizer``, else the model's ``pretrained``, else the bundled SmolLM2
 tokenizer); the books task reads the Austen novels fetched at set-up. Lengths come from
 ``metadata.max_seq_lengths`` (lm-eval/RULER style).
@@ -11,28 +11,24 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from functools import cache
 
 
 
 LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
-@cache
 def _tokenizer(name: str | None, gguf_file: str | None):
-    from transformers import AutoTokenizer
+    """The tokenizer the metadata names (None: the bundled SmolLM2 one), from rope_ext's one tokenizer cache:
+    inside a rope_ext job it is the job's own tokenizer object."""
+    from evals.core.models import tokenizer_of
 
-    if name:
-        return AutoTokenizer.from_pretrained(name, **({"gguf_file": gguf_file} if gguf_file else {}))
-    from evals.core.models import bundled_tokenizer
-
-    return bundled_tokenizer()
+    return tokenizer_of(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
     from evals.core.config import DataConfig
     from evals.core.data import load_documents
-    from evals.haystack import PromptBuilder, haystack_ids
+    from evals.retrieval.haystack import PromptBuilder, haystack_ids
     from evals.retrieval import RetrievalConfig
 
     tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
@@ -90,7 +86,7 @@ def aggregate_scores(values: list[float]) -> float:
 
 def books_dataset(**metadata) -> dict:
     """The Austen novels, each cut to ``max_chars`` characters at a line end (default 60000, ~15k tokens)."""
-    from evals.core.cache import cache_dir
+    from evals.core.files import cache_dir
     from evals.core.config import AUSTEN_BOOKS
     from evals.core.data import fetch_austen, read_austen
 

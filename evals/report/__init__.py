@@ -40,17 +40,16 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from .core.cache import atomic_write
-from .core.figures import describe, metric_figure, reference_of, rows_of
-from .core.html import SCRIPT as CHART_SCRIPT
-from .core.html import STYLE as CHART_STYLE
-from .core.html import length_chart
-from .core.output import save_figure
-from .core.plots import Curve, heatmaps
-from .core.rundir import read_results, state
-from .core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
+from ..core.files import atomic_write
+from ..core.figures import describe, metric_figure, reference_of, rows_of
+from .page import SCRIPT as CHART_SCRIPT
+from .page import STYLE as CHART_STYLE
+from .page import length_chart
+from ..core.output import save_figure
+from ..core.plots import Curve
+from ..core.rundir import read_results, state
+from ..core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
 
-RETRIEVAL = ("needle", "passkey")
 FIXED = ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
 
 
@@ -186,11 +185,8 @@ def job_row(job: dict, verdict: dict | None) -> dict:
         row["verdict"] = word(summary.get("verdict")) if summary.get("target_length") else ""
         row["effective_length"] = summary.get("effective_length")
         row.update({f"verdict@{r['length']}": word(r["verdict"]) for r in verdict["lengths"]})
-    measured = _measured(job)
-    if not measured and job["state"] != "done":  # an unfinished run: what it measured before it stopped
-        by_length = ((job.get("metrics") or {}).get("perplexity") or {}).get("by_length", [])
-        measured = {f"ppl@{r['length']}": r["ppl"] for r in by_length if r.get("documents")}
-    declared = job.get("declared") or {"ppl": {}}
+    measured = _measured(job)  # an unfinished run: what it measured before it stopped, as the eval wrote it
+    declared = job.get("declared") or {}
     for key, value in measured.items():
         match = AT.match(key)
         if match and match.group(1) in declared and isinstance(value, (int, float, type(None))):
@@ -373,40 +369,17 @@ def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria:
     return figures, charts
 
 
-def retrieval_figures(jobs: list[dict]) -> dict:
-    """Per task: heatmaps side by side on one colour scale, with the trials behind each cell."""
+def section_figures(jobs: list[dict]) -> dict:
+    """The figures each eval's registration adds to the report (``report=``: retrieval heatmaps, the decay of
+    every strategy, ...), from the finished runs it measured; reference runs left out."""
+    from .. import load_evals
+
+    shown = [j for j in jobs if j["state"] == "done" and _info(j).get("role", "job") == "job"]
     figures = {}
-    for task in RETRIEVAL:
-        panels, trials = [], set()
-        for job in jobs:
-            metrics = (job.get("metrics") or {}).get(task) or {}
-            cells = metrics.get("cells")
-            if not cells or _info(job).get("role", "job") != "job":
-                continue
-            lengths, depths = sorted({c["length"] for c in cells}), sorted({c["depth"] for c in cells})
-            value = {(c["length"], c["depth"]): c["accuracy"] for c in cells}
-            trials |= {c.get("trials") for c in cells if c.get("trials")}
-            grid = [[float("nan") if value.get((L, d)) is None else value[(L, d)] for L in lengths] for d in depths]
-            panels.append((_label(job, jobs), grid, lengths, depths, _info(job).get("trained_context")))
-        if panels:
-            figures[f"{task}_heatmaps"] = heatmaps(panels, trials=trials.pop() if len(trials) == 1 else None)
+    for name, spec in load_evals().items():
+        if spec.report is not None:
+            figures.update(spec.report(name, shown, lambda job: _label(job, shown)))
     return figures
-
-
-def decay_figure(jobs: list[dict]):
-    """The expected decay of every strategy of the jobs (one line each; ``none`` once) per q/k distribution."""
-    from .rope_decay import decay_figure as draw
-
-    curves, vectors, trained, target = {}, [], None, None
-    for job in jobs:
-        metrics = (job.get("metrics") or {}).get("rope_decay") or {}
-        for studied in (metrics.get("studied") or {}).values():
-            for label, by_vector in studied["curves"].items():
-                name = label if label == "none" else _label(job, jobs)
-                curves.setdefault(name if label != "none" else f"none (d={studied['dim']}, base={studied['base']:g})", by_vector)
-                vectors = vectors or [{"label": v} for v in by_vector]
-            trained, target = trained or metrics.get("trained_context"), target or metrics.get("target_length")
-    return draw(curves, vectors, trained, target, "Expected RoPE decay, every strategy") if curves else None
 
 
 def _md_table(rows: list[dict], columns: list[str]) -> list[str]:
@@ -514,10 +487,7 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
                              "jobs of one model and data, at each length: does perplexity rank strategies like "
                              "retrieval does?</p>" + _html_table(agree, cols))
     figures, charts = metric_figures(jobs, verdicts, references, criteria)
-    figures.update(retrieval_figures(jobs))
-    decay = decay_figure(jobs)
-    if decay is not None:
-        figures["decay"] = decay
+    figures.update(section_figures(jobs))
     images = {}
     for name, fig in figures.items():
         for suffix, data in save_figure(fig, dpi=110).items():
@@ -576,7 +546,7 @@ class ReportCallback(Callback):
 def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
     """The sweep's report as one W&B run of the sweep's group (job type ``report``): the verdict and job tables,
     the figures, and report.html as an artifact."""
-    from .core.tracking import Tracker, sweep_group
+    from ..core.tracking import Tracker, sweep_group
 
     logger = config.get("logger")
     if logger is None or logger.get("name") == "none":
@@ -627,7 +597,3 @@ def main(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .core.errors import UserError
+from ..core.errors import UserError
 
 NAMES = ("apple", "river", "lantern", "falcon", "meadow", "copper", "violin", "harbor", "glacier", "orchid",
          "pepper", "saddle", "thistle", "quartz", "walnut", "ember")

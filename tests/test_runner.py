@@ -1,5 +1,6 @@
-"""Trustworthy runs: nothing computed is lost or reused for other inputs, a sweep survives its failures,
-bad input is one line before any work, memory failures are results, interrupted and dead runs say so."""
+"""The runner and its run directories: nothing computed is lost or reused for other inputs (finished results are
+never written over; skip, force and resume by the job's key), a sweep survives its failures, bad input is one line
+before any work, memory failures are results, interrupted and dead runs say so."""
 
 import json
 import os
@@ -14,48 +15,9 @@ import pytest
 from evals.core.job import parse_job
 from evals.core.rundir import state
 from evals.report import load_jobs
-from tests.conftest import ROOT, TINY, compose_config, run_cli, run_job, searchpath
+from tests.tiny import ROOT, TINY
 
 SMALL = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]"]
-TINY_GEMMA = """defaults:
-  - /schema/model@_here_: base
-  - _self_
-name: tinygemma
-weights: random
-original_max_position: 512
-architecture:
-  model_type: gemma3_text
-  hidden_size: 64
-  intermediate_size: 96
-  num_hidden_layers: 2
-  num_attention_heads: 2
-  num_key_value_heads: 1
-  head_dim: 32
-  vocab_size: 49152
-  max_position_embeddings: 512
-  sliding_window: 64
-  layer_types: [sliding_attention, full_attention]
-  rope_parameters:
-    sliding_attention: {rope_type: default, rope_theta: 10000.0}
-    full_attention: {rope_type: default, rope_theta: 1000000.0}
-"""
-NO_ROPE = """defaults:
-  - /schema/model@_here_: base
-  - _self_
-name: tinygpt2
-weights: random
-original_max_position: 256
-architecture: {model_type: gpt2, n_embd: 32, n_layer: 1, n_head: 2, vocab_size: 49152, n_positions: 256, bos_token_id: 0, eos_token_id: 0}
-"""
-
-
-@pytest.fixture
-def models(tmp_path):
-    """A conf dir on Hydra's search path with a tiny Gemma-3 (per-layer-type RoPE) and a model without RoPE."""
-    (tmp_path / "conf" / "model").mkdir(parents=True)
-    (tmp_path / "conf" / "model" / "tinygemma.yaml").write_text(TINY_GEMMA)
-    (tmp_path / "conf" / "model" / "tinygpt2.yaml").write_text(NO_ROPE)
-    return searchpath(tmp_path)
 
 
 def read(path: Path) -> dict:
@@ -64,14 +26,14 @@ def read(path: Path) -> dict:
 
 # --- finished results are never written over ------------------------------------------------------------
 
-def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys):
+def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys, compose, run_job):
     out = tmp_path / "run"
     args = ["data.books=[persuasion]", "eval.lengths=[256,512]"]
     first, _ = run_job(out, *args)
     snapshot = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     import run as rope_run
 
-    again = rope_run.run(compose_config(*TINY, *args, f"output_dir={out}"))  # the same job: skipped
+    again = rope_run.run(compose(*TINY, *args, f"output_dir={out}"))  # the same job: skipped
     assert again == first and "skip: the same job finished in" in capsys.readouterr().out
     run_job(out, *args)  # force=true: recomputed, next to it
     run_job(out, "data.books=[persuasion]", "eval.lengths=[256]")  # another job aimed at the same directory
@@ -81,7 +43,7 @@ def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys):
 
 
 @pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
-def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path):
+def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"
     command = ["-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=none,linear"]
     assert run_cli(*command).returncode == 0
@@ -98,13 +60,13 @@ def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path)
 
 # --- every input that changes a number changes the key ------------------------------------------------------
 
-def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models):
+def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models, compose):
     texts = tmp_path / "texts"
     texts.mkdir()
     (texts / "a.txt").write_text("Some text to score. " * 400)
 
     def key(*overrides, base=(*TINY, "scaling=yarn", "eval.lengths=[256]", "data=text_files", f"data.glob={texts}/*.txt")):
-        return parse_job(compose_config(*base, models, *overrides), tmp_path / "k").key
+        return parse_job(compose(*base, models, *overrides), tmp_path / "k").key
 
     reference = key()
     assert key() == reference  # deterministic
@@ -137,24 +99,22 @@ def test_the_code_in_the_key_covers_the_lm_eval_task_files():
         assert str(TASKS_DIR / name) in files
 
 
-def test_weights_file_identity_is_in_the_key(tmp_path):
+def test_weights_file_identity_is_in_the_key(tmp_path, compose, tiny_llama):
     """A local checkpoint replaced by another one with the same name is another job."""
-    from tests.conftest import tiny_llama
-
     checkpoint = tmp_path / "ckpt"
     tiny_llama(vocab=49152).save_pretrained(checkpoint)
     args = [*TINY, "model.weights=pretrained", f"model.path={checkpoint}", f"model.tokenizer={ROOT / 'tests'}",
             "eval.lengths=[64]", "data.books=[persuasion]"]
-    first = parse_job(compose_config(*args), tmp_path / "k").key
+    first = parse_job(compose(*args), tmp_path / "k").key
     time.sleep(0.01)
     tiny_llama(vocab=49152, seed=1).save_pretrained(checkpoint)
-    assert parse_job(compose_config(*args), tmp_path / "k").key != first
+    assert parse_job(compose(*args), tmp_path / "k").key != first
 
 
 # --- a sweep survives its failures ------------------------------------------------------------------------
 
 @pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
-def test_a_sweep_runs_every_job_it_can_reports_failures_and_exits_nonzero(tmp_path, plugin):
+def test_a_sweep_runs_every_job_it_can_reports_failures_and_exits_nonzero(tmp_path, plugin, run_cli, searchpath):
     plug, env = plugin
     sweep_dir = tmp_path / "sweep"
     result = run_cli("-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=linear",
@@ -208,19 +168,19 @@ def one_line_error(result, message):
 
 
 @pytest.mark.parametrize("args,message", BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
-def test_each_bad_value_is_one_line_before_any_work(args, message, tmp_path):
+def test_each_bad_value_is_one_line_before_any_work(args, message, tmp_path, compose):
     """Parsing the job (what the CLI does first) rejects the value: no model, no tokenizer, no documents
     (how long the CLI takes for these is in docs/benchmarks.md; a timed test would be flaky)."""
     from evals import UserError
 
     with pytest.raises(UserError) as err:
-        parse_job(compose_config("logger=none", *args), tmp_path)
+        parse_job(compose("logger=none", *args), tmp_path)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "results.json").exists()
 
 
 @pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
-def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, models):
+def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, models, run_cli):
     empty, latin = tmp_path / "empty.txt", tmp_path / "latin.txt"
     empty.write_text("  \n")
     latin.write_bytes("Emma Woodhouse, caf\xe9".encode("latin-1"))
@@ -244,7 +204,7 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 # --- memory: a failed allocation at one length is a result ---------------------------------------------
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
-def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin):
+def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin, run_cli):
     """Under a 3 GiB process memory limit, eager attention at 32768 tokens (17 GiB of scores) cannot be
     allocated: that length is OOM, the shorter ones are measured, in both protocols and the needle grid."""
     plug, env = plugin
@@ -288,7 +248,7 @@ def wait_for_status(path: Path, wanted: str, timeout: float = 120) -> dict:
 
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
-def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, plugin):
+def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, plugin, run_cli, searchpath):
     plug, env = plugin
     args = [*TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=60"]
     process = run_cli(*args, f"output_dir={tmp_path / 'int'}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -322,7 +282,7 @@ def _report_lines(directory):
 
 
 @pytest.mark.slow  # two concurrent CLI runs (~25 s)
-def test_two_runs_into_one_directory_both_complete(tmp_path):
+def test_two_runs_into_one_directory_both_complete(tmp_path, run_cli):
     out = tmp_path / "together"
     processes = [run_cli(*SMALL, "eval.lengths=[256,2048]", f"output_dir={out}", "force=true", stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -338,7 +298,7 @@ def test_two_runs_into_one_directory_both_complete(tmp_path):
 # --- W&B unreachable ----------------------------------------------------------------------------------
 
 @pytest.mark.slow  # waits out a W&B timeout (~20 s)
-def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path):
+def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path, run_cli):
     env = {**os.environ, "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_SILENT": "true"}
     result = run_cli("-m", *SMALL, "logger=wandb", "logger.mode=online", "logger.init_timeout=5",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "resume_from=[]", "scaling=none,linear,ntk", env=env)
@@ -351,9 +311,8 @@ def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path):
 
 # --- correctness defects ------------------------------------------------------------------------------------
 
-def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context):
+def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context, structured):
     from evals import perplexity
-    from tests.conftest import structured
 
     ctx = eval_context()
     cfg = structured(perplexity.PerplexityConfig, lengths=[64, 128], protocol="sliding", stride=32, max_tokens=300)
@@ -364,7 +323,7 @@ def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context):
     assert rows[64]["tokens"] == rows[128]["tokens"] == 299 + 259 + 149  # every token after the first, each document
 
 
-def test_rope_decay_studies_the_layers_the_strategy_scales(tmp_path, models):
+def test_rope_decay_studies_the_layers_the_strategy_scales(tmp_path, models, run_job):
     _, results = run_job(tmp_path, models, "model=tinygemma", "eval=rope_decay", "scaling=yarn",
                          "eval.max_distance=1024", "eval.bound_contexts=[256]")
     summary = results["summary"]

@@ -11,7 +11,7 @@ import math
 
 from matplotlib.colors import to_hex
 
-from .plots import STYLES, length_label, strategy_colour
+from ..core.plots import STYLES, length_label, strategy_colour
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 880, 340, 64, 16, 16, 40
 

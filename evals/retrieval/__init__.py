@@ -1,6 +1,6 @@
 """Needle-in-a-haystack (Kamradt 2023, github.com/gkamradt/LLMTest_NeedleInAHaystack) and passkey retrieval
 (Mohtashami & Jaggi 2023, arXiv 2305.16300) over a grid of lengths x depths x trials; prompts in
-evals/haystack.py.
+evals/retrieval/haystack.py.
 
 Scoring (both deterministic): greedy generation with a substring or exact match on the key, and
 teacher forcing (one forward with the answer appended: is every answer token the argmax, and the
@@ -28,14 +28,14 @@ from typing import Any, List
 import torch
 from transformers import DynamicCache
 
-from .core.config import lengths as context_lengths
-from .core.config import option
-from .core.plots import heatmap
-from .core.progress import progress
-from .core.registry import Metric, register_eval
+from ..core.config import lengths as context_lengths
+from ..core.config import option
+from ..core.plots import heatmap, heatmaps
+from ..core.progress import progress
+from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
-from .stats import wilson_interval
-from .scoring import cost_of, free_memory, is_out_of_memory, warn_if_too_large
+from ..stats import wilson_interval
+from ..scoring import cost_of, free_memory, is_out_of_memory, warn_if_too_large
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +277,22 @@ def _metrics(cfg) -> tuple[Metric, ...]:
             Metric(f"{cfg.name}_nll", lower_is_better=True, count=f"{cfg.name}_trials", label=f"{cfg.name} answer NLL"))
 
 
+def report_figures(name: str, jobs: list[dict], label) -> dict:
+    """The report's section: the ``name`` heatmaps of every run side by side on one colour scale, with the
+    trials behind each cell."""
+    panels, trials = [], set()
+    for job in jobs:
+        cells = ((job.get("metrics") or {}).get(name) or {}).get("cells")
+        if not cells:
+            continue
+        lengths, depths = sorted({c["length"] for c in cells}), sorted({c["depth"] for c in cells})
+        value = {(c["length"], c["depth"]): c["accuracy"] for c in cells}
+        trials |= {c.get("trials") for c in cells if c.get("trials")}
+        grid = [[float("nan") if value.get((L, d)) is None else value[(L, d)] for L in lengths] for d in depths]
+        panels.append((label(job), grid, lengths, depths, (job.get("job") or {}).get("trained_context")))
+    return {f"{name}_heatmaps": heatmaps(panels, trials=trials.pop() if len(trials) == 1 else None)} if panels else {}
+
+
 for _name in ("needle", "passkey"):
     register_eval(_name, config=RetrievalConfig, error=HaystackError, check=check_config, needs=_needs,
-                  metrics=_metrics)(evaluate)
+                  metrics=_metrics, report=report_figures)(evaluate)

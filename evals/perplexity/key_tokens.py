@@ -37,11 +37,11 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .core.cache import atomic_write, cache_dir
-from .core.config import ModelConfig, check_options, config_dir, option
-from .core.errors import UserError
-from .core.models import load_model, load_tokenizer, model_identity, resolve_device, resolve_dtype, tokenizer_identity
-from .scoring import free_memory, sliding_nll, token_nll
+from ..core.files import atomic_write, cache_dir
+from ..core.config import ModelConfig, check_options, config_dir, option
+from ..core.errors import UserError
+from ..core.models import load_tokenizer, resolve_model
+from ..scoring import sliding_nll, token_nll
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # bump when what a cached span file means changes
@@ -90,14 +90,10 @@ def evaluator_config(cfg):
     return model
 
 
-_TOKENIZERS: dict[str, object] = {}
-
-
-def evaluator_tokenizer(model_cfg):
-    key = json.dumps(tokenizer_identity(model_cfg), sort_keys=True, default=str)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = load_tokenizer(model_cfg)[0]
-    return _TOKENIZERS[key]
+def evaluator_model(cfg):
+    """The evaluator resolved as a model (None: the run's own model without its scaling)."""
+    node = evaluator_config(cfg)
+    return None if node is None else resolve_model(node, geometry=False, weights=True)
 
 
 def require_offsets(tokenizer, who: str) -> None:
@@ -119,12 +115,13 @@ def check(cfg, lengths: list[int], job=None, run_tokenizer=None) -> None:
         raise KeyTokenError(f"eval.key_tokens.short_context={cfg.short_context} + stride={cfg.stride} is at least every "
                             f"eval.lengths (longest {max(lengths)}): no token would see less than its full context in "
                             f"the short pass; lower them or add a longer length")
-    evaluator = evaluator_config(cfg)
+    evaluator_config(cfg)
     if job is None:
         return
     require_offsets(run_tokenizer(), f"model '{job.model.name}'")
+    evaluator = evaluator_model(cfg)
     if evaluator is not None:
-        require_offsets(evaluator_tokenizer(evaluator), f"eval.key_tokens.evaluator '{evaluator.name}'")
+        require_offsets(load_tokenizer(evaluator), f"eval.key_tokens.evaluator '{evaluator.name}'")
 
 
 def merge_spans(offsets: list[tuple[int, int]]) -> list[list[int]]:
@@ -202,12 +199,11 @@ class KeyTokens:
 
     def __init__(self, cfg, ctx, chunk_tokens: int):
         self.cfg, self.ctx, self.chunk_tokens = cfg, ctx, chunk_tokens
-        self.evaluator = evaluator_config(cfg)
+        self.evaluator = evaluator_model(cfg)
         if self.evaluator is None:
             identity = {"run_model": ctx.job.model.identity, "scaling": "none"}
         else:
-            device = resolve_device(self.evaluator.device)
-            identity = model_identity(self.evaluator, device, resolve_dtype(self.evaluator.dtype, device))
+            identity = self.evaluator.identity
         self.params = {"format": FORMAT, "evaluator": identity, "short_context": cfg.short_context,
                        "stride": cfg.stride, "alpha": cfg.alpha, "beta": cfg.beta}
         self.root = cache_dir(ctx.job.data_cfg.cache_dir if ctx.job.data_cfg is not None else None) / "key_tokens"
@@ -268,19 +264,13 @@ class KeyTokens:
             model, tokenizer = self.ctx.base_model(), self.ctx.tokenizer()
         else:
             log.info("loading evaluator %s for key tokens", self.evaluator.name)
-            tokenizer = evaluator_tokenizer(self.evaluator)
-            loaded = load_model(self.evaluator, resolve_device(self.evaluator.device),
-                                resolve_dtype(self.evaluator.dtype, resolve_device(self.evaluator.device)), tokenizer)
-            model = loaded.model.eval()
+            tokenizer, model = load_tokenizer(self.evaluator), self.ctx.other_model(self.evaluator)
         vocab = model.get_input_embeddings().num_embeddings
         with counting(model, self.forwards):
             for doc in missing:
                 found = self.texts[doc.name]
                 ids, offsets = self._evaluator_ids(tokenizer, found.text, vocab)
                 self._save(found, find_spans(model, ids, offsets, self.cfg, self.chunk_tokens), "evaluator", len(ids))
-        if self.evaluator is not None:
-            del model, loaded
-            free_memory()
 
     def _shareable(self, doc) -> bool:
         """The evaluator (the run's model) tokenizes the covered text as the eval's ids: its pass is ours."""

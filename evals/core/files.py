@@ -1,5 +1,5 @@
-"""Where rope_ext keeps what it derives once and reuses (token ids, model configs, key-token spans), and
-file fingerprints for the job key."""
+"""File helpers: where rope_ext keeps what it derives once and reuses (token ids, model configs, key-token spans),
+file fingerprints for the job key, and writes that readers never see half done."""
 
 from __future__ import annotations
 

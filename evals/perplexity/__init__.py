@@ -20,7 +20,7 @@ working is judged against the unscaled model by :mod:`evals.core.verdict`, not h
 
 With ``longppl=true``, LongPPL (Fang et al., ICLR 2025, arXiv 2410.23771) too: per length, the perplexity
 over key tokens only (``longppl@L``, with its interval and the key-token count) -- tokens whose loss a long
-context lowers, found by an evaluator model and cached as character spans (evals/key_tokens.py).
+context lowers, found by an evaluator model and cached as character spans (evals/perplexity/key_tokens.py).
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ from typing import Any, List, Optional
 
 import torch
 
-from .core.config import lengths as context_lengths
-from .core.config import option
-from .core.errors import UserError
-from .core.plots import line_plot
-from .core.progress import progress
-from .core.registry import Metric, register_eval
+from ..core.config import lengths as context_lengths
+from ..core.config import option
+from ..core.errors import UserError
+from ..core.plots import line_plot
+from ..core.progress import progress
+from ..core.registry import Metric, register_eval
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
-from .scoring import Cost, cost_of, free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
-from .stats import block_bootstrap, t_interval
+from ..scoring import Cost, cost_of, free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
+from ..stats import block_bootstrap, t_interval
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def check_config(cfg, job=None) -> None:
         raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
                               f"raise it or leave it null")
     if cfg.longppl:
-        from .core.runner import MODEL_CACHE
+        from ..core.runner import MODEL_CACHE
 
         try:
             check_key_tokens(cfg.key_tokens, list(cfg.lengths), job,
@@ -283,6 +283,7 @@ def evaluate(cfg, ctx) -> dict:
             _add_key_tokens(keys, key_acc, doc, model, scored, 1 if cfg.protocol == "prefix" or bos is None else 0,
                             scored[max(scored)] if cfg.protocol == "prefix" else None)
         rows = _rows(acc, key_acc)
+        ctx.output.summary({f"ppl@{r['length']}": r["ppl"] for r in rows if r["documents"]})  # kept if stopped now
         ctx.output.table("perplexity", rows)
         ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows,
                                           **({"longppl": keys.describe()} if keys else {})})

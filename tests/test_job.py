@@ -12,10 +12,10 @@ from hydra.errors import ConfigCompositionException
 import rope_ext
 from evals.core.job import parse_job
 from evals.core.runner import execute
-from tests.conftest import ROOT, TINY, compose_config, run_cli, searchpath
+from tests.tiny import ROOT, TINY
 
 
-def test_a_strategy_and_an_eval_from_outside_the_package_run_end_to_end(plugin):
+def test_a_strategy_and_an_eval_from_outside_the_package_run_end_to_end(plugin, run_cli, searchpath):
     tmp, env = plugin
     search = searchpath(tmp)
     result = run_cli(*TINY, search, "scaling=halve_slow", "scaling.factor=4", "eval=first_tokens", "eval.tokens=32",
@@ -35,37 +35,66 @@ def test_a_strategy_and_an_eval_from_outside_the_package_run_end_to_end(plugin):
     assert suite.returncode == 0 and "first_tokens:\n    name: first_tokens\n    tokens: 64\n" in suite.stdout
 
 
-def test_a_key_of_another_strategy_fails_at_composition_naming_this_ones_parameters():
+def test_a_key_of_another_strategy_fails_at_composition_naming_this_ones_parameters(compose, run_cli):
     with pytest.raises(ConfigCompositionException):
-        compose_config("scaling=linear", "scaling.beta_fast=32")
+        compose("scaling=linear", "scaling.beta_fast=32")
     result = run_cli("scaling=linear", "scaling.beta_fast=32")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip() == "error: scaling 'linear' does not take beta_fast. Its parameters: factor, layer_types."
 
 
-def test_cfg_job_shows_the_registry_defaults():
+def test_cfg_job_shows_the_registry_defaults(compose, run_cli):
     result = run_cli("--cfg", "job", "scaling=yarn")
     assert result.returncode == 0, result.stderr
     scaling = result.stdout[result.stdout.index("scaling:"):result.stdout.index("eval:")]
     for line in ("name: yarn", "factor: 2.0", "beta_fast: 32.0", "beta_slow: 1.0", "truncate: true", "dynamic: false",
                  "layer_types: auto"):
         assert f"  {line}\n" in scaling, scaling
-    llama3 = compose_config("scaling=llama3").scaling  # the YAML sets the factor only
+    llama3 = compose("scaling=llama3").scaling  # the YAML sets the factor only
     assert (llama3.factor, llama3.low_freq_factor, llama3.high_freq_factor) == (2.0, 1.0, 4.0)
     assert rope_ext.STRATEGIES["llama3"].params["low_freq_factor"].default == 1.0
 
 
-def test_a_job_is_validated_once(tmp_path, monkeypatch):
+def test_a_job_is_validated_once(tmp_path, monkeypatch, compose):
     """Parsing resolves the scaling; running the job (patching included) never validates it again."""
     calls = []
     coerce = rope_ext.Param.coerce
     monkeypatch.setattr(rope_ext.Param, "coerce", lambda self, *a: calls.append(a[1]) or coerce(self, *a))
-    cfg = compose_config(*TINY, "scaling=yarn", "eval.lengths=[256]", "data.books=[persuasion]", f"output_dir={tmp_path}")
+    cfg = compose(*TINY, "scaling=yarn", "eval.lengths=[256]", "data.books=[persuasion]", f"output_dir={tmp_path}")
     job = parse_job(cfg, tmp_path)
     assert "factor" in calls and job.scaling.params["beta_fast"] == 32.0
     calls.clear()
     execute(job)
     assert calls == [], calls
+
+
+def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path, monkeypatch, compose):
+    """SmolLM2's shape (its GGUF package located once, for the job and its unscaled reference alike), its
+    rotary slots found on the meta model and selected once, then handed to the patcher: neither is redone."""
+    import sys
+
+    import evals.core.models as models
+
+    counts = {"gguf": 0, "find": 0, "select": 0}
+
+    def counted(name, fn):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(models, "_gguf_location", counted("gguf", models._gguf_location))
+    for module in (rope_ext, sys.modules["rope_ext.slots"], sys.modules["rope_ext.patch"]):
+        for attr, name in (("find_rotary_slots", "find"), ("select_slots", "select")):
+            if hasattr(module, attr):
+                monkeypatch.setattr(module, attr, counted(name, getattr(sys.modules["rope_ext.slots"], attr)))
+    cfg = compose("model=smollm2", "model.weights=random", "model.architecture.num_hidden_layers=2",
+                  "logger=none", "scaling=yarn", "eval.lengths=[256,0.1x]", "data.books=[persuasion]",
+                  f"output_dir={tmp_path}", "resume_from=[]")
+    execute(parse_job(cfg, tmp_path))
+    assert counts == {"gguf": 1, "find": 1, "select": 1}, counts
+    reference = json.loads(next((tmp_path / "baseline").glob("*/results.json")).read_text())
+    assert reference["status"] == "done"  # the reference ran, on the model resolved for the job
 
 
 def wandb_keys(run_dir: Path) -> dict[str, str]:
@@ -83,12 +112,12 @@ def wandb_keys(run_dir: Path) -> dict[str, str]:
     return keys
 
 
-def test_every_table_and_figure_reaches_wandb_under_its_file_name(tmp_path):
-    cfg = compose_config(*TINY, "logger=wandb", "logger.mode=offline", "eval=suite", "eval.run=[perplexity,needle,rope_decay]",
-                         "eval.perplexity.lengths=[256,512]", "eval.needle.lengths=[256]", "eval.needle.depths=[0.5]",
-                         "eval.needle.trials=1", "eval.rope_decay.max_distance=4096",
-                         "eval.rope_decay.bound_contexts=[1024]", "scaling=yarn", "data.books=[persuasion]",
-                         f"output_dir={tmp_path}")
+def test_every_table_and_figure_reaches_wandb_under_its_file_name(tmp_path, compose):
+    cfg = compose(*TINY, "logger=wandb", "logger.mode=offline", "eval=suite", "eval.run=[perplexity,needle,rope_decay]",
+                  "eval.perplexity.lengths=[256,512]", "eval.needle.lengths=[256]", "eval.needle.depths=[0.5]",
+                  "eval.needle.trials=1", "eval.rope_decay.max_distance=4096",
+                  "eval.rope_decay.bound_contexts=[1024]", "scaling=yarn", "data.books=[persuasion]",
+                  f"output_dir={tmp_path}")
     execute(parse_job(cfg, tmp_path))
     logged = wandb_keys(tmp_path)
     tables = {p.stem for p in tmp_path.glob("*.csv")} | {p.stem for p in tmp_path.glob("*.jsonl")}

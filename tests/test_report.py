@@ -1,53 +1,20 @@
-"""Readable results: honest intervals, an effective length that means something, one report over many runs
-(markdown, CSV and a self-contained HTML page checked in a real headless browser)."""
+"""The report: one report over many runs that answers with verdicts (markdown, CSV and a self-contained HTML page
+checked in a real headless browser), never compares runs on other text silently, names disagreeing references,
+and its command line."""
 
 import json
-import math
 import shutil
 import subprocess
 import sys
 
 import pytest
-import torch
-from scipy import stats
 
-from evals import perplexity
-from evals.core.data import Document
 from evals.report import write_report
-from evals.stats import block_bootstrap, t_interval
-from tests.conftest import ROOT, TINY, run_job, structured
-
-
-@pytest.mark.parametrize("n", [2, 5])
-def test_t_interval_matches_scipy(n):
-    values = [2.0 + 0.3 * math.sin(i) for i in range(n)]
-    low, high = t_interval(values)
-    expected = stats.t.interval(0.95, n - 1, loc=sum(values) / n, scale=stats.sem(values))
-    assert (low, high) == pytest.approx(expected, rel=1e-12)
-    normal = 1.96 * stats.sem(values)
-    assert (high - low) / 2 > normal  # wider than the normal approximation it replaces (6.5x for n = 2)
-
-
-def test_one_document_gets_a_block_bootstrap_interval_and_two_a_t_interval(eval_context):
-    generator = torch.Generator().manual_seed(1)
-    one = [Document("one", torch.randint(3, 96, (1200,), generator=generator))]
-    ctx = eval_context(None, docs=one)
-    perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 1024], bootstrap_block=128), ctx)
-    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]}
-    assert rows[1024]["ci_method"] == "block bootstrap, 128-token blocks"
-    assert rows[1024]["ci95_low"] < rows[1024]["ppl"] < rows[1024]["ci95_high"]
-    assert rows[64]["ci_method"] is None and rows[64]["ci95_low"] is None  # one block: no interval claimed
-    nll = torch.rand(1000, generator=generator)
-    assert block_bootstrap(nll, 100, seed=3) == block_bootstrap(nll, 100, seed=3)  # seeded
-    ctx = eval_context(None)  # three documents (300, 260, 150 tokens)
-    summary = perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 200], min_document_tokens=0), ctx)
-    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]}
-    assert rows[64]["ci_method"] == "t, 3 documents" and rows[200]["ci_method"] == "t, 2 documents"
-    assert summary["ppl_ci95_low@200"] == rows[200]["ci95_low"] and summary["tokens@200"] == 2 * 199
+from tests.tiny import ROOT
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, run_job):
     """A small set of real runs: a strategy sweep, the same model with other random weights, a retrieval
     grid, a decay study, a failed job, and a scaled run on other documents (not comparable with the rest)."""
     root = tmp_path_factory.mktemp("runs")
@@ -205,9 +172,25 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     shutil.copy(tmp_path / "report.png", runs / "report_screenshot.png")  # to look at
 
 
-@pytest.mark.parametrize("k,n", [(0, 3), (2, 3), (3, 3), (7, 20)])
-def test_wilson_interval_matches_scipy(k, n):
-    from evals.stats import wilson_interval
+def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with_no_project_edit(
+        plugin, run_cli, searchpath, tmp_path):
+    """The plugin's prefix_nll declares one lower-is-better metric and a report section -- nothing else: the
+    reference is run for it, its retention and verdict are in the summary, and the report draws its section."""
+    from tests.tiny import MICRO
 
-    expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
-    assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-12)
+    plug, env = plugin
+    out = tmp_path / "out"
+    result = run_cli(*MICRO, "model.architecture.vocab_size=49152", searchpath(plug), "scaling=halve_slow", "scaling.factor=4", "eval=prefix_nll",
+                     "data.books=[persuasion]", "verdict.baseline=true", f"output_dir={out}", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "results.json").read_text())["summary"]
+    assert set(summary) >= {"prefix_nll@32", "prefix_nll@64", "prefix_nll@128", "prefix_nll_retention@32",
+                            "prefix_nll_retention@64", "verdict@32", "verdict@64", "verdict@128"}
+    assert isinstance(summary["verdict@128"], bool)
+    report = subprocess.run([sys.executable, "-m", "evals.report", str(out)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    md = (out / "report.md").read_text()
+    assert "report_prefix_nll_bars.png" in md and (out / "report_prefix_nll_bars.png").is_file()
+    (row,) = [r for r in table(md, "## Verdict") if r[0] != "model" and not set(r[0]) <= {"-"}]
+    assert any("prefix NLL" in c or "prefix_nll" in c for c in table(md, "## Verdict")[0] + row), md

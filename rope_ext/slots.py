@@ -1,0 +1,122 @@
+"""Where a model keeps its rotary frequencies: *rotary slots*, found from the model object alone.
+
+A slot is a module buffer named ``<prefix>inv_freq`` (prefix ``""``, or ``"<layer_type>_"`` for models with
+per-layer-type RoPE such as Gemma-3) next to an attribute ``<prefix>attention_scaling`` -- the contract every
+transformers 5 rotary module follows. The rotary dimension is read from the buffer (d = 2 * len(inv_freq),
+which covers partial rotary models: GPT-NeoX ``rotary_pct``, Phi ``partial_rotary_factor``), the base from
+the model config. A :class:`RotarySlot` is a description (module name, prefix, dim, base), so slots found
+on a ``meta``-device instance -- shapes only, no weights -- name the same places in the loaded model: a
+harness finds and selects them once, before anything loads, and hands them to the patcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .strategies import ScalingError
+
+
+class RotaryNotFoundError(ScalingError):
+    """The model has no rotary embedding module rope_ext can patch."""
+
+
+@dataclass(frozen=True)
+class RotarySlot:
+    """One set of rotary frequencies in a model: the module's qualified name, the buffer prefix, rotary dim
+    and base."""
+
+    module_name: str
+    prefix: str
+    dim: int
+    base: float
+
+    @property
+    def layer_type(self) -> str | None:
+        return self.prefix[:-1] if self.prefix else None
+
+    def module(self, model: nn.Module) -> nn.Module:
+        """The rotary module of ``model`` this slot names."""
+        return model.get_submodule(self.module_name)
+
+    def frequencies(self, model: nn.Module) -> tuple[torch.Tensor, float]:
+        """(the inverse frequencies, the attention factor) ``model`` holds in this slot now."""
+        module = self.module(model)
+        return getattr(module, f"{self.prefix}inv_freq"), float(getattr(module, f"{self.prefix}attention_scaling"))
+
+    def describe(self) -> dict:
+        return {"module": self.module_name, "layer_type": self.layer_type, "rotary_dim": self.dim, "base": self.base}
+
+
+def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None) -> dict:
+    config = getattr(module, "config", None) or model.config
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    params = getattr(config, "rope_parameters", None) or {}
+    if layer_type is not None and isinstance(params.get(layer_type), Mapping):
+        params = params[layer_type]
+    return dict(params)
+
+
+def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
+    # inv_freq[1] = b^(-2/d)  =>  b = inv_freq[1]^(-d/2)
+    if inv_freq.is_meta or inv_freq.numel() < 2:
+        raise RotaryNotFoundError(f"{module_name}: no rope_theta in the config and no frequencies to read the base from")
+    dim = 2 * inv_freq.numel()
+    return float(inv_freq[1].double() ** (-dim / 2))
+
+
+def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
+    """Every rotary slot of ``model``; raises RotaryNotFoundError naming the class when there is none. Works on
+    a model built on the ``meta`` device too: that is how the geometry a model will have is read before it loads."""
+    slots = []
+    for module_name, module in model.named_modules():
+        for buffer_name, buffer in module.named_buffers(recurse=False):
+            if not buffer_name.endswith("inv_freq") or buffer_name.endswith(("original_inv_freq", "long_inv_freq")):
+                continue
+            prefix = buffer_name[: -len("inv_freq")]
+            if not hasattr(module, f"{prefix}attention_scaling"):
+                continue
+            params = _rope_parameters(module, model, prefix[:-1] if prefix else None)
+            base = params.get("rope_theta") or _infer_base(buffer, module_name)
+            slots.append(RotarySlot(module_name, prefix, 2 * buffer.numel(), float(base)))
+    if not slots:
+        raise RotaryNotFoundError(
+            f"{type(model).__name__} has no rotary embedding module (no `inv_freq` buffer with "
+            "`attention_scaling`): rope_ext patches models that use RoPE only"
+        )
+    return slots
+
+
+def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
+    """Slots to scale: all, or the named layer types; ``auto`` skips sliding-window layer types (their
+    window is shorter than the trained context, so they never see a position beyond it)."""
+    types = sorted({s.layer_type for s in slots if s.layer_type is not None})
+    if layer_types in (None, "auto"):
+        chosen = [s for s in slots if not (s.layer_type and "sliding" in s.layer_type)]
+        return chosen or list(slots)
+    if layer_types == "all":
+        return list(slots)
+    wanted = [layer_types] if isinstance(layer_types, str) else list(layer_types)
+    unknown = sorted(set(wanted) - set(types))
+    if unknown:
+        raise ScalingError(f"layer_types {unknown} not in this model; it has {types or ['(one shared rotary)']}; or use auto/all")
+    return [s for s in slots if s.layer_type in wanted]
+
+
+def trained_context(model_or_config) -> int:
+    """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
+    the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
+    config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
+    ``max_position_embeddings`` after extension need the real value passed (transformers #38224)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    per_type = [v for v in params.values() if isinstance(v, Mapping)]
+    entries = per_type if params and len(per_type) == len(params) else [params]
+    found = [int(e["original_max_position_embeddings"]) for e in entries if e.get("original_max_position_embeddings")]
+    trained = max(found) if found else getattr(config, "original_max_position_embeddings", None)
+    return int(trained or config.max_position_embeddings)
