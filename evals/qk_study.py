@@ -378,7 +378,7 @@ def evaluate(cfg, ctx) -> dict:
     compare = _resolve_compare(cfg, ctx.job)
     model = ctx.model()
     slots = ctx.job.model.slots  # found and selected once, when the job was parsed
-    scaled = set(ctx.job.scaled)
+    scaled = set(ctx.job.scaled or ())  # None: scaling=none patches nothing
     generator = torch.Generator().manual_seed(cfg.seed)
     layers: list[Layer] = []
 
@@ -404,7 +404,7 @@ def evaluate(cfg, ctx) -> dict:
                            "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean())})
     strategy_rows = []
     for scaling in [ctx.scaling, *compare]:
-        chosen = set(ctx.job.scaled) if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
+        chosen = scaled if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
         for layer in layers:
             dim = 2 * len(layer.wavelength)
             own = rope_ext.default_inv_freq(dim, layer.base)
