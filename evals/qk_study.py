@@ -22,7 +22,12 @@ semantic channels. Here, on real text:
   when its locality is at least ``eval.local_threshold`` logits (e^1 = 2.7x the attention weight);
 - the conjecture's claims as rank correlations across heads with p-values (scipy), and per layer the
   energy share of the pairs whose wavelength exceeds L (past Liu et al. 2023's critical dimension,
-  arXiv 2310.05209) and of the pairs each strategy in ``eval.compare`` (and the job's) changes.
+  arXiv 2310.05209) and of the pairs each strategy in ``eval.compare`` (and the job's) changes;
+- on a model with q/k projection biases (Qwen2.5, arXiv 2412.15115): per head how much of mu_q and mu_k the
+  bias is (its norm, the norm of the mean of W.x, and the share of the mean along the bias), the mean-field
+  locality of the biases alone, and the claim that they set the decay; ``eval.ablate_bias=[q,k]`` measures
+  everything again with the biases zeroed, or (``eval.ablate_mode=center``) with q and k centred to mean 0
+  (the variance-only control; :mod:`evals.bias`), restored after the eval.
 
 Capture runs on the model as the job patches it (``scaling=none``: the model's own RoPE); the
 profiles compare the frequencies it was trained with against the strategy's on the same q and k.
@@ -44,6 +49,7 @@ from .core.models import check_attention_hook
 from .core.plots import line_plot, matrix_heatmaps, plt
 from .core.registry import register_eval
 from .scoring import layer_progress
+from . import bias as biases
 
 
 class QKStudyError(UserError):
@@ -65,6 +71,8 @@ class QKStudyConfig:
         {"name": "linear", "factor": 2.0}, {"name": "ntk", "factor": 2.0}, {"name": "yarn", "factor": 2.0},
         {"name": "p_rope", "fraction": 0.75}])  # strategies whose changed pairs are weighed by the energy there
     seed: int = 0
+    ablate_bias: List[str] = option([], choices=tuple(biases.PROJECTIONS))  # biases changed for the study (evals/bias.py)
+    ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean (q/k mean 0)
 
 
 def _resolve_compare(cfg, job) -> list[rope_ext.Scaling]:
@@ -85,6 +93,7 @@ def check_config(cfg, job) -> None:
             with scaling_errors_as_user_errors():
                 scaling.frequencies(slot.dim, slot.base)
     check_attention_hook(job.model, "eval=qk_study captures q and k inside attention")
+    biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", QKStudyError)
 
 
 # -- one layer -----------------------------------------------------------------------------------------------
@@ -166,6 +175,7 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
     beyond = {name: (analysis.window_mean(p, trained, max_distance) - far_mf) if max_distance > trained else None
               for name, p in mean_field.items()}
 
+    bias = _bias_terms(cap, mu_q, mu_k, kv_of, theta_own, own_factor, scale, window, cfg.near)
     P = len(cap.inv_freq)
     usage = (energy_q * energy_k).sqrt()  # (H, P'): Barbero et al.'s frequency usage, q and k together
     usage = usage / usage.sum(-1, keepdim=True)
@@ -195,6 +205,8 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
         row["alignment"] = row["mean_dot"] / row["mean_norm"] if row["mean_norm"] > 0 else 0.0
         row["relative_locality"] = row["locality"] / row["logit_std"] if row["logit_std"] > 0 else None
         row["class"] = "local" if row["locality"] >= cfg.local_threshold else "global"
+        if bias is not None:
+            row.update({key: float(values[h]) if torch.isfinite(values[h]) else None for key, values in bias.items()})
         head_rows.append(row)
 
     pair_rows = []
@@ -213,6 +225,43 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
     profiles = {"empirical": empirical, "mean_field": mean_field, "counts": counts}
     return Layer(cap.layer, cap.slot.layer_type, cap.slot.base, window, head_rows, pair_rows, usage[:, :P].float(),
                  wavelength.float(), cap.slot, profiles, changed)
+
+
+def _pairs_of(x: torch.Tensor, pairs, d: int) -> torch.Tensor:
+    """(..., d) -> complex pairs, with any dims RoPE leaves alone as pairs of their own (theta = 0)."""
+    z = analysis.complex_pairs(x, pairs)
+    rotary = 2 * len(pairs[0])
+    if d > rotary:
+        z = torch.cat([z, torch.complex(x[..., rotary:].double(), torch.zeros_like(x[..., rotary:].double()))], -1)
+    return z
+
+
+def _share(mu: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The share of the mean along the bias, Re<mu, b> / |mu|^2 (1: the mean is the bias; 0: none of it); NaN
+    where the mean is numerically 0 (q and k centred) and no share is defined."""
+    size = (mu.abs() ** 2).sum(-1)
+    share = (mu * b.conj()).real.sum(-1) / size.clamp_min(1e-300)
+    return torch.where(size > 1e-12 * ((b.abs() ** 2).sum(-1) + ((mu - b).abs() ** 2).sum(-1)), share, torch.nan)
+
+
+def _bias_terms(cap, mu_q, mu_k, kv_of, theta, factor, scale, window, near) -> dict | None:
+    """Per head, what the q and k biases are of the means (None: the layer has no q or k bias): their norms, the
+    norms of the means of W.x (mu - b), the shares of the means along them, and the mean-field locality of the
+    biases alone (b_q R_r b_k) and of W.x's means alone."""
+    heads, d = mu_q.shape[0], cap.query.shape[-1]
+    b_q, b_k = (biases.layer_bias(cap.call.module, t) for t in ("q", "k"))
+    if b_q is None or b_k is None or b_q.numel() != heads * d:
+        return None
+    b_q = _pairs_of(b_q.double().cpu().view(heads, d), cap.pairs, d)
+    b_k = _pairs_of(b_k.double().cpu().view(-1, d), cap.pairs, d)[kv_of]
+
+    def local(zq, zk):
+        return analysis.locality(analysis.mean_field_profile(zq, zk, theta, window, factor) * scale, near, window)
+
+    return {"bias_q_norm": b_q.abs().pow(2).sum(-1).sqrt(), "bias_k_norm": b_k.abs().pow(2).sum(-1).sqrt(),
+            "wx_q_norm": (mu_q - b_q).abs().pow(2).sum(-1).sqrt(), "wx_k_norm": (mu_k - b_k).abs().pow(2).sum(-1).sqrt(),
+            "bias_share_q": _share(mu_q, b_q), "bias_share_k": _share(mu_k, b_k),
+            "locality_bias": local(b_q, b_k), "locality_wx": local(mu_q - b_q, mu_k - b_k)}
 
 
 # -- across heads: the conjecture --------------------------------------------------------------------------------
@@ -268,6 +317,8 @@ def claims(heads: list[dict]) -> dict:
     else:
         entry["verdict"] = "not significant"
     found["opposite_means_rise"] = entry
+    if any(h.get("locality_bias") is not None for h in heads):  # a model with q/k biases: do they set the decay?
+        found["bias_sets_decay"] = _spearman([h.get("locality_bias") for h in heads], [h["locality"] for h in heads], +1)
     return found
 
 
@@ -357,9 +408,22 @@ def claims_figure(heads: list[dict], title: str):
     return fig
 
 
+def _bias_summary(heads: list[dict]) -> dict:
+    """Means over heads of the bias terms (nothing for a model without q/k biases)."""
+    keys = ("bias_share_q", "bias_share_k", "bias_q_norm", "bias_k_norm", "wx_q_norm", "wx_k_norm", "locality_bias",
+            "locality_wx")
+    found = {}
+    for key in keys:
+        values = [h[key] for h in heads if h.get(key) is not None]
+        if values:
+            found[key] = sum(values) / len(values)
+    return found
+
+
 def _grid(layers: list[Layer], key: str) -> list[list[float]]:
     width = max(len(layer.heads) for layer in layers)
-    return [[row[key] for row in layer.heads] + [float("nan")] * (width - len(layer.heads)) for layer in layers]
+    return [[float("nan") if row.get(key) is None else row[key] for row in layer.heads] + [float("nan")] * (width - len(layer.heads))
+            for layer in layers]
 
 
 @register_eval("qk_study", config=QKStudyConfig, error=QKStudyError, check=check_config, needs=("model", "data", "geometry"))
@@ -386,8 +450,10 @@ def evaluate(cfg, ctx) -> dict:
         layers.append(study_layer(cap, cfg, ctx.scaling, scaled, trained, max_distance, generator))
 
     ids = doc.ids[: cfg.tokens].to(next(model.parameters()).device)[None]
-    with rope_ext.capture(model, on_layer), torch.inference_mode(), layer_progress(model, f"qk capture {cfg.tokens} tok"):
-        model.base_model(input_ids=ids, use_cache=False)
+    with biases.ablated(model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=ids, use_cache=False)) \
+            as ablation:
+        with rope_ext.capture(model, on_layer), torch.inference_mode(), layer_progress(model, f"qk capture {cfg.tokens} tok"):
+            model.base_model(input_ids=ids, use_cache=False)
     heads = [row for layer in layers for row in layer.heads]
     title = f"{ctx.title}, {cfg.tokens} tokens of {doc.name}"
 
@@ -401,7 +467,8 @@ def evaluate(cfg, ctx) -> dict:
                            "mean_locality": sum(h["locality"] for h in layer.heads) / len(layer.heads),
                            "critical_pair": int((layer.wavelength < trained).sum()), "pairs": len(layer.wavelength),
                            "energy_beyond_critical": float(layer.usage[:, layer.wavelength >= trained].sum(-1).mean()),
-                           "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean())})
+                           "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean()),
+                           **{k: v for k, v in _bias_summary(layer.heads).items() if k.startswith("bias_share")}})
     strategy_rows = []
     for scaling in [ctx.scaling, *compare]:
         chosen = scaled if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
@@ -432,7 +499,10 @@ def evaluate(cfg, ctx) -> dict:
     ctx.output.table("qk_dimensions", dimension_rows)
     ctx.output.figure("qk_heatmaps", matrix_heatmaps(
         [("measured locality (logits)", _grid(layers, "locality")), ("mean-field locality", _grid(layers, "locality_meanfield")),
-         ("μq·μk (logits)", _grid(layers, "mean_dot"))], xlabel="head", ylabel="layer", suptitle=title))
+         ("μq·μk (logits)", _grid(layers, "mean_dot")),
+         *([("share of μk that is the k bias", _grid(layers, "bias_share_k"))] if heads[0].get("bias_share_k") is not None
+           else [])],
+        xlabel="head", ylabel="layer", suptitle=title))
     ranked = sorted(heads, key=lambda h: h["locality"])
     k = min(cfg.plot_heads, len(ranked))
     label = ctx.scaling.label
@@ -451,10 +521,11 @@ def evaluate(cfg, ctx) -> dict:
             summary[f"claim/{name}/rho"] = result["rho"]
         summary[f"claim/{name}/p"] = result["p"]
     summary["energy_beyond_critical"] = sum(r["energy_beyond_critical"] for r in layer_rows) / len(layer_rows)
+    summary.update(_bias_summary(heads))
     for row in strategy_rows:
         summary.setdefault(f"energy_changed/{row['strategy']}", []).append(row["energy_changed"])
     for key in [k for k in summary if k.startswith("energy_changed/")]:
         summary[key] = sum(summary[key]) / len(summary[key])
     ctx.output.metrics("qk_study", {"claims": found, "layers": layer_rows, "tokens": cfg.tokens, "document": doc.name,
-                                    "max_distance": max_distance, **summary})
+                                    "max_distance": max_distance, "ablation": ablation, **summary})
     return summary

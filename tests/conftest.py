@@ -109,7 +109,8 @@ def tiny_llama():
 @pytest.fixture
 def models(tmp_path, searchpath):
     """The override that finds the YAML models of tests/tiny.py (tinygemma: Gemma-3's per-layer-type RoPE;
-    tinygpt2: no RoPE; tinyfalcon: attention that cannot be hooked), written to a conf dir in ``tmp_path``."""
+    tinyqwen2: q/k/v biases; tinygpt2: no RoPE; tinyfalcon: attention that cannot be hooked), written to a conf
+    dir in ``tmp_path``."""
     (tmp_path / "conf" / "model").mkdir(parents=True, exist_ok=True)
     for name, model in tiny.MODELS.items():
         (tmp_path / "conf" / "model" / f"{name}.yaml").write_text(OmegaConf.to_yaml(model))

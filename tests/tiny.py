@@ -56,6 +56,11 @@ MODELS = {
             "layer_types": ["sliding_attention", "full_attention"],
             "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                 "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}}}},
+    "tinyqwen2": {  # Qwen2's attention: biases on the q, k and v projections, GQA
+        "defaults": SCHEMA, "name": "tinyqwen2", "weights": "random", "original_max_position": 256,
+        "architecture": {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152,
+                         "max_position_embeddings": 256, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}},
     "tinygpt2": {  # no RoPE at all
         "defaults": SCHEMA, "name": "tinygpt2", "weights": "random", "original_max_position": 256,
         "architecture": {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 49152,

@@ -44,8 +44,10 @@ from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
 from ..scoring import Cost, cost_of, free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
 from ..stats import block_bootstrap, t_interval
+from .. import bias as biases
 
 log = logging.getLogger(__name__)
+CALIBRATION_TOKENS = 4096  # ablate_mode=center: the means removed are those over the first document's first tokens
 
 
 class PerplexityError(UserError):
@@ -70,6 +72,8 @@ class PerplexityConfig:
     longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
     baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
+    ablate_bias: List[str] = option([], choices=tuple(biases.PROJECTIONS))  # biases changed while scoring (evals/bias.py)
+    ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens
 
 
 def resolve_config(cfg) -> None:
@@ -90,6 +94,11 @@ def check_config(cfg, job=None) -> None:
     if cfg.protocol == "sliding" and cfg.max_tokens is not None and cfg.max_tokens < max(cfg.lengths):
         raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
                               f"raise it or leave it null")
+    if cfg.ablate_bias and cfg.longppl:
+        raise PerplexityError(f"eval.ablate_bias={list(cfg.ablate_bias)} with eval.longppl=true: the key tokens would be "
+                              "found by the ablated model; run LongPPL without the ablation")
+    if job is not None:
+        biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", PerplexityError)
     if cfg.longppl:
         from ..core.runner import MODEL_CACHE
 
@@ -263,6 +272,15 @@ def evaluate(cfg, ctx) -> dict:
     model = ctx.model()
     for L in lengths:
         warn_if_too_large(model, L, "perplexity")
+    calibration = documents[0].ids[:CALIBRATION_TOKENS].to(next(model.parameters()).device)[None]
+    with biases.ablated(model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=calibration)) as ablation:
+        if ablation:
+            ctx.output.metrics("ablation", ablation)
+        return _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, excluded)
+
+
+def _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, excluded) -> dict:
+    """Every document at every length; results written after each."""
     acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     position_sum, position_count = torch.zeros(lengths[-1] - 1, dtype=torch.float64), torch.zeros(lengths[-1] - 1)
     for doc in progress(documents, f"perplexity ({cfg.protocol})", "document"):
