@@ -106,6 +106,19 @@ def tiny_llama():
     return tiny.tiny_llama
 
 
+@pytest.fixture(scope="session")
+def real_model(tmp_path_factory, compose):
+    """``real_model(*overrides)``: (the job those overrides make, its model loaded into the runner's cache); the runs
+    of a test module then reuse the model (re-patched, not reloaded)."""
+    from evals.core.runner import MODEL_CACHE
+
+    def load(*overrides):
+        job = parse_job(compose(*overrides), tmp_path_factory.mktemp("real") / "job")
+        return job, MODEL_CACHE.get(job.model)[0]
+
+    return load
+
+
 @pytest.fixture
 def models(tmp_path, searchpath):
     """The override that finds the YAML models of tests/tiny.py (tinygemma: Gemma-3's per-layer-type RoPE;

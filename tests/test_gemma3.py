@@ -9,8 +9,6 @@ import torch
 
 import rope_ext
 from evals.core.data import load_documents
-from evals.core.job import parse_job
-from evals.core.runner import MODEL_CACHE
 
 pytestmark = pytest.mark.slow
 
@@ -18,11 +16,9 @@ GEMMA3 = ["model=gemma3", "logger=none", "data.books=[emma]"]
 
 
 @pytest.fixture(scope="module")
-def gemma3(tmp_path_factory, compose):
+def gemma3(real_model):
     """The job's model, loaded once into the runner's cache: the runs below reuse it (re-patched, not reloaded)."""
-    job = parse_job(compose(*GEMMA3, "scaling=yarn", "scaling.factor=2"), tmp_path_factory.mktemp("g") / "job")
-    loaded, _ = MODEL_CACHE.get(job.model)
-    return job, loaded
+    return real_model(*GEMMA3, "scaling=yarn", "scaling.factor=2")
 
 
 def test_gemma3_geometry_trained_context_and_global_layers_only(gemma3):

@@ -10,20 +10,14 @@ import torch
 import rope_ext
 from evals import bias
 from evals.core.data import load_documents
-from evals.core.job import parse_job
-from evals.core.runner import MODEL_CACHE
 
 pytestmark = pytest.mark.slow
-
 QWEN25 = ["model=qwen25", "logger=none", "data.books=[emma]"]
 
 
 @pytest.fixture(scope="module")
-def qwen25(tmp_path_factory, compose):
-    """The job's model, loaded once into the runner's cache: the runs below reuse it (re-patched, not reloaded)."""
-    job = parse_job(compose(*QWEN25, "scaling=yarn", "scaling.factor=4"), tmp_path_factory.mktemp("q") / "job")
-    loaded, _ = MODEL_CACHE.get(job.model)
-    return job, loaded
+def qwen25(real_model):
+    return real_model(*QWEN25, "scaling=yarn", "scaling.factor=4")  # (job, model) loaded once for the module
 
 
 def test_qwen25_geometry_one_layer_type_biases_and_the_patcher(qwen25):
