@@ -238,10 +238,10 @@ def _pairs_of(x: torch.Tensor, pairs, d: int) -> torch.Tensor:
 
 def _share(mu: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The share of the mean along the bias, Re<mu, b> / |mu|^2 (1: the mean is the bias; 0: none of it); NaN
-    where the mean is numerically 0 (q and k centred) and no share is defined."""
+    where |mu| is below 0.1% of the size of the bias and of W.x's mean (q and k centred): no share is defined."""
     size = (mu.abs() ** 2).sum(-1)
     share = (mu * b.conj()).real.sum(-1) / size.clamp_min(1e-300)
-    return torch.where(size > 1e-12 * ((b.abs() ** 2).sum(-1) + ((mu - b).abs() ** 2).sum(-1)), share, torch.nan)
+    return torch.where(size > 1e-6 * ((b.abs() ** 2).sum(-1) + ((mu - b).abs() ** 2).sum(-1)), share, torch.nan)
 
 
 def _bias_terms(cap, mu_q, mu_k, kv_of, theta, factor, scale, window, near) -> dict | None:
