@@ -103,18 +103,20 @@ def default_max_length(cfg, ctx) -> int:
 
 def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: int, include_path=(), limit=None,
                         num_fewshot=None, batch_size: int = 1, log_samples: bool = False, apply_chat_template: bool = False,
-                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True) -> dict:
+                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True,
+                        defaults: bool = True) -> dict:
     """lm-eval's ``simple_evaluate`` of ``tasks`` on the job's loaded, patched model (HFLM around the model
-    object and tokenizer; ``max_length`` always passed), our task directory always on the include path, the
-    model's tokenizer (GGUF included) in the tasks' metadata; unknown and offline hub tasks fail first. Its
-    output gains ``model_seconds``: the time the model spent per request type."""
+    object and tokenizer; ``max_length`` always passed), our task directory always on the include path (with
+    ``defaults=False`` the only one: lm-eval's own ~10 s task index is skipped), the model's tokenizer (GGUF
+    included) in the tasks' metadata; unknown and offline hub tasks fail first. Its output gains
+    ``model_seconds``: the time the model spent per request type."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     source = ctx.job.model.source
     metadata = {**metadata, "tokenizer": source.tokenizer, **dict(source.tokenizer_kwargs)}
-    manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], metadata=metadata)
+    manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], include_defaults=defaults, metadata=metadata)
     if check:
         check_tasks(manager, list(tasks))
     tokenizer, model = ctx.tokenizer(), ctx.model()

@@ -69,7 +69,6 @@ class PerplexityConfig:
     seed: int = option(0, compare=False)  # bootstrap resampling
     longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
-    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
 
 
 def resolve_config(cfg) -> None:
