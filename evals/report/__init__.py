@@ -42,7 +42,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from ..core.files import atomic_write
+from ..core.files import atomic_write, unwritable
 from ..core.figures import describe, metric_figure, reference_of, rows_of
 from .page import SCRIPT as CHART_SCRIPT
 from .page import STYLE as CHART_STYLE
@@ -590,8 +590,11 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        print(f"error: --out {args.out} is a file; give a directory to write the report into", file=sys.stderr)
+    target = args.out if args.out is not None else args.dirs[0]
+    problem = unwritable(target)
+    if problem:
+        print(f"error: the report cannot be written to {target}: {problem}; give a writable directory with --out",
+              file=sys.stderr)
         return 2
     for name, value, ok in (("--tolerance", args.tolerance, lambda v: v >= 0), ("--retained", args.retained, lambda v: 0 < v <= 1)):
         if value is not None and not (math.isfinite(value) and ok(value)):
