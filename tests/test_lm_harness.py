@@ -134,25 +134,15 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
 
 
 @pytest.mark.slow  # two CLI runs (~1 min)
-def test_an_interrupted_lm_eval_run_keeps_its_finished_tasks_and_the_rerun_runs_only_the_rest(tmp_path, run_cli):
-    import signal
-    import time
-
+def test_an_interrupted_lm_eval_run_keeps_its_finished_tasks_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
+                                                                                             interrupted_run):
     from tests.tiny import TINY
 
     out = tmp_path / "lm"
     args = [*TINY, "eval=lm_eval", "eval.tasks=[rope_ext_passkey,rope_ext_books,rope_ext_needle]", "eval.lengths=[256,512]",
             "eval.limit=4", "eval.metadata.max_chars=3000", f"output_dir={out}"]
-    process = run_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    done = out / "lm_eval_tasks.jsonl"
-    deadline = time.time() + 240
-    while not (done.is_file() and done.read_text().count("\n") >= 1) and time.time() < deadline:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+    kept = interrupted_run(done := out / "lm_eval_tasks.jsonl", *args)
     assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
-    kept = [json.loads(line) for line in done.read_text().splitlines()]
     assert 1 <= len(kept) < 3 and kept[0]["task"] == "rope_ext_passkey"
 
     rerun = run_cli(*args)

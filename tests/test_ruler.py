@@ -3,10 +3,8 @@
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -196,21 +194,14 @@ def test_plain_lm_eval_cli_runs_the_ruler_group_offline(tmp_path):
 
 
 @pytest.mark.slow  # two CLI runs of RULER on the tiny model (~1.5 min)
-def test_an_interrupted_ruler_run_keeps_its_finished_cells_and_the_rerun_runs_only_the_rest(tmp_path, run_cli):
+def test_an_interrupted_ruler_run_keeps_its_finished_cells_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
+                                                                                           interrupted_run):
     out = tmp_path / "ruler"
     args = [*TINY, "eval=ruler", "eval.tasks=[niah_single_1,niah_single_2,niah_single_3]", "eval.lengths=[512,1024]",
             "eval.limit=2", "data.books=[persuasion]", f"output_dir={out}"]
-    process = run_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    cells = out / "ruler_cells.jsonl"
-    deadline = time.time() + 240
-    while not (cells.is_file() and cells.read_text().count("\n") >= 1) and time.time() < deadline:
-        time.sleep(0.1)
-    process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130 and "Traceback" not in stderr
+    kept = interrupted_run(cells := out / "ruler_cells.jsonl", *args)
     interrupted = json.loads((out / "results.json").read_text())
     assert interrupted["status"] == "interrupted"
-    kept = [json.loads(line) for line in cells.read_text().splitlines()]
     assert 1 <= len(kept) < 6 and interrupted["metrics"]["ruler"]["partial"] is True
     assert len(interrupted["metrics"]["ruler"]["cells"]) == len(kept)
     samples = [json.loads(line) for line in (out / "ruler_samples.jsonl").read_text().splitlines()]
