@@ -34,20 +34,20 @@ def composition_error(err: BaseException) -> str:
 
     from rope_ext import STRATEGIES
 
-    from .core.config import scaling_schema_name
+    from .core.config import not_an_option, scaling_schema_name
 
     cause = err.__cause__ or err.__context__
     key, schema = getattr(cause, "key", None), getattr(cause, "object_type", None)
     if key is not None and isinstance(schema, type) and "Key" in str(cause).split("\n")[0]:
         fields = [f for f in getattr(schema, "__dataclass_fields__", {}) if f not in ("name", "defaults")]
-        close = difflib.get_close_matches(str(key), fields, n=1)
-        hint = f" Did you mean {close[0]}?" if close else ""
         strategy = next((s for s in STRATEGIES.values() if schema.__name__ == scaling_schema_name(s.name)), None)
         if strategy is not None:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f" Did you mean {close[0]}?" if close else ""
             return f"scaling '{strategy.name}' does not take {key}. Its parameters: {', '.join(fields)}.{hint}"
         if not fields:
             return f"{cause.full_key} is not in the config; to add a key there, write +{cause.full_key}=..."
-        return f"{cause.full_key} is not an option here; valid: {', '.join(fields)}.{hint}"
+        return not_an_option(cause.full_key, key, schema)
     text = str(err)
     if "Available options in" in text:  # MissingConfigException: an unknown option of a group
         head, _, options = text.partition("Available options in")

@@ -11,6 +11,7 @@ longbench, ...) need the hub and fail early without it.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import os
 import time
@@ -103,18 +104,19 @@ def default_max_length(cfg, ctx) -> int:
 
 def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: int, include_path=(), limit=None,
                         num_fewshot=None, batch_size: int = 1, log_samples: bool = False, apply_chat_template: bool = False,
-                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True) -> dict:
+                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True,
+                        defaults: bool = True, manager=None) -> dict:
     """lm-eval's ``simple_evaluate`` of ``tasks`` on the job's loaded, patched model (HFLM around the model
-    object and tokenizer; ``max_length`` always passed), our task directory always on the include path, the
-    model's tokenizer (GGUF included) in the tasks' metadata; unknown and offline hub tasks fail first. Its
-    output gains ``model_seconds``: the time the model spent per request type."""
+    object and tokenizer; ``max_length`` always passed), our task directory always on the include path (with
+    ``defaults=False`` the only one: lm-eval's own ~10 s task index is skipped), the model's tokenizer (GGUF
+    included) in the tasks' metadata; unknown and offline hub tasks fail first. Its output gains
+    ``model_seconds``: the time the model spent per request type. ``manager``: a :func:`task_manager` built
+    once for several calls with the same metadata."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
-    from lm_eval.tasks import TaskManager
 
-    source = ctx.job.model.source
-    metadata = {**metadata, "tokenizer": source.tokenizer, **dict(source.tokenizer_kwargs)}
-    manager = TaskManager(include_path=[str(TASKS_DIR), *include_path], metadata=metadata)
+    manager = manager or task_manager(ctx, metadata, include_path, defaults)
+    metadata = manager.metadata
     if check:
         check_tasks(manager, list(tasks))
     tokenizer, model = ctx.tokenizer(), ctx.model()
@@ -132,6 +134,47 @@ def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: in
     finally:
         tokenizer.model_max_length, config.max_position_embeddings = saved
     return {**output, "model_seconds": seconds}
+
+
+def task_manager(ctx, metadata: dict, include_path=(), defaults: bool = True):
+    """lm-eval's TaskManager: our task directory on the include path (with ``defaults=False`` the only one), the
+    model's tokenizer (GGUF included) in the tasks' metadata."""
+    from lm_eval.tasks import TaskManager
+
+    source = ctx.job.model.source
+    metadata = {**metadata, "tokenizer": source.tokenizer, **dict(source.tokenizer_kwargs)}
+    return TaskManager(include_path=[str(TASKS_DIR), *include_path], include_defaults=defaults, metadata=metadata)
+
+
+KEPT = ("results", "samples", "configs", "higher_is_better", "versions", "n-samples")  # what the eval reads
+
+
+def run_tasks(cfg, ctx, metadata: dict, max_length: int) -> dict:
+    """lm-eval's output for ``eval.tasks``, one task at a time, each written to ``lm_eval_tasks.jsonl`` as it
+    finishes: an interrupted run keeps its finished tasks, and its re-run (same job, same directory) runs only
+    the rest. The tasks' outputs merged as one ``simple_evaluate`` of them all would give them."""
+    tasks = list(dict.fromkeys(cfg.tasks))
+    kept = {r["task"]: r["output"] for r in ctx.output.previous("lm_eval_tasks") if r.get("task") in tasks}
+    if kept:
+        print(f"lm_eval: {len(kept)} of {len(tasks)} tasks kept from the interrupted run; running the rest")
+    manager = None if len(kept) == len(tasks) else task_manager(ctx, metadata, list(cfg.include_path))
+    if manager is not None:
+        check_tasks(manager, tasks)  # every task before the first runs
+    merged: dict = {key: {} for key in KEPT}
+    with ctx.output.records("lm_eval_tasks") as write:
+        for task in tasks:
+            output = kept.get(task)
+            if output is None:
+                found = run_simple_evaluate(ctx, [task], metadata=metadata, max_length=max_length, manager=manager, check=False,
+                                            limit=cfg.limit, num_fewshot=cfg.num_fewshot, batch_size=cfg.batch_size,
+                                            log_samples=True, apply_chat_template=cfg.apply_chat_template,
+                                            fewshot_as_multiturn=cfg.fewshot_as_multiturn,
+                                            system_instruction=cfg.system_instruction)
+                output = json.loads(json.dumps({key: found.get(key) or {} for key in KEPT}, default=str))
+            write({"task": task, "output": output})
+            for key in KEPT:
+                merged[key].update(output.get(key) or {})
+    return merged
 
 
 def _time_requests(lm) -> dict[str, float]:
@@ -159,10 +202,7 @@ def evaluate(cfg, ctx) -> dict:
     lengths = sorted({int(L) for L in cfg.lengths})
     max_length = cfg.max_length or default_max_length(cfg, ctx)
     metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "max_seq_lengths": lengths}
-    output = run_simple_evaluate(ctx, list(cfg.tasks), metadata=metadata, max_length=max_length,
-                                 include_path=list(cfg.include_path), limit=cfg.limit, num_fewshot=cfg.num_fewshot,
-                                 batch_size=cfg.batch_size, log_samples=True, apply_chat_template=cfg.apply_chat_template,
-                                 fewshot_as_multiturn=cfg.fewshot_as_multiturn, system_instruction=cfg.system_instruction)
+    output = run_tasks(cfg, ctx, metadata, max_length)
     results = {task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)} for task, metrics in output["results"].items()}
     rows, summary = [], {}
     for task, metrics in results.items():
@@ -186,7 +226,7 @@ def evaluate(cfg, ctx) -> dict:
                     write(sample)
     ctx.output.metrics("lm_eval", {
         "results": results, "versions": output.get("versions"), "n-samples": output.get("n-samples"),
-        "max_length": max_length, "lm_eval_version": output.get("lm_eval_version") or _version(),
+        "max_length": max_length, "lm_eval_version": _version(),
         "higher_is_better": output.get("higher_is_better"),
         "config": {k: str(v) for k, v in (output.get("config") or {}).items()}})
     return summary

@@ -44,6 +44,7 @@ import torch
 from rope_ext import analysis
 
 from .core.config import option
+from .core.data import document_count
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.models import check_attention_hook
 from .core.plots import line_plot, matrix_heatmaps, plt
@@ -81,6 +82,9 @@ def _resolve_compare(cfg, job) -> list[rope_ext.Scaling]:
 
 
 def check_config(cfg, job) -> None:
+    count = document_count(job.data_cfg)
+    if count is not None and cfg.document >= count:
+        raise QKStudyError(f"eval.document={cfg.document} but the data has {count} documents (0..{count - 1})")
     window = min(cfg.tokens, job.trained_context)
     if not cfg.near < window // 2:
         raise QKStudyError(f"eval.near={cfg.near} must be below half of min(eval.tokens, trained context) = {window // 2} "

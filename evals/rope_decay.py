@@ -31,7 +31,7 @@ import torch
 import rope_ext
 from rope_ext import analysis
 
-from .core.files import atomic_write, cache_dir
+from .core.files import cache_dir, read_cache, write_cache
 from .core.config import option
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.plots import plt
@@ -91,10 +91,7 @@ def geometries(cfg, job) -> list[tuple[str | None, int, float]]:
 def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
     """The base lower bound per context, computed once per (dim, context) on this machine."""
     path = cache_dir() / "base_bounds.json"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
+    known = read_cache(path, _bounds, "base lower bounds") or {}
     found, new = {}, False
     for L in contexts:
         key = f"{dim}/{L}"
@@ -104,8 +101,16 @@ def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
             known[key], new = analysis.base_lower_bound(dim, L), True
         found[L] = known[key]
     if new:
-        atomic_write(path, json.dumps(known, indent=1, sort_keys=True))
+        write_cache(path, json.dumps(known, indent=1, sort_keys=True))
     return found
+
+
+def _bounds(path) -> dict[str, float]:
+    """The cached bounds: {"<dim>/<context>": base}, else an error (damaged)."""
+    known = json.loads(path.read_text())
+    if not isinstance(known, dict) or not all(isinstance(v, (int, float)) for v in known.values()):
+        raise ValueError("not a {dim/context: base} mapping")
+    return known
 
 
 def log_distances(max_distance: int, points: int) -> torch.Tensor:

@@ -56,7 +56,6 @@ class RulerConfig:
     seed: int = 42  # set before each task and length is generated (RULER's)
     batch_size: int = option(1, minimum=1, compare=False)
     max_length: Optional[int] = option(None, minimum=1)  # None: trained context x factor, >= the longest length + 128
-    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
 
 
 def selected(cfg) -> list[str]:
@@ -103,14 +102,58 @@ def effective_length(averages: dict[int, float], threshold: float) -> int | None
     return found
 
 
-def scores_from_samples(samples: dict[str, list[dict]]) -> dict[str, dict[int, list[float]]]:
-    """{RULER task: {length: [per-sample score 0-100]}} from lm-eval's logged samples."""
-    found: dict[str, dict[int, list[float]]] = {}
-    for name, rows in samples.items():
-        task = name.removeprefix("rope_ext_ruler_")
-        for row in rows:
-            found.setdefault(task, {}).setdefault(int(row["doc"]["max_length"]), []).append(100.0 * float(row["score"]))
-    return found
+def sample_rows(task: str, output: dict) -> list[dict]:
+    """One record per sample of one task x length from lm-eval's logged samples: its prompt length, the
+    expected outputs, the response and its score (0-100)."""
+    rows = []
+    for row in next(iter((output.get("samples") or {}).values()), []):
+        doc = row["doc"]
+        rows.append({"task": task, "length": int(doc["max_length"]), "index": doc["index"], "prompt_tokens": doc["length"],
+                     "outputs": doc["outputs"], "response": (row.get("filtered_resps") or [""])[0],
+                     "score": 100.0 * float(row["score"])})
+    return rows
+
+
+def run_cells(cfg, ctx, tasks: list[str], lengths: list[int], max_length: int, metadata: dict) -> tuple[list, list]:
+    """(cells, samples): every task x length run by lm-eval on its own and written as it finishes --
+    ``ruler_samples.jsonl`` (its samples) then ``ruler_cells.jsonl`` (the cell: score, samples, seconds) -- so an
+    interrupted run keeps every finished cell, and its re-run (same job, same directory) runs only the missing
+    ones. Each cell's samples are what one run over all lengths generates: the generator is seeded per task and
+    length (rope_ext_ruler_utils.generate)."""
+    from .lm_harness import run_simple_evaluate
+
+    wanted = [(task, length) for task in tasks for length in lengths]
+    kept = {(c["task"], c["length"]): c for c in ctx.output.previous("ruler_cells") if (c.get("task"), c.get("length")) in wanted}
+    kept_samples = [r for r in ctx.output.previous("ruler_samples") if (r.get("task"), r.get("length")) in kept]
+    if kept:
+        print(f"ruler: {len(kept)} of {len(wanted)} task x length cells kept from the interrupted run; running the rest")
+    cells, samples = [], list(kept_samples)
+    with ctx.output.records("ruler_samples") as write_sample, ctx.output.records("ruler_cells") as write_cell:
+        for row in kept_samples:
+            write_sample(row)
+        for task, length in wanted:
+            cell = kept.get((task, length))
+            if cell is None:
+                started = time.perf_counter()
+                output = run_simple_evaluate(ctx, [f"rope_ext_ruler_{task}"], metadata={**metadata, "max_seq_lengths": [length]},
+                                             max_length=max_length, batch_size=cfg.batch_size, log_samples=True,
+                                             apply_chat_template=cfg.apply_chat_template,
+                                             system_instruction=cfg.system_instruction, check=False, defaults=False)
+                rows = sample_rows(task, output)
+                for row in rows:
+                    write_sample(row)
+                samples += rows
+                seconds = output["model_seconds"].get("generate_until", 0.0)  # generation only, as RULER reports it
+                values = [r["score"] for r in rows]
+                cell = {"task": task, "length": length, "samples": len(values),
+                        "score": sum(values) / len(values) if values else None, "seconds": round(seconds, 3),
+                        "prompt_seconds": round(time.perf_counter() - started - seconds, 3),
+                        "lm_eval_results": output.get("results")}
+            write_cell(cell)
+            cells.append(cell)
+            ctx.output.metrics("ruler", {"cells": [{k: v for k, v in c.items() if k != "lm_eval_results"} for c in cells],
+                                         "partial": len(cells) < len(wanted)})
+    return cells, samples
 
 
 @register_eval("ruler", config=RulerConfig, error=RulerError, check=check_config, needs=_needs,
@@ -120,8 +163,6 @@ def evaluate(cfg, ctx) -> dict:
     """RULER's synthetic tasks (lm-eval's generators and scoring, our corpus as the essay haystack) per length."""
     from omegaconf import OmegaConf
 
-    from .lm_harness import run_simple_evaluate
-
     tasks = selected(cfg)
     skipped = [task for task in HUB if task not in tasks]
     if skipped:
@@ -130,30 +171,16 @@ def evaluate(cfg, ctx) -> dict:
     lengths = sorted({int(L) for L in cfg.lengths})
     factor = ctx.scaling.params.get("factor") if ctx.scaling.name != "none" else None
     max_length = cfg.max_length or max(int(ctx.trained_context * (factor or 1)), lengths[-1] + 128)
-    metadata = {"max_seq_lengths": lengths, "num_samples": int(cfg.limit), "seed": int(cfg.seed),
+    metadata = {"num_samples": int(cfg.limit), "seed": int(cfg.seed),
                 "data": OmegaConf.to_container(ctx.job.data_cfg, resolve=True) if ctx.job.data_cfg is not None else None}
     ctx.model()  # loaded (and patched) before the clock starts: the load is the job's, not RULER's
-    started = time.perf_counter()
-    output = run_simple_evaluate(ctx, [f"rope_ext_ruler_{t}" for t in tasks], metadata=metadata, max_length=max_length,
-                                 batch_size=cfg.batch_size, log_samples=True, apply_chat_template=cfg.apply_chat_template,
-                                 system_instruction=cfg.system_instruction, check=False)
-    total = time.perf_counter() - started
-    seconds = output["model_seconds"].get("generate_until", 0.0)  # generation only, as RULER reports it
-    samples = output.get("samples") or {}
-    with ctx.output.records("ruler_samples") as write:
-        for name, rows in samples.items():
-            for row in rows:
-                doc = row["doc"]
-                write({"task": name.removeprefix("rope_ext_ruler_"), "length": doc["max_length"], "index": doc["index"],
-                       "prompt_tokens": doc["length"], "outputs": doc["outputs"],
-                       "response": (row.get("filtered_resps") or [""])[0], "score": 100.0 * float(row["score"])})
-    scores = scores_from_samples(samples)
-    cells = []
-    for task in tasks:
-        for length in lengths:
-            values = scores.get(task, {}).get(length, [])
-            cells.append({"task": task, "length": length, "samples": len(values),
-                          "score": sum(values) / len(values) if values else None})
+    cells, samples = run_cells(cfg, ctx, tasks, lengths, max_length, metadata)
+    seconds = sum(c["seconds"] for c in cells)
+    scores: dict[str, dict[int, list[float]]] = {}
+    for row in samples:
+        scores.setdefault(row["task"], {}).setdefault(int(row["length"]), []).append(row["score"])
+    lm_eval_results = {f"{c['task']}@{c['length']}": c.get("lm_eval_results") for c in cells}
+    cells = [{k: v for k, v in c.items() if k != "lm_eval_results"} for c in cells]
     ctx.output.table("ruler_scores", cells)
     averages = {}
     for length in lengths:
@@ -170,7 +197,7 @@ def evaluate(cfg, ctx) -> dict:
     summary["ruler_effective_length"] = effective_length(averages, cfg.threshold)
     summary["ruler_effective_length_relative"] = effective_length(averages, relative) if relative else None
     summary["ruler_seconds"] = round(seconds, 2)
-    summary["ruler_prompt_seconds"] = round(total - seconds, 2)  # lm-eval building the tasks and their prompts
+    summary["ruler_prompt_seconds"] = round(sum(c["prompt_seconds"] for c in cells), 2)  # lm-eval building prompts
     count = sum(c["samples"] for c in cells)
     summary["ruler_seconds_per_sample"] = round(seconds / count, 3) if count else None
     grid = [[float("nan") if c["score"] is None else c["score"] for c in cells if c["task"] == t] for t in tasks]
@@ -186,6 +213,5 @@ def evaluate(cfg, ctx) -> dict:
                                  "by_length": [{"length": L, "average": averages[L], "samples": summary[f"ruler_samples@{L}"],
                                                 "ci95_low": summary[f"ruler_ci95_low@{L}"],
                                                 "ci95_high": summary[f"ruler_ci95_high@{L}"]} for L in lengths],
-                                 "lm_eval_results": output.get("results"),
-                                 "lm_eval_version": (output.get("lm_eval_version") or None)})
+                                 "lm_eval_results": lm_eval_results, "partial": False})
     return summary

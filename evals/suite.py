@@ -8,9 +8,10 @@ declared metrics and the comparison with a reference are those of the member.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import List
 
+from .core.config import not_an_option, suite_schema
 from .core.errors import ConfigError
 from .core.registry import EVALS, register_eval
 
@@ -25,6 +26,9 @@ class SuiteOptions:
 
 def members(cfg) -> list[tuple[str, object]]:
     """(eval name, its config) for each eval of ``eval.run``; an unknown one is a ConfigError."""
+    extra = [key for key in cfg.keys() if key not in EVALS and key not in {f.name for f in fields(SuiteOptions)}]
+    if extra:
+        raise ConfigError(not_an_option(f"eval.{extra[0]}", extra[0], suite_schema(EVALS)))
     valid = [name for name in EVALS if name != "suite" and cfg.get(name) is not None]
     unknown = [name for name in cfg.run if name not in valid]
     if unknown or not cfg.run:

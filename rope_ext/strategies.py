@@ -644,12 +644,24 @@ def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) ->
     if missing:
         raise ScalingError(f"scaling '{name}' needs {', '.join(missing)}")
     if name == "compose":
-        params["stages"] = [resolve(stage, trained_context) for stage in params["stages"]]
+        params["stages"] = [resolve(stage, trained_context) for stage in _stages(params["stages"])]
     try:
         strategy.check(params)
     except ScalingError as err:
         raise ScalingError(str(err).replace("scaling:", f"scaling '{name}':", 1)) from None
     return Scaling(name, params, layer_types, bool(strategy.dynamic(params)))
+
+
+def _stages(stages: list) -> list:
+    """A compose's stages, each a scaling config (a mapping with a name, or a Scaling); at least one."""
+    example = "e.g. stages=[{name: yarn, factor: 2}, {name: logn}]"
+    if not stages:
+        raise ScalingError(f"scaling 'compose' needs at least one stage, {example}")
+    for stage in stages:
+        if not isinstance(stage, Scaling) and not hasattr(stage, "keys"):
+            raise ScalingError(f"scaling 'compose': stage {stage!r} is not a scaling config; write each stage as "
+                               f"{{name: <strategy>, <its parameters>}}, {example}")
+    return stages
 
 
 def frequencies(scaling: "Mapping | Scaling", head_dim: int, base: float, seq_len: int | None = None):

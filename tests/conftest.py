@@ -7,8 +7,10 @@ import contextlib
 import copy
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,24 @@ def run_cli():
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def interrupted_run(run_cli):
+    """``interrupted_run(records, *args)``: ``python run.py <args>`` sent SIGTERM once ``records`` (a JSONL file the
+    job writes) holds a finished line; it must exit 130 without a traceback. Returns the records kept."""
+
+    def interrupted_run(records, *args):
+        process = run_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 240
+        while not (records.is_file() and records.read_text().count("\n") >= 1) and time.time() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
+        return [json.loads(line) for line in records.read_text().splitlines()]
+
+    return interrupted_run
 
 
 @pytest.fixture(scope="session")

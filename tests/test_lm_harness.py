@@ -131,3 +131,25 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
     assert "rope_ext_passkey" in result.stdout and "acc" in result.stdout
     (saved,) = (tmp_path / "out").glob("**/results_*.json")
     assert "acc,none" in json.loads(saved.read_text())["results"]["rope_ext_passkey"]
+
+
+@pytest.mark.slow  # two CLI runs (~1 min)
+def test_an_interrupted_lm_eval_run_keeps_its_finished_tasks_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
+                                                                                             interrupted_run):
+    from tests.tiny import TINY
+
+    out = tmp_path / "lm"
+    args = [*TINY, "eval=lm_eval", "eval.tasks=[rope_ext_passkey,rope_ext_books,rope_ext_needle]", "eval.lengths=[256,512]",
+            "eval.limit=4", "eval.metadata.max_chars=3000", f"output_dir={out}"]
+    kept = interrupted_run(done := out / "lm_eval_tasks.jsonl", *args)
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+    assert 1 <= len(kept) < 3 and kept[0]["task"] == "rope_ext_passkey"
+
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"lm_eval: {len(kept)} of 3 tasks kept from the interrupted run" in rerun.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]["lm_eval"]["results"]) == {"rope_ext_passkey", "rope_ext_books", "rope_ext_needle"}
+    final = [json.loads(line) for line in done.read_text().splitlines()]
+    assert final[: len(kept)] == kept and len(final) == 3  # kept as computed, not run again
+    assert sum(results["summary"].get(f"rope_ext_passkey_samples@{L}", 0) for L in (256, 512)) == 4

@@ -194,3 +194,23 @@ def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with
     assert "report_prefix_nll_bars.png" in md and (out / "report_prefix_nll_bars.png").is_file()
     (row,) = [r for r in table(md, "## Verdict") if r[0] != "model" and not set(r[0]) <= {"-"}]
     assert any("prefix NLL" in c or "prefix_nll" in c for c in table(md, "## Verdict")[0] + row), md
+
+
+def test_the_report_lists_files_it_cannot_read_and_refuses_an_out_it_cannot_write(tmp_path, capsys):
+    from evals.report import main
+
+    for name, text in {"list": "[]", "empty": "{}", "tool": '{"accuracy": 0.5}', "cut": '{"status": "do'}.items():
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "results.json").write_text(text)
+    assert main([str(tmp_path / "runs")]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    md = (tmp_path / "runs" / "report.md").read_text()
+    for reason in ("is not a rope_ext result", "is not valid JSON"):
+        assert reason in md
+    assert md.count("unreadable") >= 4
+    (tmp_path / "afile").write_text("x")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "afile")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: the report cannot be written to {tmp_path / 'afile'}: "
+                                               f"{tmp_path / 'afile'} is a file, not a directory; give a writable "
+                                               f"directory with --out")

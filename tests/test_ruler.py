@@ -13,7 +13,7 @@ from evals.core.models import bundled_tokenizer, package_dir
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
 from evals.lm_harness import TASKS_DIR
 from evals.ruler import RulerError, effective_length
-from tests.tiny import ROOT
+from tests.tiny import ROOT, TINY
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_ruler_job_on_a_tiny_model_reports_scores_per_task_and_length(tmp_path, 
     metrics = results["metrics"]["ruler"]
     assert metrics["tasks"] == ["niah_single_1", "niah_single_2", "vt"] and metrics["max_length"] == 2048 * 2
     rows = (tmp_path / "ruler_scores.csv").read_text().splitlines()
-    assert rows[0] == "task,length,samples,score" and len(rows) == 1 + 3 * 2
+    assert rows[0] == "task,length,samples,score,seconds,prompt_seconds" and len(rows) == 1 + 3 * 2
     samples = [json.loads(line) for line in (tmp_path / "ruler_samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 2 * 2 and {s["length"] for s in samples} == {1024, 1536}
     for cell in metrics["cells"]:
@@ -191,3 +191,28 @@ def test_plain_lm_eval_cli_runs_the_ruler_group_offline(tmp_path):
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rope_ext_ruler" in result.stdout and "1024" in result.stdout
+
+
+@pytest.mark.slow  # two CLI runs of RULER on the tiny model (~1.5 min)
+def test_an_interrupted_ruler_run_keeps_its_finished_cells_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
+                                                                                           interrupted_run):
+    out = tmp_path / "ruler"
+    args = [*TINY, "eval=ruler", "eval.tasks=[niah_single_1,niah_single_2,niah_single_3]", "eval.lengths=[512,1024]",
+            "eval.limit=2", "data.books=[persuasion]", f"output_dir={out}"]
+    kept = interrupted_run(cells := out / "ruler_cells.jsonl", *args)
+    interrupted = json.loads((out / "results.json").read_text())
+    assert interrupted["status"] == "interrupted"
+    assert 1 <= len(kept) < 6 and interrupted["metrics"]["ruler"]["partial"] is True
+    assert len(interrupted["metrics"]["ruler"]["cells"]) == len(kept)
+    samples = [json.loads(line) for line in (out / "ruler_samples.jsonl").read_text().splitlines()]
+    assert len(samples) >= 2 * len(kept)  # every finished cell's samples are on disk
+
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"ruler: {len(kept)} of 6 task x length cells kept from the interrupted run" in rerun.stdout
+    done = json.loads((out / "results.json").read_text())
+    assert done["status"] == "done" and not (tmp_path / "ruler-2").exists()
+    final = [json.loads(line) for line in cells.read_text().splitlines()]
+    assert len(final) == 6 and final[: len(kept)] == kept  # kept as computed (their seconds too), not run again
+    assert len((out / "ruler_samples.jsonl").read_text().splitlines()) == 12
+    assert done["summary"]["ruler_samples@512"] == 6 and done["summary"]["ruler_samples@1024"] == 6

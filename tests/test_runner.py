@@ -156,6 +156,13 @@ BAD_VALUES = [
     (["verdict.tolerance=-1"], "verdict.tolerance=-1.0: must be >= 0"),
     (["verdict.retained=1.5"], "verdict.retained=1.5: must be <= 1"),
     (["data.max_documents=0"], "data.max_documents=0: must be >= 1"),
+    (["scaling=compose", "scaling.stages=[]"], "scaling 'compose' needs at least one stage"),
+    (["scaling=compose", "scaling.stages=[yarn]"], "scaling 'compose': stage 'yarn' is not a scaling config"),
+    (["+eval.chunk_tokenz=64"], "eval.chunk_tokenz is not an option here; valid: lengths,"),  # + adds past Hydra's check
+    (["eval.longppl=true", "+eval.key_tokens.alfa=1"], "eval.key_tokens.alfa is not an option here; valid: evaluator,"),
+    (["eval=suite", "+eval.perplexty.lengths=[64]"], "eval.perplexty is not an option here; valid: run,"),
+    (["+verdict.tolerence=0.2"], "verdict.tolerence is not an option here"),
+    (["eval=qk_study", "eval.document=9"], "eval.document=9 but the data has 6 documents (0..5)"),  # before tokenizing
 ]
 
 
@@ -331,3 +338,69 @@ def test_rope_decay_studies_the_layers_the_strategy_scales(tmp_path, models, run
     _, results = run_job(tmp_path / "all", models, "model=tinygemma", "eval=rope_decay", "scaling=yarn",
                          "scaling.layer_types=all", "eval.max_distance=1024", "eval.bound_contexts=[256]")
     assert {results["summary"]["base_full_attention"], results["summary"]["base_sliding_attention"]} == {1e6, 1e4}
+
+
+# --- files that are not ours, and a full disk ---------------------------------------------------------------
+
+def test_foreign_and_damaged_results_files_are_skipped_and_named_once(tmp_path, capsys, compose):
+    import run as rope_run
+    from evals.core import files
+
+    files._SAID.clear()
+    other = tmp_path / "elsewhere"
+    for name, text in {"a_list": "[]", "an_object": "{}", "another_tool": '{"status": 3, "job": []}',
+                       "cut": '{"status": "done", "job": {"key"'}.items():
+        (other / name).mkdir(parents=True)
+        (other / name / "results.json").write_text(text)
+    out = tmp_path / "run"
+    (out).mkdir()
+    (out / "results.json").write_text("[1, 2]")  # another tool's file where the job writes: kept, never overwritten
+    summary = rope_run.run(compose(*SMALL, f"output_dir={out}", f"resume_from=[{other}]", "verdict.baseline=false"))
+    assert summary["ppl@512"] > 0 and (out / "results.json").read_text() == "[1, 2]"
+    assert read(tmp_path / "run-2" / "results.json")["status"] == "done"
+    err = capsys.readouterr().err
+    for name in ("a_list", "an_object", "another_tool", "cut"):
+        assert err.count(f"note: skipping {other / name / 'results.json'}: it ") == 1, err
+    assert "Traceback" not in err
+    # the report lists each as an unreadable row with the reason
+    rows = {str(j["dir"].name): j for j in load_jobs([other])}
+    assert {r["state"] for r in rows.values()} == {"unreadable"}
+    assert "is not valid JSON" in rows["cut"]["error"]["message"]
+    assert "is not a rope_ext result" in rows["a_list"]["error"]["message"]
+
+
+def test_a_figure_that_a_full_disk_refuses_leaves_a_finished_job_with_its_numbers(tmp_path):
+    import resource
+
+    limit = 40_000  # bytes per file: results.json and the tables fit, the figures do not
+
+    def full_disk():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    out = tmp_path / "full"
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300, preexec_fn=full_disk)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    results = read(out / "results.json")
+    assert results["status"] == "done" and results["summary"]["ppl@512"] > 0
+    assert results["unwritten"] and all(why == "File too large" for why in results["unwritten"].values())
+    assert f"warning: could not write {out / next(iter(results['unwritten']))} (File too large)" in result.stderr
+    rerun = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0 and "skip: the same job finished in" in rerun.stdout  # not recomputed
+
+
+@pytest.mark.slow  # two concurrent CLI sweeps (~40 s)
+def test_two_identical_sweeps_into_one_directory_compute_each_job_once_and_both_succeed(tmp_path, run_cli):
+    sweep = tmp_path / "sweep"
+    args = ["-m", *SMALL, "scaling=none,yarn,ntk", f"hydra.sweep.dir={sweep}"]
+    processes = [run_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    for process, (stdout, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-3000:]  # neither judges the other's running job
+        assert "did not finish" not in stderr
+    jobs = [read(p) for p in sweep.glob("*/results.json")]
+    assert not list(tmp_path.glob("sweep/*-2")), sorted(p.name for p in sweep.iterdir())  # nothing computed twice
+    assert len(jobs) == 3 and all(j["status"] == "done" for j in jobs)
+    waited = "".join(stdout for stdout, _ in outputs)
+    assert "wait: " in waited or "skip: the same job finished in" in waited

@@ -55,9 +55,25 @@ def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, 
     return field(default=default, metadata=meta)
 
 
+def not_an_option(full_key: str, key: str, schema: type) -> str:
+    """The one line for a key the schema does not have: the key as the user wrote it, what is valid, the
+    closest valid one."""
+    import difflib
+
+    valid = [f.name for f in fields(schema) if f.name not in ("name", "defaults")]
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    hint = f" Did you mean {close[0]}?" if close else ""
+    return f"{full_key} is not an option here; valid: {', '.join(valid)}.{hint}"
+
+
 def check_options(node, schema: type, path: str) -> None:
-    """Every field of ``node`` with declared choices or bounds checked; the first bad one is a ConfigError
-    naming ``path.field``, the value, and what is valid."""
+    """Every key of ``node`` known to the schema (``+eval.<key>=`` adds keys past Hydra's struct check) and
+    every field with declared choices or bounds checked; the first bad one is a ConfigError naming
+    ``path.field``, the value, and what is valid."""
+    known = {spec.name for spec in fields(schema)}
+    for key in node.keys() if hasattr(node, "keys") else ():
+        if key not in known and key != "defaults":
+            raise ConfigError(not_an_option(f"{path}.{key}", key, schema))
     for spec in fields(schema):
         meta = spec.metadata
         if not meta or spec.name not in node or meta.get("lengths"):

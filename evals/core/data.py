@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from .files import atomic_write, cache_dir, sha256_file
+from .files import cache_dir, read_cache, sha256_file, write_cache
 from .config import AUSTEN_BOOKS
 from .errors import UserError
 from .progress import progress
@@ -64,7 +64,10 @@ def fetch_austen(root: Path) -> Path:
                 f"try `apt-get update`): {detail!s:.300}. Or use data=text_files data.glob='...'"
             ) from err
         deb = next(Path(tmp).glob("*.deb"))
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], check=True)
+        unpacked = subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], capture_output=True, text=True)
+        if unpacked.returncode != 0 or not (data_dir / "Rdata.rdb").is_file():
+            raise DataError(f"could not unpack {AUSTEN_PACKAGE} into the cache {root} ({unpacked.stderr.strip()[:200]}); "
+                            f"set data.cache_dir or $ROPE_EXT_CACHE to a writable directory")
     return data_dir
 
 
@@ -158,6 +161,18 @@ def data_identity(cfg) -> dict:
     return identity
 
 
+def document_count(cfg) -> int | None:
+    """How many documents a data config reads, known without reading or tokenizing them (None for a hub
+    dataset, whose size shows only when streamed); those under ``min_tokens`` are dropped later."""
+    if cfg.source == "books":
+        count = len(cfg.books or AUSTEN_BOOKS)
+    elif cfg.source == "text_files":
+        count = len(text_files(cfg))
+    else:
+        return None
+    return min(count, cfg.max_documents) if cfg.max_documents is not None else count
+
+
 def load_texts(cfg) -> list[tuple[str, str]]:
     """(name, text) pairs for a data config, in the configured order."""
     if cfg.source == "books":
@@ -180,13 +195,21 @@ def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
     """Token ids of ``text`` (with the tokenizer's BOS, if it adds one), cached on disk."""
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = root / "tokens" / tokenizer_key(tokenizer) / f"{name}-{key}.pt"
-    if path.is_file():
-        return torch.load(path)
+    cached = read_cache(path, _token_ids, "token ids")
+    if cached is not None:
+        return cached
     ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.int64)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(ids, buffer)
-    atomic_write(path, buffer.getvalue())
+    write_cache(path, buffer.getvalue())
+    return ids
+
+
+def _token_ids(path: Path) -> torch.Tensor:
+    """A cached token-id file: a 1-D int64 tensor, else an error (damaged)."""
+    ids = torch.load(path, weights_only=True)
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
+        raise ValueError(f"not a 1-D int64 tensor: {type(ids).__name__}")
     return ids
 
 

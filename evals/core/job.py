@@ -29,6 +29,7 @@ from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check
                      length_fields, parse_length, resolve_lengths)
 from .data import data_identity
 from .errors import ConfigError, scaling_errors_as_user_errors
+from .files import cache_dir, unwritable
 from .models import ResolvedModel, check_attention_hook, resolve_model
 from .registry import EVALS, EvalSpec
 
@@ -202,6 +203,10 @@ def _hash(value) -> str:
 def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel | None = None) -> Job:
     """Validate the composed config once and build the job; raises a UserError (one line) on bad input.
     ``model``: the model already resolved for the same ``cfg.model`` (a job's unscaled reference)."""
+    problem = unwritable(out_dir)
+    if problem:
+        raise ConfigError(f"output_dir {out_dir} cannot be written: {problem}; choose another output_dir")
+    cache_dir(cfg.data.get("cache_dir"))  # a cache that cannot be written is said now, and the run goes on
     name = cfg.eval.get("name")
     if name not in EVALS:
         raise ConfigError(f"eval.name={name!r} is not a registered eval; valid: {', '.join(sorted(EVALS))}")

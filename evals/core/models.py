@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from .assemble import assembled_dir, assembled_path, install_hint
-from .files import atomic_write, cache_dir, file_identity
+from .files import cache_dir, file_identity, read_cache, write_cache
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
 log = logging.getLogger(__name__)
@@ -231,15 +231,15 @@ def _gguf_config(directory: Path, filename: str):
 
     identity = file_identity(directory / filename)
     cached = cache_dir() / "model_configs" / (hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:20] + ".json")
-    if cached.is_file():
-        return AutoConfig.from_pretrained(str(cached))
+    config = read_cache(cached, lambda path: AutoConfig.from_pretrained(str(path)), "model config")
+    if config is not None:
+        return config
     try:
         config = AutoConfig.from_pretrained(str(directory), gguf_file=filename)
     except Exception as err:  # gguf and transformers raise many types on a damaged file
         raise ModelLoadError(f"model file {directory / filename} cannot be read as GGUF ({type(err).__name__}: "
                              f"{str(err)[:160]}); re-install it or point model.path/gguf_file at a good copy") from None
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(cached, config.to_json_string())
+    write_cache(cached, config.to_json_string())
     return config
 
 

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import platform
+import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -91,13 +92,25 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 class Output:
     """Where an eval reports everything; see the module docstring."""
 
-    def __init__(self, record: RunRecord, tracker, target: int | None = None, artifact: str | None = None):
+    def __init__(self, record: RunRecord, tracker, target: int | None = None, artifact: str | None = None,
+                 resumed: bool = False):
         self.record, self.tracker, self.target = record, tracker, target
+        self.resumed = resumed  # the directory holds what an interrupted run of this same job wrote
         self.artifact = artifact or f"results-{record.dir.name}"
         self.dir = record.dir
         self._tables: dict[str, list[dict]] = {}
         self._figures: dict[str, Path] = {}
         self._curves: dict[str, tuple[str, list[dict]]] = {}
+        self.unwritten: dict[str, str] = {}  # artefact file -> why it could not be written (a full disk...)
+
+    def _failed_write(self, path: Path, err: OSError) -> None:
+        """A table or figure that cannot be written is not a failed measurement: the numbers stay in results.json,
+        the job goes on, and results.json names the file that is missing and why."""
+        why = err.strerror or type(err).__name__
+        self.unwritten[path.name] = why
+        print(f"warning: could not write {path} ({why}); the run goes on, its numbers are in results.json",
+              file=sys.stderr, flush=True)
+        self.record.update("unwritten", {path.name: why})
 
     def declare(self, metrics: dict) -> None:
         """Metrics known only at run time (lm-eval's tasks), as {name: declaration}: the verdict reads them."""
@@ -134,15 +147,24 @@ class Output:
         """``<name>.csv`` now; the W&B table ``<name>`` at close (its latest rows)."""
         self._claim(name, self._tables)
         self._tables[name] = [dict(row) for row in rows]
-        return write_csv(self.dir / f"{name}.csv", rows)
+        path = self.dir / f"{name}.csv"
+        try:
+            return write_csv(path, rows)
+        except OSError as err:
+            self._failed_write(path, err)
+            return path
 
     def figure(self, name: str, fig) -> Path:
         """A matplotlib figure as ``<name>.png`` and ``<name>.svg`` (for a paper) now; the W&B image ``<name>`` at close."""
         self._claim(name, self._figures)
         path = self.dir / f"{name}.png"
         for suffix, data in save_figure(fig).items():
-            atomic_write(self.dir / f"{name}.{suffix}", data)
-        self._figures[name] = path
+            try:
+                atomic_write(self.dir / f"{name}.{suffix}", data)
+            except OSError as err:
+                self._failed_write(self.dir / f"{name}.{suffix}", err)
+        if path.name not in self.unwritten:
+            self._figures[name] = path
         return path
 
     def curve(self, name: str, rows: list[dict], step: str = "length") -> None:
@@ -150,23 +172,51 @@ class Output:
         group overlay in the default workspace; locally they are the rows of a table already written."""
         self._curves[name] = (step, [dict(row) for row in rows])
 
+    def previous(self, name: str) -> list[dict]:
+        """The records of ``<name>.jsonl`` that an interrupted run of this same job wrote here (none unless the
+        run resumes one; a line cut short by the interruption is dropped), to be kept rather than recomputed.
+        Call it before :meth:`records` opens the file again."""
+        path = self.dir / f"{name}.jsonl"
+        if not self.resumed or name in self._tables or not path.is_file():
+            return []
+        found = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                found.append(record)
+        return found
+
     @contextlib.contextmanager
     def records(self, name: str):
         """``<name>.jsonl`` with one record per line, flushed as each is written; the W&B table ``<name>``
         at close. Yields ``write(record)``."""
         rows: list[dict] = []
-        with open(self.dir / f"{name}.jsonl", "w") as handle:
-            def write(record: dict) -> None:
-                rows.append(record)
-                handle.write(json.dumps(record, default=str) + "\n")
-                handle.flush()
+        path = self.dir / f"{name}.jsonl"
+        handle = open(path, "w", buffering=1)  # line-buffered: each record reaches the disk as it is written
 
-            self._claim(name, self._tables)
+        def write(record: dict) -> None:
+            rows.append(record)
+            if path.name not in self.unwritten:
+                try:
+                    handle.write(json.dumps(record, default=str) + "\n")
+                    handle.flush()
+                except OSError as err:
+                    self._failed_write(path, err)
+
+        self._claim(name, self._tables)
+        try:
+            yield write
+        finally:
+            self._tables[name] = [{k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()}
+                                  for r in rows]
             try:
-                yield write
-            finally:
-                self._tables[name] = [{k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()}
-                                      for r in rows]
+                handle.close()
+            except OSError as err:  # what a full disk refused at the last flush
+                if path.name not in self.unwritten:
+                    self._failed_write(path, err)
 
     def close(self) -> None:
         """Send the final version of everything to the tracker, under the names used on disk."""

@@ -20,7 +20,10 @@ import socket
 import time
 from pathlib import Path
 
+from .files import note_once
+
 LOCK = ".rope_ext.lock"
+SWEEP = "ROPE_EXT_SWEEP"  # set by a multirun for its jobs (their processes inherit it): which sweep ran a job
 
 
 def _proc_start(pid: int) -> int | None:
@@ -34,7 +37,7 @@ def _proc_start(pid: int) -> int | None:
 
 def this_process() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "started": round(time.time(), 3),
-            "proc_start": _proc_start(os.getpid())}
+            "proc_start": _proc_start(os.getpid()), "sweep": os.environ.get(SWEEP)}
 
 
 def is_alive(process: dict | None) -> bool | None:
@@ -55,11 +58,36 @@ def is_alive(process: dict | None) -> bool | None:
     return not (recorded is not None and current is not None and recorded != current)
 
 
-def read_results(path: Path) -> dict | None:
+def _read_json(path: Path):
     try:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
+
+
+def load_results(path: Path) -> tuple[dict | None, str | None]:
+    """(a rope_ext ``results.json``, None) -- a JSON object with a status and a job section -- or (None, why
+    not): absent, unreadable, damaged or another tool's file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None, "is absent"
+    except OSError as err:
+        return None, f"cannot be read ({err.strerror or type(err).__name__})"
+    except ValueError as err:
+        return None, f"is not valid JSON ({str(err)[:80]})"
+    if not isinstance(data, dict) or not isinstance(data.get("status"), str) or not isinstance(data.get("job"), dict):
+        return None, "is not a rope_ext result (no status and job sections)"
+    return data, None
+
+
+def read_results(path: Path) -> dict | None:
+    """A rope_ext ``results.json``, or None; a file there that is damaged or another tool's is skipped, and
+    named once."""
+    data, why = load_results(path)
+    if data is None and Path(path).exists():
+        note_once(f"note: skipping {path}: it {why}")
+    return data
 
 
 def state(results: dict | None) -> str | None:
@@ -85,48 +113,73 @@ def find_finished(key: str, own_dir: Path, roots) -> Path | None:
     return None
 
 
-def _take_lock(directory: Path) -> bool:
-    """Create the lock file exclusively; take over a dead owner's. False when a live process holds it."""
+class TwinFinished(Exception):
+    """Another process on this host computed this same job in the directory while this one waited: reuse it."""
+
+    def __init__(self, results: Path):
+        super().__init__(str(results))
+        self.results = results
+
+
+def _take_lock(directory: Path, key: str) -> dict | None:
+    """Create the lock file exclusively (recording this process and the job's key); take over a dead owner's.
+    None when taken, else the live owner's record."""
     lock = directory / LOCK
+    owner = None
     for _ in range(3):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
-            owner = read_results(lock)
+            owner = _read_json(lock)
             if owner is None:  # being written right now by its creator
                 time.sleep(0.05)
-                owner = read_results(lock)
+                owner = _read_json(lock)
             if is_alive(owner) is not False:
-                return False
+                return owner or {}
             with contextlib.suppress(FileNotFoundError):
                 lock.unlink()
             continue
         with os.fdopen(fd, "w") as handle:
-            json.dump(this_process(), handle)
-        return True
-    return False
+            json.dump({**this_process(), "key": key}, handle)
+        return None
+    return owner or {}
 
 
 def _usable(directory: Path, key: str) -> bool:
     """Whether this job may write its results in ``directory`` (whose lock it holds): empty, or holding an
     unfinished run of the same job (which the re-run replaces); never a finished result."""
-    previous = read_results(directory / "results.json")
-    if previous is None:
+    if not (directory / "results.json").exists():
         return True
+    previous = read_results(directory / "results.json")
+    if previous is None:  # damaged or another tool's: kept, never written over
+        return False
     return previous.get("status") != "done" and previous.get("job", {}).get("key") == key
 
 
 @contextlib.contextmanager
-def claim(directory: Path, key: str):
-    """The directory this job writes to (``directory`` or its first free sibling), locked while in use."""
+def claim(directory: Path, key: str, wait_for_twin: bool = False, poll: float = 1.0):
+    """The directory this job writes to (``directory`` or its first free sibling), locked while in use. With
+    ``wait_for_twin``, a directory where another live process on this host computes this same job (two identical
+    sweeps started into one directory) is waited for, and :class:`TwinFinished` raised when it finished there."""
     directory = Path(directory)
-    candidate, n = directory, 1
+    candidate, n, said = directory, 1, False
     while True:
         candidate.mkdir(parents=True, exist_ok=True)
-        if _take_lock(candidate):
+        owner = _take_lock(candidate, key)
+        if owner is None:
             if _usable(candidate, key):
                 break
             (candidate / LOCK).unlink(missing_ok=True)
+            done = read_results(candidate / "results.json") if said else None
+            if done and done["status"] == "done" and done["job"].get("key") == key:
+                raise TwinFinished(candidate / "results.json")
+        elif wait_for_twin and owner.get("key") == key and is_alive(owner) is True:
+            if not said:
+                print(f"wait: {candidate} is computing this same job (pid {owner.get('pid')}); its result will be "
+                      f"reused", flush=True)
+                said = True
+            time.sleep(poll)
+            continue
         n += 1
         candidate = directory.with_name(f"{directory.name}-{n}")
     try:

@@ -30,7 +30,7 @@ from .job import Job, parse_job, parts
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
 from .output import Output, RunRecord
 from .verdict import Reference, criteria_of, format_job, judge, reference_from
-from .rundir import claim, find_finished, read_results
+from .rundir import TwinFinished, claim, find_finished, read_results, this_process
 from .tracking import Tracker, sweep_group
 
 log = logging.getLogger("rope_ext")
@@ -114,9 +114,11 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     The outcome is recorded on exit -- done, failed (the one-line error; a crash's traceback too) or
     interrupted -- and whatever was reported reaches the tracker. ``documents`` replaces the job's data
     (tests, notebooks)."""
+    previous = read_results(run_dir / "results.json")  # claim() let only an unfinished run of this job be here
+    resumed = previous is not None and previous["status"] != "done" and previous["job"].get("key") == job.key
     record = RunRecord(run_dir, job.sections())
     tracker = Tracker(job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name)
-    output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}")
+    output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
     status, error = "failed", None
     try:
         with EvalContext(job, cache, output, documents) as ctx:
@@ -156,7 +158,14 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
     if finished:
         return _reuse(job, finished, cache)
     reference, missing = find_reference(job, cache)
-    with claim(job.out_dir, job.key) as run_dir:
+    try:
+        return _compute(job, reference, missing, cache)
+    except TwinFinished as twin:  # another process computed this very job meanwhile
+        return _reuse(job, twin.results, cache)
+
+
+def _compute(job: Job, reference: Reference | None, missing: str | None, cache: ModelCache) -> dict:
+    with claim(job.out_dir, job.key, wait_for_twin=not job.force) as run_dir:
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
         with started(job, run_dir, cache) as ctx:
@@ -295,7 +304,7 @@ def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
     config = OmegaConf.to_container(cfg, resolve=False)
     with claim(out_dir, "invalid") as run_dir:
         data = {"status": "failed", "job": {"name": Path(run_dir).name, "key": None}, "config": config,
-                "error": _error(err, with_traceback=False)}
+                "process": this_process(), "error": _error(err, with_traceback=False)}
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
 

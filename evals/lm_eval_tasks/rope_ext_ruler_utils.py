@@ -72,6 +72,11 @@ def ensure_punkt_tab() -> Path:
     if str(root) not in nltk.data.path:
         nltk.data.path.insert(0, str(root))  # first; also where nltk lets save_punkt_params write
     target = root / "tokenizers" / "punkt_tab" / "english"
+    if target.is_dir() and not _punkt_readable(target):
+        from evals.core.files import note_once
+
+        note_once(f"note: damaged cache entry {target} (Punkt sentence splitter); retraining it")
+        shutil.rmtree(target, ignore_errors=True)
     if not (target / "ortho_context.tab").is_file():
         from nltk.tokenize.punkt import PunktTrainer, save_punkt_params
 
@@ -90,6 +95,17 @@ def ensure_punkt_tab() -> Path:
         except OSError:
             shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+def _punkt_readable(target: Path) -> bool:
+    """Whether nltk can load the Punkt parameters kept in ``target`` (a truncated or missing table cannot)."""
+    from nltk.tokenize.punkt import load_punkt_params
+
+    try:
+        params = load_punkt_params(str(target))
+    except Exception:  # nltk raises many types on damaged tables
+        return False
+    return bool(params.abbrev_types or params.ortho_context)
 
 
 def haystack_words(data: dict | None = None) -> list[str]:

@@ -71,7 +71,6 @@ class PerplexityConfig:
     seed: int = option(0, compare=False)  # bootstrap resampling
     longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
-    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
     ablate_bias: List[str] = option([], choices=tuple(biases.PROJECTIONS))  # biases changed while scoring (evals/bias.py)
     ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens
 

@@ -37,7 +37,7 @@ import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..core.files import atomic_write, cache_dir
+from ..core.files import cache_dir, read_cache, write_cache
 from ..core.config import ModelConfig, check_options, config_dir, option
 from ..core.errors import UserError
 from ..core.models import load_tokenizer, resolve_model
@@ -180,6 +180,16 @@ def find_spans(model, ids: torch.Tensor, offsets: list, cfg, chunk_tokens: int, 
     return merge_spans([tuple(offsets[p]) for p in found.tolist()])
 
 
+def _spans(path: Path) -> list:
+    """A cached key-span file's spans ([[start, end], ...] character offsets), else an error (damaged)."""
+    stored = json.loads(path.read_text())
+    spans = stored["spans"]
+    if stored.get("format") != FORMAT or not all(
+            isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) for x in s) for s in spans):
+        raise ValueError(f"not key spans of format {FORMAT}")
+    return spans
+
+
 @dataclass
 class Text:
     """A document's text as the eval scores it: the covered prefix, its tokens' character offsets under the
@@ -225,8 +235,7 @@ class KeyTokens:
         digest = hashlib.sha256(json.dumps({**self.params, "text": hashlib.sha256(text.encode()).hexdigest()},
                                            sort_keys=True, default=str).encode()).hexdigest()[:24]
         found = Text(doc.name, text, offsets, self.root / f"{digest}.json")
-        if found.path.is_file():
-            found.spans = json.loads(found.path.read_text())["spans"]
+        found.spans = read_cache(found.path, _spans, "LongPPL key-token spans")
         return found
 
     def _evaluator_ids(self, tokenizer, text: str, vocab: int):
@@ -236,8 +245,7 @@ class KeyTokens:
 
     def _save(self, found: Text, spans: list, source: str, tokens: int) -> None:
         found.spans, found.source = spans, source
-        self.root.mkdir(parents=True, exist_ok=True)
-        atomic_write(found.path, json.dumps({**self.params, "document": found.name, "characters": len(found.text),
+        write_cache(found.path, json.dumps({**self.params, "document": found.name, "characters": len(found.text),
                                              "evaluator_tokens": tokens, "spans": spans}, default=str))
 
     def prepare(self, documents, covered: dict[str, int], share: bool) -> None:

@@ -33,21 +33,23 @@ import csv
 import html
 import io
 import math
+import os
 import re
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from ..core.files import atomic_write
+from ..core.files import atomic_write, unwritable
 from ..core.figures import describe, metric_figure, reference_of, rows_of
 from .page import SCRIPT as CHART_SCRIPT
 from .page import STYLE as CHART_STYLE
 from .page import length_chart
 from ..core.output import save_figure
 from ..core.plots import Curve
-from ..core.rundir import read_results, state
+from ..core.rundir import SWEEP, load_results, state
 from ..core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
 
 FIXED = ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
@@ -62,9 +64,8 @@ def load_jobs(dirs) -> list[dict]:
             if path.resolve() in seen:
                 continue
             seen.add(path.resolve())
-            data = read_results(path)
-            if not isinstance(data, dict) or "status" not in data:
-                why = "cannot be read as JSON" if data is None else "is not a rope_ext result (no status)"
+            data, why = load_results(path)
+            if data is None:
                 jobs.append({"dir": path.parent, "state": "unreadable", "error": {"message": f"results.json {why}"}})
                 continue
             data["dir"], data["state"] = path.parent, state(data)
@@ -525,6 +526,10 @@ class ReportCallback(Callback):
     as a run of the sweep's group, and make the sweep exit non-zero (1) when any of its own jobs did not
     finish -- after every job has run."""
 
+    def on_multirun_start(self, config, **kwargs) -> None:
+        """Mark this sweep's jobs (their processes inherit the variable), so its end judges only its own."""
+        os.environ[SWEEP] = uuid.uuid4().hex
+
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         try:
@@ -536,7 +541,9 @@ class ReportCallback(Callback):
             if path.suffix != ".svg":
                 print(f"report: {path}")
         log_report(config, sweep_dir, written)
-        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable")]
+        ours = os.environ.get(SWEEP)
+        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable")
+                  and (j.get("process") or {}).get("sweep") == ours]  # another sweep's running job is not ours
         if failed:
             print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
                   file=sys.stderr)
@@ -583,8 +590,11 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"error: not a directory: {', '.join(missing)}", file=sys.stderr)
         return 2
-    if args.out is not None and args.out.exists() and not args.out.is_dir():
-        print(f"error: --out {args.out} is a file; give a directory to write the report into", file=sys.stderr)
+    target = args.out if args.out is not None else args.dirs[0]
+    problem = unwritable(target)
+    if problem:
+        print(f"error: the report cannot be written to {target}: {problem}; give a writable directory with --out",
+              file=sys.stderr)
         return 2
     for name, value, ok in (("--tolerance", args.tolerance, lambda v: v >= 0), ("--retained", args.retained, lambda v: 0 < v <= 1)):
         if value is not None and not (math.isfinite(value) and ok(value)):

@@ -72,7 +72,6 @@ class RetrievalConfig:
     prefix_sharing: bool = option(True, compare=False)  # reuse the KV cache of the shared haystack prefix
     prefill_chunk: int = option(1024, minimum=1, compare=False)  # tokens per forward when extending a cached prefix
     threshold: float = option(0.9, minimum=0, maximum=1, compare=False)  # the largest length with accuracy >= threshold
-    baseline: bool = option(True, key=False)  # a scaled job's unscaled reference is run first when none is found
 
 
 def check_config(cfg, job=None) -> None:
