@@ -417,10 +417,8 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
     out = Path(out or dirs[0])
     loaded = load_jobs(dirs)
     jobs = one_per_identity(loaded)
-    if not [j for j in jobs if j["state"] != "unreadable"]:
-        unreadable = [str(j["dir"]) for j in jobs]
-        raise FileNotFoundError(f"no results.json under {', '.join(map(str, dirs))}"
-                                + (f" (unreadable: {', '.join(unreadable)})" if unreadable else ""))
+    if not jobs:
+        raise FileNotFoundError(f"no results.json under {', '.join(map(str, dirs))}")
     jobs = sorted(jobs, key=lambda j: (str(_info(j).get("model_label")), str(_info(j).get("weights")), str(_info(j).get("data")),
                                         str(_info(j).get("eval")), _info(j).get("scaling") != "none", str(_info(j).get("scaling"))))
     criteria = criteria_from(jobs, tolerance, retained)
