@@ -98,14 +98,15 @@ def ensure_punkt_tab() -> Path:
 
 
 def _punkt_readable(target: Path) -> bool:
-    """Whether nltk can load the Punkt parameters kept in ``target`` (a truncated or missing table cannot)."""
-    from nltk.tokenize.punkt import load_punkt_params
+    """Whether nltk loads the Punkt model kept in ``target`` (first on nltk's path) as lm-eval will: a truncated
+    or emptied table cannot be loaded, or loads empty."""
+    from nltk.tokenize.punkt import PunktTokenizer
 
     try:
-        params = load_punkt_params(str(target))
+        params = PunktTokenizer(target.name)._params
     except Exception:  # nltk raises many types on damaged tables
         return False
-    return bool(params.abbrev_types or params.ortho_context)
+    return bool(params.abbrev_types and params.ortho_context)
 
 
 def haystack_words(data: dict | None = None) -> list[str]:
