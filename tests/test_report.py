@@ -172,6 +172,7 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     shutil.copy(tmp_path / "report.png", runs / "report_screenshot.png")  # to look at
 
 
+@pytest.mark.slow  # a CLI run with its reference, and the report CLI (~25 s)
 def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with_no_project_edit(
         plugin, run_cli, searchpath, tmp_path):
     """The plugin's prefix_nll declares one lower-is-better metric and a report section -- nothing else: the

@@ -369,6 +369,7 @@ def test_foreign_and_damaged_results_files_are_skipped_and_named_once(tmp_path, 
     assert "is not a rope_ext result" in rows["a_list"]["error"]["message"]
 
 
+@pytest.mark.slow  # two CLI runs (~25 s)
 def test_a_figure_that_a_full_disk_refuses_leaves_a_finished_job_with_its_numbers(tmp_path):
     import resource
 
