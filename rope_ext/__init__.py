@@ -5,10 +5,12 @@
     with rope_ext.patch(model, scaling):
         ...  # the model runs with YaRN; the original is restored on exit
 
-Query-scaling strategies (``logn``) and q/k captures go through one hook on the model's attention
-function (:mod:`rope_ext.attention`).
+Query-scaling strategies (``logn``), attention-level ones (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite:
+:mod:`rope_ext.positions`) and q/k captures go through one hook on the model's attention function
+(:mod:`rope_ext.attention`).
 """
 
+from . import positions  # noqa: F401  (registers the attention-level strategies)
 from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
 from .patch import RopePatch, patch
 from .slots import RotaryNotFoundError, RotarySlot, find_rotary_slots, select_slots, trained_context

@@ -8,8 +8,9 @@ q and k, apply any q/k norm and RoPE, and then call the attention function regis
 (``rope_ext_<implementation>``, with the original's mask function, so masks and flash/sdpa checks are
 unchanged) and points the model's text config at it while hooks are attached. The wrapper passes each call
 to the model's *observers* (they see the rotated q and k: :func:`capture`) and then to its *query
-transforms* (they may return a scaled query: query-scaling strategies such as ``logn``), and calls the
-original function with the rest untouched. Forward pre-hooks on the modules that take
+transforms* (they may return a scaled query: query-scaling strategies such as ``logn``), then to its one
+*replacement*, if any (it may return the attention output itself: attention-level strategies such as
+Self-Extend, :mod:`rope_ext.assembled`), and otherwise calls the original function with the rest untouched. Forward pre-hooks on the modules that take
 ``position_embeddings`` remember each layer's (cos, sin): that undoes the rotation for a capture and tells
 which rotary slot a layer uses (Gemma-3: sliding or global). Removing the last hook puts the config
 attribute back exactly and removes the pre-hooks.
@@ -86,7 +87,9 @@ def _original_function(implementation: str, module: nn.Module) -> Callable:
 def _dispatch(implementation: str, module, query, key, value, attention_mask, *args, **kwargs):
     hooks = _INSTALLED.get(id(getattr(module, "config", None)))
     if hooks is not None:
-        query = hooks.run(module, query, key, value, attention_mask, kwargs)
+        query, output = hooks.run(module, query, key, value, attention_mask, kwargs)
+        if output is not None:
+            return output
     return _original_function(implementation, module)(module, query, key, value, attention_mask, *args, **kwargs)
 
 
@@ -141,6 +144,7 @@ class AttentionHooks:
         self.config = text_config(model)
         self.observers: list[Callable] = []
         self.transforms: list[Callable] = []
+        self.replacement: Callable | None = None
         self._rotations: dict[int, tuple] = {}
         self._slot_cache: dict[int, RotarySlot | None] = {}  # id(attention module) -> its slot
         self._pre_hooks: list = []
@@ -149,17 +153,25 @@ class AttentionHooks:
         self._saved = None
 
     # -- attaching -----------------------------------------------------------------------------------------
-    def add(self, fn: Callable, transform: bool = False) -> Handle:
-        if not self.observers and not self.transforms:
+    def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
+        if replace and self.replacement is not None:
+            raise AttentionHookError("this model's attention is already replaced by an attention-level method; "
+                                     "apply at most one")
+        if not self.observers and not self.transforms and self.replacement is None:
             self._install()
-        (self.transforms if transform else self.observers).append(fn)
+        if replace:
+            self.replacement = fn
+        else:
+            (self.transforms if transform else self.observers).append(fn)
         return Handle(self, fn)
 
     def remove(self, fn: Callable) -> None:
         for chain in (self.observers, self.transforms):
             if fn in chain:
                 chain.remove(fn)
-        if not self.observers and not self.transforms and self._saved is not None:
+        if self.replacement is fn:
+            self.replacement = None
+        if not self.observers and not self.transforms and self.replacement is None and self._saved is not None:
             self._uninstall()
 
     def _install(self) -> None:
@@ -196,7 +208,8 @@ class AttentionHooks:
             self._rotations[id(module)] = rotation
 
     # -- calls ---------------------------------------------------------------------------------------------
-    def run(self, module, query, key, value, attention_mask, kwargs) -> torch.Tensor:
+    def run(self, module, query, key, value, attention_mask, kwargs) -> tuple[torch.Tensor, tuple | None]:
+        """The query to use (after the transforms) and the replacement's output (None: call the original)."""
         call = AttentionCall(module, self._names.get(id(module), type(module).__name__), getattr(module, "layer_idx", None),
                              query, key, value, attention_mask, _positions(query, key, kwargs.get("position_ids")),
                              kwargs, self._rotations.get(id(module)), self)
@@ -206,7 +219,8 @@ class AttentionHooks:
             scaled = fn(call)
             if scaled is not None:
                 call.query = scaled
-        return call.query
+        output = self.replacement(call) if self.replacement is not None else None
+        return call.query, output
 
     @property
     def slots(self) -> list[RotarySlot]:
@@ -257,10 +271,13 @@ def attention_hooks(model: nn.Module) -> AttentionHooks:
     return _INSTALLED.get(id(text_config(model))) or AttentionHooks(model)
 
 
-def hook_attention(model: nn.Module, fn: Callable[[AttentionCall], "torch.Tensor | None"], transform: bool = False) -> Handle:
+def hook_attention(model: nn.Module, fn: Callable[[AttentionCall], "torch.Tensor | None"], transform: bool = False,
+                   replace: bool = False) -> Handle:
     """Call ``fn(call)`` at every attention call of ``model``: an observer (``transform=False``), run first
-    on the query and key as RoPE left them, or a query transform returning the query to use (or None)."""
-    return attention_hooks(model).add(fn, transform)
+    on the query and key as RoPE left them, a query transform returning the query to use (or None), or with
+    ``replace=True`` the one replacement, run last, returning the attention function's output
+    ``(attn_output (batch, q_len, heads, head_dim), None)`` or None to call the original function."""
+    return attention_hooks(model).add(fn, transform, replace)
 
 
 # -- capture -----------------------------------------------------------------------------------------------

@@ -18,15 +18,20 @@ Query-scaling strategies (``logn``, alone or in a ``compose``) change no frequen
 query transform to rope_ext's attention hook (:mod:`rope_ext.attention`) that multiplies the query at
 each position by the strategy's factor, in the layers whose rotary slot is selected (``layer_types=auto``
 on Gemma-3: the global layers); removing it restores the model's attention implementation exactly.
+Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite) attach the hook's replacement in
+the same layers: attention assembled from the strategy's position rule (:mod:`rope_ext.assembled`).
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import torch
+
 from torch import nn
 
-from .attention import hook_attention
+from .assembled import assemble
+from .attention import AttentionHookError, hook_attention, pair_layout
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
 from .strategies import Scaling, ScalingError, resolve
 
@@ -40,7 +45,7 @@ class RopePatch:
         if not isinstance(scaling, Scaling) or original_max_position is not None:
             scaling = resolve(scaling, original_max_position or trained_context(model))
         self.scaling = scaling
-        changes = scaling.scales_frequencies or scaling.scales_query
+        changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
         self.slots = [] if not changes else list(slots) if slots is not None else select_slots(
             find_rotary_slots(model), scaling.layer_types)
         self.name, self.dynamic = scaling.name, scaling.dynamic
@@ -50,19 +55,51 @@ class RopePatch:
         self.applied: list[dict] = []
         if scaling.scales_frequencies:
             self._apply()
+        if scaling.scales_query or scaling.scales_attention:
+            every = find_rotary_slots(model)
+            # only the selected layers' attention (None: every layer, the model has no other slot)
+            self._attention_slots = None if set(self.slots) == set(every) else set(self.slots)
+            layer_types = sorted({str(s.layer_type) for s in self.slots})
         if scaling.scales_query:
-            self._scale_queries()
+            self._hooks.append(hook_attention(self.model, self._scale_query, transform=True))
+            self.applied.append({"query_scaling": self.scaling.label, "layer_types": layer_types})
+        if scaling.scales_attention:
+            self._rule, self._pairs = scaling.position_rule(), {}
+            self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
+            self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
 
-    def _scale_queries(self) -> None:
-        every = find_rotary_slots(self.model)
-        # only the selected layers' queries (None: every layer, the model has no other slot)
-        self._query_slots = None if set(self.slots) == set(every) else set(self.slots)
-        self._hooks.append(hook_attention(self.model, self._scale_query, transform=True))
-        self.applied.append({"query_scaling": self.scaling.label,
-                             "layer_types": sorted({str(s.layer_type) for s in self.slots})})
+    def _selected(self, call) -> bool:
+        return self._attention_slots is None or call.slot() in self._attention_slots
+
+    def _assemble(self, call):
+        """The attention output of the position rule for this call, or None where the rule changes nothing."""
+        if not self._selected(call):
+            return None
+        q_len, k_len = call.query.shape[-2], call.key.shape[-2]
+        query_positions = call.positions
+        # the cached keys precede the queries: key i is at the last query's position - (k_len - 1 - i)
+        key_positions = query_positions[:, -1:] - (k_len - 1) + torch.arange(k_len, device=query_positions.device)
+        first, last = int(query_positions.min()), int(query_positions.max())
+        if self._rule.identity_for(first, last, last - int(key_positions.min())):
+            return None
+        for unsupported in ("s_aux", "sinks"):
+            if call.kwargs.get(unsupported) is not None:
+                raise AttentionHookError(f"{call.name}: attention sinks ({unsupported}) are not supported by "
+                                         f"attention-level scaling '{self.scaling.label}'")
+        if call.rotation is None:
+            raise AttentionHookError(f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
+                                     f"scaling '{self.scaling.label}' cannot re-rotate its query and key")
+        pairs = self._pairs.get(id(call.module))
+        if pairs is None:
+            pairs = self._pairs[id(call.module)] = pair_layout(call.rotation[0])
+        inv_freq, _ = call.slot().frequencies(self.model)
+        scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
+        out = assemble(self._rule, call.query, call.key, call.value, query_positions, key_positions, inv_freq, pairs,
+                       scale, call.attention_mask, call.kwargs.get("sliding_window"), call.kwargs.get("softcap"))
+        return out.transpose(1, 2).contiguous(), None
 
     def _scale_query(self, call):
-        if self._query_slots is not None and call.slot() not in self._query_slots:
+        if not self._selected(call):
             return None
         factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)

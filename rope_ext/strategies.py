@@ -23,7 +23,10 @@ Implemented (one registry, the shape of transformers' ``ROPE_INIT_FUNCTIONS``):
 Most strategies change frequencies. A *query-scaling* strategy (``kind="query"``, e.g. ``logn``) changes none:
 its function maps query positions to factors the query is multiplied by inside attention, which the
 patcher applies through rope_ext's attention hook (:mod:`rope_ext.attention`); it composes with any
-frequency strategy through ``compose``.
+frequency strategy through ``compose``. An *attention-level* strategy (``kind="attention"``: Self-Extend,
+DCA, ReRoPE, STRING, LM-Infinite, in :mod:`rope_ext.positions`) changes which relative position each
+(query, key) pair sees: its function returns a :class:`rope_ext.positions.PositionRule` that the patcher
+assembles attention from (:mod:`rope_ext.assembled`); at most one per model, composable with the others.
 
 A strategy registers its parameters as :class:`Param` (default, type, meaning, accepted range); that
 declaration is the one place they live: :func:`resolve` validates against it, and the Hydra schemas of
@@ -117,7 +120,8 @@ class Strategy:
 
     ``kind`` is ``frequencies`` (``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)``) or
     ``query`` (``fn(params, positions) -> factors``: the query at each position is multiplied by its
-    factor inside attention; the frequencies stay the model's own)."""
+    factor inside attention; the frequencies stay the model's own) or ``attention`` (``fn(params) ->
+    PositionRule``: the relative position each query-key pair sees)."""
 
     name: str
     fn: StrategyFn
@@ -133,13 +137,14 @@ ALIASES: dict[str, str] = {}
 PATCH_KEYS = {"layer_types": "auto"}
 
 
-KINDS = ("frequencies", "query")
+KINDS = ("frequencies", "query", "attention")
 
 
 def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies"):
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry, or
     with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors`` (positions: a LongTensor of
-    0-based query positions; factors: a float tensor of the same shape)."""
+    0-based query positions; factors: a float tensor of the same shape), or with ``kind="attention"`` a
+    ``fn(params) -> PositionRule`` (:mod:`rope_ext.positions`)."""
     if kind not in KINDS:
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
 
@@ -528,7 +533,7 @@ class Scaling:
 
     @property
     def scales_frequencies(self) -> bool:
-        """Whether the patcher replaces frequencies (not for ``none`` and query-scaling strategies)."""
+        """Whether the patcher replaces frequencies (not for ``none``, query-scaling and attention-level ones)."""
         if self.name == "compose":
             return any(stage.scales_frequencies for stage in self.params["stages"])
         return self.name != "none" and self.strategy.kind == "frequencies"
@@ -539,6 +544,24 @@ class Scaling:
         if self.name == "compose":
             return any(stage.scales_query for stage in self.params["stages"])
         return self.strategy.kind == "query"
+
+    @property
+    def scales_attention(self) -> bool:
+        """Whether attention is assembled from a position rule (an attention-level strategy, alone or composed)."""
+        if self.name == "compose":
+            return any(stage.scales_attention for stage in self.params["stages"])
+        return self.strategy.kind == "attention"
+
+    def position_rule(self):
+        """The :class:`rope_ext.positions.PositionRule` of its attention-level strategy (of the one stage of a
+        ``compose`` that has one), built once; None when it has none."""
+        if self.name == "compose":
+            return next((s.position_rule() for s in self.params["stages"] if s.scales_attention), None)
+        if self.strategy.kind != "attention":
+            return None
+        if "rule" not in self._computed:
+            self._computed["rule"] = self.strategy.fn(self.params)
+        return self._computed["rule"]
 
     @property
     def factor(self) -> float | None:
@@ -555,7 +578,7 @@ class Scaling:
             raise ScalingError(f"rotary dimension must be a positive even number, got head_dim={dim}")
         if not base > 1:
             raise ScalingError(f"RoPE base must be > 1, got {base}")
-        if self.strategy.kind == "query":
+        if self.strategy.kind in ("query", "attention"):
             return default_inv_freq(dim, float(base)), 1.0
         if seq_len is None and (dim, float(base)) in self._computed:  # computed once: validated, then applied
             inv_freq, attention = self._computed[(dim, float(base))]
@@ -645,6 +668,11 @@ def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) ->
         raise ScalingError(f"scaling '{name}' needs {', '.join(missing)}")
     if name == "compose":
         params["stages"] = [resolve(stage, trained_context) for stage in _stages(params["stages"])]
+        attention = [stage.label for stage in params["stages"] if stage.scales_attention]
+        if len(attention) > 1:
+            raise ScalingError(f"scaling 'compose': stages {' and '.join(attention)} both change which relative "
+                               "position each query-key pair sees; compose at most one attention-level method "
+                               "with frequency and query-scaling strategies")
     try:
         strategy.check(params)
     except ScalingError as err:

@@ -225,7 +225,10 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
         model = resolve_model(cfg.model, geometry=geometry, weights="model" in needs)
     lengths = _resolve_lengths(spec, cfg.eval, model.trained_context)
     scaling, scaled = parse_scaling(cfg.scaling, model, max(lengths, default=None))
-    if scaling.scales_query:
+    if scaling.scales_attention:
+        check_attention_hook(model, f"scaling '{scaling.label}' sets the relative positions inside attention",
+                             rotation=True)
+    elif scaling.scales_query:
         check_attention_hook(model, f"scaling '{scaling.label}' scales queries inside attention")
     data = data_identity(cfg.data) if "data" in needs else None
     identity = {

@@ -282,15 +282,20 @@ def meta_model(config, attn_implementation: str | None = None):
         raise ModelLoadError(f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}") from None
 
 
-def check_attention_hook(model: ResolvedModel, why: str) -> None:
+def check_attention_hook(model: ResolvedModel, why: str, rotation: bool = False) -> None:
     """rope_ext's attention hook works on this model: a short forward of a ``meta``-device instance (no
-    weights) with the hook attached; otherwise a ModelLoadError that starts with ``why``."""
+    weights) with the hook attached (``rotation``: and every hooked layer receives its cos/sin, which
+    attention-level strategies re-rotate); otherwise a ModelLoadError that starts with ``why``."""
     import rope_ext
 
     try:
-        rope_ext.probe(meta_model(model.config, model.cfg.attn_implementation))
+        probed = rope_ext.probe(meta_model(model.config, model.cfg.attn_implementation))
     except rope_ext.AttentionHookError as err:
         raise ModelLoadError(f"{why}, but model '{model.name}' cannot be hooked: {err}") from None
+    missing = sorted(set(probed.called) - set(probed.with_rotation))
+    if rotation and missing:
+        raise ModelLoadError(f"{why}, but in model '{model.name}' {missing[0]} (and {len(missing) - 1} more) receives "
+                             "no position_embeddings to re-rotate its query and key")
 
 
 def rotary_slots(model) -> list:

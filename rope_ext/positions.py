@@ -1,0 +1,251 @@
+"""Attention-level strategies: which relative position each (query, key) pair sees, instead of new frequencies.
+
+A method is a :class:`PositionRule`: a few :class:`Piece` s that split the causal (query m, key n) pairs,
+each giving the position its query and its key take there (RoPE then sees their difference), and pairs no
+piece claims are not attended. :mod:`rope_ext.assembled` computes attention exactly from those pieces,
+block by block; :meth:`PositionRule.relative` gives the dense map for analysis and display.
+
+- ``self_extend``  Self-Extend (Jin et al. 2024, arXiv 2401.01325; datamllab/LongLM): neighbours (m - n < W)
+  keep their positions; beyond, query and key positions are floor-divided by the group size G and the query
+  shifted by W - W // G, so the grouped relative position is m//G - n//G + W - W//G.
+- ``dca``          Dual Chunk Attention (An et al. 2024, arXiv 2402.17463; HKUNLP/ChunkLlama): chunks of
+  c = chunk_size - local_window tokens; keys at n mod c; the query at m mod c within its chunk, at
+  min(m mod c + c, chunk_size) for the previous chunk, and at min(2c - 1, chunk_size) for older chunks.
+- ``rerope``       ReRoPE (Su 2023, kexue.fm/archives/9708; bojone/rerope): m - n below the window W as is,
+  W beyond it; the query scaled by max(1, log(m+1) / log L) (the reference's log-n, ``logn``).
+- ``leaky_rerope`` Leaky ReRoPE (same post): beyond W the relative position grows 1/k as fast,
+  W + (m - n - W) / k; the same log-n query scale.
+- ``string``       STRING (An et al. 2024, arXiv 2410.18745): pairs at m - n >= S (the shifted offset,
+  int(0.33 L) by default) see m - n - S + W (W the small local value, 128), nearer pairs their own
+  distance; cos and sin multiplied by the attention factor 0.1 ln 2 + 1 (the reference's, as YaRN's).
+  The paper's formula is implemented: the reference's flash code also counts the pair at m - n = S in
+  both pieces (its window [S, 0] is inclusive).
+- ``lm_infinite``  LM-Infinite (Han et al. 2023, arXiv 2308.16137; Glaciohound/LM-Infinite): the
+  Lambda-shaped mask: the last ``local_span`` keys (default L) at their distance, the first
+  ``global_tokens`` (10) keys beyond it at distance ``local_span``, nothing else.
+
+They compose with frequency and query-scaling strategies (``compose`` of ``yarn`` and ``dca``, as
+Qwen2.5-1M; ``logn`` with ``self_extend``); at most one attention-level method per model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .strategies import TRAINED, Param, ScalingError, register
+
+Positions = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part of the causal (m, n) pairs and the positions its query and key take there.
+
+    ``region(m, n)`` (broadcast LongTensors, n <= m) says which pairs it holds; ``keys(first, last)`` the key
+    positions [lo, hi) it can hold for queries in [first, last] (a superset: the blocks it skips);
+    ``query(m)`` / ``key(n)`` the positions (float64) they take, None for their own."""
+
+    name: str
+    region: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    keys: Callable[[int, int], tuple[int, int]]
+    query: Positions | None = None
+    key: Positions | None = None
+
+    @property
+    def moves(self) -> bool:
+        return self.query is not None or self.key is not None
+
+
+@dataclass(frozen=True)
+class PositionRule:
+    """An attention-level method: its pieces, a factor on each query by position (ReRoPE's log n), and a
+    factor on the rotary dims of queries and keys (STRING's attention factor, as a cos/sin factor)."""
+
+    name: str
+    pieces: tuple[Piece, ...]
+    query_scale: Positions | None = None
+    rotary_scale: float = 1.0
+    complete: bool = True  # every causal pair is in some piece (False: the rest is not attended)
+
+    def identity_for(self, first: int, last: int, max_distance: int) -> bool:
+        """Whether, for queries at positions [first, last] seeing keys at most ``max_distance`` back, the rule
+        changes nothing: only its first piece (which moves no position) holds pairs, it holds them all, and
+        no factor applies."""
+        if self.rotary_scale != 1.0 or self.pieces[0].moves:
+            return False
+        if self.query_scale is not None and not bool((self.query_scale(torch.tensor([first, last])) == 1).all()):
+            return False
+        for piece in self.pieces[1:]:
+            lo, hi = piece.keys(first, last)
+            if max(lo, first - max_distance, 0) < min(hi, last + 1):
+                return False
+        # a rule that drops pairs (LM-Infinite) is the identity only where its first piece holds every pair
+        return self.complete or self.pieces[0].keys(last, last)[0] <= last - max_distance
+
+    def relative(self, m: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The relative position (float64) each pair (m, n) sees and whether it is attended at all."""
+        m, n = torch.broadcast_tensors(m, n)
+        position = torch.zeros(m.shape, dtype=torch.float64)
+        seen = torch.zeros(m.shape, dtype=torch.bool)
+        for piece in self.pieces:
+            here = piece.region(m, n) & (n <= m) & ~seen
+            q = piece.query(m) if piece.query else m.double()
+            k = piece.key(n) if piece.key else n.double()
+            position = torch.where(here, q - k, position)
+            seen |= here
+        return position, seen
+
+
+def _near(window: int) -> Piece:
+    # pairs closer than the window keep their own positions
+    return Piece("near", lambda m, n: m - n < window, lambda first, last: (first - window + 1, last + 1))
+
+
+def _far(window: int, query: Positions | None, key: Positions | None, name: str = "far") -> Piece:
+    return Piece(name, lambda m, n: m - n >= window, lambda first, last: (0, last - window + 1), query, key)
+
+
+def _log_n(trained: int) -> Positions:
+    # max(1, log(m + 1) / log L): bojone/rerope's query scale, log_L of the tokens seen beyond L
+    return lambda m: (torch.log(m.double() + 1) / math.log(trained)).clamp(min=1.0)
+
+
+@register("self_extend", kind="attention", params={
+    "group_size": Param(8, int, "group size G: positions beyond the window are floor-divided by G", minimum=1),
+    "window": Param(1024, int, "neighbour window W (pairs closer than W keep their positions)", minimum=1),
+    "original_max_position": TRAINED,
+})
+def self_extend(p) -> PositionRule:
+    """Self-Extend: grouped positions m//G + W - W//G and n//G beyond the neighbour window W."""
+    group, window = p["group_size"], p["window"]
+    shift = window - window // group  # the grouped query's offset, so the two pieces meet at distance W
+    return PositionRule("self_extend", (
+        _near(window),
+        _far(window, lambda m: torch.div(m, group, rounding_mode="floor").double() + shift,
+             lambda n: torch.div(n, group, rounding_mode="floor").double(), "grouped"),
+    ))
+
+
+def check_dca(p: dict) -> None:
+    chunk, local = dca_sizes(p)
+    if not chunk > local:
+        raise ScalingError(f"scaling: chunk_size={chunk} must be > local_window={local} (a chunk holds "
+                           "chunk_size - local_window tokens)")
+
+
+def dca_sizes(p: dict) -> tuple[int, int]:
+    """(chunk_size, local_window): defaults 3L/4 and L/16, as HKUNLP/ChunkLlama's replace_with_chunkllama."""
+    trained = p["original_max_position"]
+    chunk = p["chunk_size"] if p["chunk_size"] is not None else trained * 3 // 4
+    local = p["local_window"] if p["local_window"] is not None else trained // 16
+    return chunk, local
+
+
+@register("dca", kind="attention", check=check_dca, params={
+    "chunk_size": Param(None, int, "chunk size s (default 3L/4); chunks hold s - local_window tokens", minimum=2),
+    "local_window": Param(None, int, "local window w (default L/16)", minimum=0),
+    "original_max_position": TRAINED,
+})
+def dca(p) -> PositionRule:
+    """Dual Chunk Attention: intra-chunk, successive-chunk and inter-chunk pieces over chunks of s - w tokens."""
+    size, local = dca_sizes(p)
+    c = size - local  # tokens per chunk
+
+    def chunk(x):
+        return torch.div(x, c, rounding_mode="floor")
+
+    def key(n):
+        return (n % c).double()
+
+    def succ_query(m):
+        return (m % c + c).clamp(max=size).double()
+
+    inter = float(min(2 * c - 1, size))  # ChunkLlama's qc position of index c - 1
+    return PositionRule("dca", (
+        Piece("intra", lambda m, n: chunk(m) == chunk(n), lambda f, l: (c * (f // c), l + 1)),
+        Piece("successive", lambda m, n: chunk(n) == chunk(m) - 1,
+              lambda f, l: (max(0, c * (f // c - 1)), c * (l // c)), succ_query, key),
+        Piece("inter", lambda m, n: chunk(n) <= chunk(m) - 2, lambda f, l: (0, max(0, c * (l // c - 1))),
+              lambda m: torch.full(m.shape, inter, dtype=torch.float64), key),
+    ))
+
+
+LOGN = Param(True, bool, "scale the query by max(1, log(m+1)/log L) (the reference's log-n)")
+
+
+@register("rerope", kind="attention", params={
+    "window": Param(512, int, "window W: beyond it every pair sees relative position W", minimum=1),
+    "logn": LOGN, "original_max_position": TRAINED,
+})
+def rerope(p) -> PositionRule:
+    """ReRoPE: relative position min(m - n, W); query scaled by log-n."""
+    window = p["window"]
+    return PositionRule("rerope", (
+        _near(window),
+        _far(window, lambda m: torch.full(m.shape, float(window), dtype=torch.float64),
+             lambda n: torch.zeros(n.shape, dtype=torch.float64)),
+    ), _log_n(p["original_max_position"]) if p["logn"] else None)
+
+
+@register("leaky_rerope", kind="attention", params={
+    "window": Param(512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1),
+    "leak": Param(16.0, float, "k > 1: beyond W the relative position is W + (m - n - W) / k", above=1.0),
+    "logn": LOGN, "original_max_position": TRAINED,
+})
+def leaky_rerope(p) -> PositionRule:
+    """Leaky ReRoPE: query at (m + W(k-1)) / k, key at n / k beyond W; query scaled by log-n."""
+    window, k = p["window"], p["leak"]
+    return PositionRule("leaky_rerope", (
+        _near(window),
+        _far(window, lambda m: (m.double() + window * (k - 1)) / k, lambda n: n.double() / k),
+    ), _log_n(p["original_max_position"]) if p["logn"] else None)
+
+
+def string_offset(p: dict) -> int:
+    """STRING's shifted offset S: the given one, else int(0.33 L) as the reference's scripts."""
+    return p["offset"] if p["offset"] is not None else int(0.33 * p["original_max_position"])
+
+
+def check_string(p: dict) -> None:
+    offset = string_offset(p)
+    if not p["local_window"] < offset:
+        raise ScalingError(f"scaling: local_window={p['local_window']} must be < offset={offset} (shifted pairs "
+                           "see m - n - offset + local_window, which must stay below the offset)")
+
+
+@register("string", kind="attention", check=check_string, params={
+    "offset": Param(None, int, "shifted offset S (default int(0.33 L)): pairs at m - n >= S are shifted", minimum=1),
+    "local_window": Param(128, int, "small local value W: shifted pairs see m - n - S + W", minimum=0),
+    "attention_factor": Param(0.1 * math.log(2) + 1, float, "cos/sin factor (the reference's 0.1 ln 2 + 1)",
+                              above=0.0),
+    "original_max_position": TRAINED,
+})
+def string(p) -> PositionRule:
+    """STRING: relative position m - n - S + W where m - n >= S; cos/sin times the attention factor."""
+    offset, local = string_offset(p), p["local_window"]
+    return PositionRule("string", (
+        _near(offset),
+        _far(offset, lambda m: m.double() - offset + local, None, "shifted"),
+    ), None, float(p["attention_factor"]))
+
+
+@register("lm_infinite", kind="attention", params={
+    "global_tokens": Param(10, int, "the first tokens every query sees (at distance local_span)", minimum=0),
+    "local_span": Param(None, int, "the last keys seen at their own distance (default L)", minimum=1),
+    "original_max_position": TRAINED,
+})
+def lm_infinite(p) -> PositionRule:
+    """LM-Infinite: a Lambda-shaped mask; the global tokens beyond the local span at distance local_span."""
+    local = p["local_span"] if p["local_span"] is not None else p["original_max_position"]
+    first = p["global_tokens"]
+    return PositionRule("lm_infinite", (
+        _near(local),
+        Piece("global", lambda m, n: (n < first) & (m - n >= local),
+              lambda f, l: (0, min(first, l - local + 1)),
+              lambda m: torch.full(m.shape, float(local), dtype=torch.float64),
+              lambda n: torch.zeros(n.shape, dtype=torch.float64)),
+    ), complete=False)
