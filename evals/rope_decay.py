@@ -11,8 +11,15 @@
   points (head dim 128) and power-law fit, with the model's base and the strategy's effective base
   (the base of plain RoPE with the same slowest frequency) marked. Bounds are cached per (dim, L).
 - Per-dimension table and plot of the strategy: wavelength, lambda/L, factor and regime of every pair
-  (``removed``: theta = 0, p-RoPE). A query-scaling strategy (log-n) changes no frequency: its query factor at
+  (``removed``: theta = 0, p-RoPE), and the largest angle the pair turns through at the largest relative
+  position a query of ``max_distance`` tokens sees, over the largest it turned through in training (> 1:
+  angles never trained). A query-scaling strategy (log-n) changes no frequency: its query factor at
   lengths around the trained one is reported instead.
+- Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite: ``rope_ext.positions``): their
+  effective relative-position map (the position each (query, key) pair sees, as a heatmap over a sequence
+  of ``max_distance`` tokens, and for its last query against distance), and the expected decay that query
+  sees: the curve at the mapped positions (gaps where a pair is not attended, LM-Infinite), times the
+  rule's query factor (ReRoPE's log n) and cos/sin factor squared (STRING).
 
 The geometry is that of the rotary slots the strategy scales (on Gemma-3: the global layers, base 1e6),
 read from the model's config; ``eval.head_dim`` / ``eval.base`` override it.
@@ -180,6 +187,52 @@ def dimension_figure(table: list[dict], trained: int, title: str):
     return fig
 
 
+def seen_positions(rule, length: int, distances: torch.Tensor):
+    """The relative position the last query of a ``length``-token sequence sees at each distance (float64),
+    whether it attends there, and the rule's factor on that query's scores (query factor x cos/sin factor^2)."""
+    last = torch.tensor(length - 1)
+    position, seen = rule.relative(last, last - distances)
+    factor = rule.rotary_scale**2 * (float(rule.query_scale(last)) if rule.query_scale is not None else 1.0)
+    return position, seen, factor
+
+
+def map_figure(rule, length: int, trained: int, title: str, grid: int = 256):
+    """Left: the relative position each (query m, key n) pair sees, over L, on a grid (white: not attended).
+    Right: what the last query sees against its distance to the key, beside plain RoPE."""
+    points = torch.linspace(0, length - 1, grid).round().long()
+    position, seen = rule.relative(points[:, None], points[None, :])
+    shown = (position / trained).masked_fill(~seen, float("nan")).numpy()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.2))
+    image = left.imshow(shown, origin="upper", extent=(0, length, length, 0), cmap="viridis", interpolation="nearest")
+    fig.colorbar(image, ax=left, label="relative position seen / trained L")
+    left.set(xlabel="key position n", ylabel="query position m", title="position each pair sees")
+    left.tick_params(axis="x", labelrotation=30)
+    distance = torch.arange(length)
+    last, attended, _ = seen_positions(rule, length, distance)
+    right.plot(distance[attended], last[attended], linewidth=1.2, label=rule.name)
+    right.plot([0, length], [0, length], color="grey", linewidth=0.8, linestyle=":", label="plain RoPE")
+    right.axhline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
+    right.set(xlabel="distance m - n (last query)", ylabel="relative position seen", title="the last query")
+    right.grid(alpha=0.3)
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def largest_position(scaling, length: int, queries: int = 512) -> float:
+    """The largest relative position any of ``queries`` evenly spread queries (the last among them) of a
+    ``length``-token sequence sees: length - 1 without an attention-level rule."""
+    rule = scaling.position_rule()
+    if rule is None:
+        return float(length - 1)
+    best = 0.0
+    for m in torch.linspace(0, length - 1, queries).round().long().unique().tolist():
+        position, seen = rule.relative(torch.tensor(m), torch.arange(m + 1))
+        best = max(best, float(position[seen].max()))
+    return best
+
+
 def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     trained = ctx.trained_context
     target = target_length(ctx.scaling, trained)
@@ -188,22 +241,32 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     curves, rows, summary = {}, [], {f"rotary_dim{suffix}": dim, f"base{suffix}": base}
     for label, scaling in strategies.items():
         inv_freq, attention = scaling.frequencies(dim, base, seq_len=cfg.max_distance)
+        rule = scaling.position_rule()
+        dense_at, dense_seen, sampled_at, sampled_seen, factor = dense.double(), None, sampled.double(), None, 1.0
+        if rule is not None:  # the positions the last query sees, its factor on the scores
+            dense_at, dense_seen, factor = seen_positions(rule, cfg.max_distance, dense)
+            sampled_at, sampled_seen, _ = seen_positions(rule, cfg.max_distance, sampled)
         curves[label] = {}
         for vec in cfg.vectors:
             vec = dict(vec)
             moments = dict(q_mean=vec.get("q_mean"), k_mean=vec.get("k_mean"), std=vec.get("std", 1.0),
-                           attention_factor=attention)
-            mean, _ = analysis.expected_decay(inv_freq, dense, **moments)
+                           attention_factor=attention * math.sqrt(factor))
+            mean, _ = analysis.expected_decay(inv_freq, dense_at, **moments)
+            if dense_seen is not None and not bool(dense_seen.all()):
+                mean = mean[: int((~dense_seen).nonzero()[0])]  # strength and rise over the first attended distances
             key = f"{label}/{vec['label']}"
             flat = float(mean.abs().max()) == 0
             summary[f"decay_strength/{key}{suffix}"] = 0.0 if flat else analysis.decay_strength(mean)
             summary[f"first_rise/{key}{suffix}"] = None if flat else analysis.first_rise(mean)
-            at, sd = analysis.expected_decay(inv_freq, sampled, **moments)
+            at, sd = analysis.expected_decay(inv_freq, sampled_at, **moments)
+            if sampled_seen is not None:  # gaps where the pair is not attended
+                at = at.masked_fill(~sampled_seen, float("nan"))
             if float(sd[0]) > 0:  # how far the decay stands out of the noise of one q, k draw
                 summary[f"decay_snr/{key}{suffix}"] = float((mean[:64].mean() - mean[-len(mean) // 4:].mean()) / sd[0])
             curves[label][vec["label"]] = (sampled.tolist(), at.tolist(), sd.tolist())
-            rows += [{"strategy": label, "vectors": vec["label"], "distance": int(d), "mean": float(m), "sd": float(s)}
-                     for d, m, s in zip(sampled, at, sd)]
+            rows += [{"strategy": label, "vectors": vec["label"], "distance": int(d), "position_seen": float(p),
+                      "mean": None if math.isnan(m) else float(m), "sd": float(s)}
+                     for d, p, m, s in zip(sampled, sampled_at, at.tolist(), sd)]
     ctx.output.table(f"rope_decay{suffix}", rows)
     title = f"{ctx.title}: d={dim}, base={base:g}"
     ctx.output.figure(f"rope_decay_plot{suffix}", decay_figure(curves, [dict(v) for v in cfg.vectors], trained, target, title))
@@ -226,10 +289,21 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
     summary[f"effective_base_max_context{suffix}"] = max(supported) if supported else None
 
     table = analysis.dimension_table(inv_freq, base, trained)
+    reach = largest_position(ctx.scaling, cfg.max_distance)
+    summary[f"max_relative_position{suffix}"] = reach
+    for row, scaled, theta in zip(table, inv_freq.double(), rope_ext.default_inv_freq(dim, base).double()):
+        # angle turned at the largest position seen over the angle turned in training (each capped at a full turn)
+        trained_angle = min(float((trained - 1) * theta), 2 * math.pi)
+        row["max_relative_position"] = reach
+        row["angle_over_trained"] = min(reach * float(scaled), 2 * math.pi) / trained_angle if trained_angle else None
+    summary[f"pairs_unseen_angles{suffix}"] = sum((r["angle_over_trained"] or 0) > 1.001 for r in table)  # 0.1% slack
     ctx.output.table(f"dimensions{suffix}", table)
     ctx.output.figure(f"dimensions_plot{suffix}", dimension_figure(table, trained, f"{ctx.scaling.label} per pair, {title}"))
     for regime in ("extrapolated", "blended", "interpolated", "removed"):
         summary[f"pairs_{regime}{suffix}"] = sum(r["regime"] == regime for r in table)
+    rule = ctx.scaling.position_rule()
+    if rule is not None:
+        ctx.output.figure(f"position_map{suffix}", map_figure(rule, cfg.max_distance, trained, title))
     if ctx.scaling.scales_query:  # log-n style: not a frequency change; the query factor by length instead
         lengths = torch.tensor([trained // 2, trained, 2 * trained, 4 * trained, 16 * trained])
         factors = ctx.scaling.query_factors(lengths - 1)

@@ -48,20 +48,21 @@ def _pair_index(pairs) -> tuple:
     return a, b
 
 
-def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None):
-    """Softmax attention of q over k/v where ``allowed`` (batch, q, k; None: all) holds: (output, log-sum-exp);
-    rows with no allowed key get output 0 and log-sum-exp -inf."""
+def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, causal: bool = False):
+    """Softmax attention of q over k/v where ``allowed`` (batch, q, k; None: all) holds, or with ``causal`` key
+    j for query i <= j (a square block): (output, log-sum-exp); rows with no allowed key get output 0 and
+    log-sum-exp -inf."""
     fused = q.device.type == "cpu" and softcap is None and q.dtype in (torch.float32, torch.bfloat16, torch.float16)
     if fused:
         mask = None
         if allowed is not None or bias is not None:
-            mask = torch.zeros(allowed.shape if allowed is not None else bias.shape[-3:], dtype=q.dtype, device=q.device)
+            mask = torch.zeros(allowed.shape if allowed is not None else bias.shape, dtype=q.dtype, device=q.device)
             if bias is not None:
                 mask = mask + bias.to(q.dtype)
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
             mask = mask.unsqueeze(1)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask,
                                                                               scale=scale)
         lse = lse.float()
     else:
@@ -73,12 +74,14 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None):
             scores = torch.tanh(scores / softcap) * softcap  # Gemma-2-style logit soft-capping
         if bias is not None:
             scores = scores + bias.unsqueeze(1).float()
+        if causal:
+            allowed = _causal(scores.shape[-1], scores.device)[None]
         if allowed is not None:
             scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)
         weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
         out = (weights @ v.float()).to(q.dtype)
-    if allowed is not None:
+    if allowed is not None and not causal:
         empty = ~allowed.any(-1)  # (batch, q)
         if bool(empty.any()):
             lse = lse.masked_fill(empty.unsqueeze(1), float("-inf"))
@@ -86,15 +89,60 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None):
     return out, lse
 
 
-def _merge(out, lse, part, part_lse):
-    """Two softmax partials over disjoint keys merged by their log-sum-exp."""
-    if out is None:
-        return part.float(), part_lse
-    total = torch.logaddexp(lse, part_lse)
-    finite = total.isfinite()
-    old = torch.where(finite, torch.exp(lse - total), torch.zeros_like(total))
-    new = torch.where(finite, torch.exp(part_lse - total), torch.zeros_like(total))
-    return out * old[..., None] + part.float() * new[..., None], total
+def _merge(parts: list) -> torch.Tensor:
+    """Softmax partials over disjoint keys merged by their log-sum-exp: sum_i out_i * exp(lse_i - lse)."""
+    if len(parts) == 1:
+        return parts[0][0].float()
+    lse = torch.stack([part_lse for _, part_lse in parts])
+    total = torch.logsumexp(lse, dim=0)
+    weights = torch.exp(lse - total.masked_fill(~total.isfinite(), 0)).nan_to_num(0.0)
+    out = parts[0][0].float() * weights[0, ..., None]
+    for (part, _), weight in zip(parts[1:], weights[1:]):
+        out += part.float() * weight[..., None]
+    return out
+
+
+def _masked(q, k, v, lo, hi, m, n, mask, where, sliding_window, scale, softcap):
+    """One key block of a strip: the pairs with lo <= key index < hi per query row, within the sliding window
+    and the call's mask; None when it holds none. Without a window or mask the block is classified from lo and
+    hi alone: unmasked when every row holds every key, the kernel's causal path when the pairs are exactly
+    the top-left triangle of a square block."""
+    start, stop, k_start, k_stop = where
+    if sliding_window is None and mask is None:
+        rows = torch.arange(stop - start, device=lo.device)
+        if bool((hi.clamp(max=k_stop) <= lo.clamp(min=k_start)).all()):
+            return None
+        if bool((lo <= k_start).all()):
+            if bool((hi >= k_stop).all()):
+                return _attend(q, k, v, None, scale, softcap)
+            if k_stop - k_start == stop - start and bool((hi == k_start + rows + 1).all()):
+                return _attend(q, k, v, None, scale, softcap, causal=True)
+    index = torch.arange(k_start, k_stop, device=lo.device)
+    allowed = (index >= lo[..., None]) & (index < hi[..., None])  # (batch, block, keys)
+    if sliding_window is not None:
+        allowed &= m[..., None] - n < sliding_window
+    bias = None
+    if mask is not None:
+        part = (mask[:, 0, start:stop] if mask.shape[-2] > 1 else mask[:, 0])[..., k_start:k_stop]
+        if part.dtype == torch.bool:
+            allowed &= part
+        else:
+            allowed &= part > torch.finfo(part.dtype).min / 2
+            bias = part.masked_fill(~allowed, 0) if bool((part[allowed] != 0).any()) else None
+        if not bool(allowed.any()):
+            return None
+    return _attend(q, k, v, allowed, scale, softcap, bias)
+
+
+_CAUSAL: dict = {}
+
+
+def _causal(size: int, device) -> torch.Tensor:
+    key = (size, str(device))
+    if key not in _CAUSAL:
+        _CAUSAL.clear()
+        _CAUSAL[key] = torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    return _CAUSAL[key]
 
 
 def assemble(rule: PositionRule, query, key, value, query_positions, key_positions, inv_freq, pairs, scale: float,
@@ -117,44 +165,41 @@ def assemble(rule: PositionRule, query, key, value, query_positions, key_positio
         mask = mask.bool()[:, None, None, :]
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)
     offsets = kp[:, :1]  # key index i is at position offset + i (per row)
-    low_offset, high_offset = int(offsets.min()), int(offsets.max())
     k_len = key.shape[-2]
     moved = []
     for piece in rule.pieces:
         q = rerotate(query, piece.query(qp) - qp, inv_freq, pairs) if piece.query else query
         k = rerotate(key, piece.key(kp) - kp, inv_freq, pairs) if piece.key else key
         moved.append((piece, q, k))
-    outputs = []
+    exact = mask is None and sliding_window is None  # else every key block is masked (padding, windows)
+    output = torch.zeros(query.shape[:3] + (value.shape[-1],), dtype=query.dtype, device=query.device)
     for start in range(0, query.shape[-2], query_block):
         stop = min(start + query_block, query.shape[-2])
         m = qp[:, start:stop]
-        first, last = int(m.min()), int(m.max())
-        out = lse = None
+        parts = []
         for piece, q, k in moved:
-            lo, hi = piece.keys(first, last)
-            lo, hi = max(0, lo - high_offset), min(k_len, hi - low_offset)  # key indices that can hold it
-            for k_start in range(lo, hi, key_block):
-                k_stop = min(k_start + key_block, hi)
-                n = kp[:, k_start:k_stop]
-                mm, nn = m[:, :, None], n[:, None, :]
-                allowed = piece.region(mm, nn) & (nn <= mm)  # pieces are disjoint
-                if sliding_window is not None:
-                    allowed &= mm - nn < sliding_window
-                bias = None
-                if mask is not None:
-                    part = (mask[:, 0, start:stop] if mask.shape[-2] > 1 else mask[:, 0])[..., k_start:k_stop]
-                    if part.dtype == torch.bool:
-                        allowed &= part
-                    else:
-                        allowed &= part > torch.finfo(part.dtype).min / 2
-                        bias = part.masked_fill(~allowed, 0) if bool((part[allowed] != 0).any()) else None
-                if not bool(allowed.any()):
-                    continue
-                full = bool(allowed.all())
-                part_out, part_lse = _attend(q[:, :, start:stop], k[:, :, k_start:k_stop], value[:, :, k_start:k_stop],
-                                             None if full else allowed, scale, softcap, bias)
-                out, lse = _merge(out, lse, part_out, part_lse)
-        if out is None:
-            out = torch.zeros(query.shape[:2] + (stop - start, value.shape[-1]), dtype=torch.float32, device=query.device)
-        outputs.append(out.to(query.dtype))
-    return torch.cat(outputs, dim=-2)
+            # the keys each query holds, as key indices: [lo, hi) per row (batch, block)
+            lo = (piece.lo(m) - offsets).clamp(0, k_len)
+            hi = (piece.hi(m) - offsets).clamp(0, k_len)
+            lo_min, lo_max, hi_min, hi_max = int(lo.min()), int(lo.max()), int(hi.min()), int(hi.max())
+            spans = [(lo_min, hi_max, key_block)]
+            if exact and lo_max < hi_min:  # a middle every query holds (one unmasked call), strips either side
+                right, rows = hi_min, stop - start
+                if hi_max - hi_min == rows - 1 and hi_max - rows >= lo_max:
+                    right = hi_max - rows  # a diagonal edge: a square strip, the kernel's causal triangle
+                spans = [(lo_min, lo_max, key_block), (lo_max, right, None), (right, hi_max, key_block)]
+            for span_start, span_stop, step in spans:
+                for k_start in range(span_start, span_stop, step or max(1, span_stop - span_start)):
+                    k_stop = min(k_start + (step or span_stop), span_stop)
+                    q_part, k_part, v_part = q[:, :, start:stop], k[:, :, k_start:k_stop], value[:, :, k_start:k_stop]
+                    if step is None:
+                        parts.append(_attend(q_part, k_part, v_part, None, scale, softcap))
+                        continue
+                    part = _masked(q_part, k_part, v_part, lo, hi, m, torch.arange(k_start, k_stop, device=query.device)
+                                   + offsets[:, :, None], mask, (start, stop, k_start, k_stop), sliding_window, scale,
+                                   softcap)
+                    if part is not None:
+                        parts.append(part)
+        if parts:
+            output[:, :, start:stop] = _merge(parts)
+    return output

@@ -1,8 +1,9 @@
 """Attention-level strategies: which relative position each (query, key) pair sees, instead of new frequencies.
 
-A method is a :class:`PositionRule`: a few :class:`Piece` s that split the causal (query m, key n) pairs,
-each giving the position its query and its key take there (RoPE then sees their difference), and pairs no
-piece claims are not attended. :mod:`rope_ext.assembled` computes attention exactly from those pieces,
+A method is a :class:`PositionRule`: a few :class:`Piece` s that split the causal (query m, key n) pairs --
+each holds, for the query at m, the keys n in an interval [lo(m), hi(m)) whose ends never decrease with m --
+each giving the position its query and its key take there (RoPE then sees their difference); pairs no
+piece holds are not attended. :mod:`rope_ext.assembled` computes attention exactly from those pieces,
 block by block; :meth:`PositionRule.relative` gives the dense map for analysis and display.
 
 - ``self_extend``  Self-Extend (Jin et al. 2024, arXiv 2401.01325; datamllab/LongLM): neighbours (m - n < W)
@@ -45,19 +46,27 @@ Positions = Callable[[torch.Tensor], torch.Tensor]
 class Piece:
     """A part of the causal (m, n) pairs and the positions its query and key take there.
 
-    ``region(m, n)`` (broadcast LongTensors, n <= m) says which pairs it holds; ``keys(first, last)`` the key
-    positions [lo, hi) it can hold for queries in [first, last] (a superset: the blocks it skips);
-    ``query(m)`` / ``key(n)`` the positions (float64) they take, None for their own."""
+    The query at position m holds the keys at positions lo(m) <= n < hi(m) (LongTensors of m's shape;
+    hi(m) <= m + 1, and neither end decreases as m grows, so a block of queries holds a band of keys);
+    ``query(m)`` / ``key(n)`` give the positions (float64) they take, None for their own."""
 
     name: str
-    region: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    keys: Callable[[int, int], tuple[int, int]]
+    lo: Positions
+    hi: Positions
     query: Positions | None = None
     key: Positions | None = None
 
     @property
     def moves(self) -> bool:
         return self.query is not None or self.key is not None
+
+    def region(self, m: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Which pairs (m, n) it holds (broadcast LongTensors)."""
+        return (n >= self.lo(m)) & (n < self.hi(m))
+
+    def keys(self, first: int, last: int) -> tuple[int, int]:
+        """The key positions [lo, hi) it can hold for queries at positions in [first, last]."""
+        return int(self.lo(torch.tensor(first))), int(self.hi(torch.tensor(last)))
 
 
 @dataclass(frozen=True)
@@ -102,11 +111,11 @@ class PositionRule:
 
 def _near(window: int) -> Piece:
     # pairs closer than the window keep their own positions
-    return Piece("near", lambda m, n: m - n < window, lambda first, last: (first - window + 1, last + 1))
+    return Piece("near", lambda m: m - window + 1, lambda m: m + 1)
 
 
 def _far(window: int, query: Positions | None, key: Positions | None, name: str = "far") -> Piece:
-    return Piece(name, lambda m, n: m - n >= window, lambda first, last: (0, last - window + 1), query, key)
+    return Piece(name, torch.zeros_like, lambda m: (m - window + 1).clamp(min=0), query, key)
 
 
 def _log_n(trained: int) -> Positions:
@@ -166,10 +175,9 @@ def dca(p) -> PositionRule:
 
     inter = float(min(2 * c - 1, size))  # ChunkLlama's qc position of index c - 1
     return PositionRule("dca", (
-        Piece("intra", lambda m, n: chunk(m) == chunk(n), lambda f, l: (c * (f // c), l + 1)),
-        Piece("successive", lambda m, n: chunk(n) == chunk(m) - 1,
-              lambda f, l: (max(0, c * (f // c - 1)), c * (l // c)), succ_query, key),
-        Piece("inter", lambda m, n: chunk(n) <= chunk(m) - 2, lambda f, l: (0, max(0, c * (l // c - 1))),
+        Piece("intra", lambda m: c * chunk(m), lambda m: m + 1),
+        Piece("successive", lambda m: (c * (chunk(m) - 1)).clamp(min=0), lambda m: c * chunk(m), succ_query, key),
+        Piece("inter", torch.zeros_like, lambda m: (c * (chunk(m) - 1)).clamp(min=0),
               lambda m: torch.full(m.shape, inter, dtype=torch.float64), key),
     ))
 
@@ -244,8 +252,7 @@ def lm_infinite(p) -> PositionRule:
     first = p["global_tokens"]
     return PositionRule("lm_infinite", (
         _near(local),
-        Piece("global", lambda m, n: (n < first) & (m - n >= local),
-              lambda f, l: (0, min(first, l - local + 1)),
+        Piece("global", torch.zeros_like, lambda m: (m - local + 1).clamp(min=0, max=first),
               lambda m: torch.full(m.shape, float(local), dtype=torch.float64),
               lambda n: torch.zeros(n.shape, dtype=torch.float64)),
     ), complete=False)

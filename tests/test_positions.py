@@ -322,3 +322,28 @@ def test_a_perplexity_job_runs_with_each_method_on_gemma3(tmp_path, run_job, mod
                                    *text, "eval.lengths=[32,96]")
         assert math.isfinite(summary["ppl@96"])
         assert {"attention": results["rope"]["label"], "layer_types": ["full_attention"]} in results["rope"]["patched"]
+
+
+DECAY = ["eval=rope_decay", "eval.max_distance=8192", "eval.bound_contexts=[1024]", "eval.points=64"]
+
+
+def test_rope_decay_draws_the_map_and_the_decay_the_last_query_sees(tmp_path, run_job):
+    """eval=rope_decay: the map figure, the positions seen per distance (gaps where LM-Infinite attends nothing),
+    the largest relative position and the per-pair angles against training."""
+    import csv
+
+    summary, _ = run_job(tmp_path / "dca", *DECAY, "scaling=dca")
+    assert summary["max_relative_position"] == 1536  # the TINY model is trained at 2048: chunk_size 3L/4
+    assert summary["pairs_unseen_angles"] == 0
+    assert (tmp_path / "dca" / "position_map.png").is_file()
+    rows = list(csv.DictReader(open(tmp_path / "dca" / "rope_decay.csv")))
+    dca = [r for r in rows if r["strategy"] != "none"]
+    assert max(float(r["position_seen"]) for r in dca) <= 1536 < max(int(r["distance"]) for r in dca)
+    summary, _ = run_job(tmp_path / "lmi", *DECAY, "scaling=lm_infinite",
+                         "scaling.local_span=1024", "scaling.global_tokens=4")
+    rows = list(csv.DictReader(open(tmp_path / "lmi" / "rope_decay.csv")))
+    gaps = [r for r in rows if r["strategy"] != "none" and r["mean"] == ""]
+    assert gaps and all(1024 <= int(r["distance"]) < 8191 - 3 for r in gaps)
+    dimensions = list(csv.DictReader(open(tmp_path / "lmi" / "dimensions.csv")))
+    assert {float(r["max_relative_position"]) for r in dimensions} == {1024.0}
+    assert all(float(r["angle_over_trained"]) <= 1 for r in dimensions)
