@@ -110,7 +110,7 @@ def value_text(value) -> str:
 def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
     """A range the user gave in Hydra's sweep syntax, checked against the declared bounds of a strategy parameter."""
     key, sweep = override.get_key_element(), override.value()
-    text = f"{key}={override.get_value_element_as_str()}"
+    text = override.input_line or key
     param = None
     if key.startswith("scaling."):
         name = key.split(".", 1)[1]

@@ -39,7 +39,7 @@ def split(arguments: list[str], params: dict | None, parser) -> tuple[list[str],
         key = override.get_key_element()
         if override.is_sweep_override():
             if key == "scaling" or key.startswith("scaling@"):
-                raise ConfigError(f"{key}={override.get_value_element_as_str()}: a search explores one strategy; run "
+                raise ConfigError(f"{override.input_line}: a search explores one strategy; run "
                                   f"one search per strategy (scaling=yarn, then scaling=ntk_by_parts)")
             ranges[key] = override
         else:
