@@ -8,8 +8,8 @@
   discovered, not listed; ``scoring.py`` and ``stats.py`` are what they share.
 - ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
   runner, the verdict, output sink, tracking, figures.
-- The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``) and ``report/`` (``python -m
-  evals.report``).
+- The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``), ``report/`` (``python -m
+  evals.report``) and ``search/`` (a search over a strategy's parameters, ``-m hydra/sweeper=optuna``).
 
 ``load_evals()`` imports every eval of this package and any modules named in ``$ROPE_EXT_PLUGINS``
 (comma-separated), whose ``register``/``register_eval`` calls add strategies and evals.
@@ -24,7 +24,7 @@ import pkgutil
 from .core.errors import UserError
 from .core.registry import EVALS, Metric, register_eval
 
-APP = ("cli", "report", "lm_eval_tasks", "core")  # not evals: nothing of theirs registers
+APP = ("cli", "report", "lm_eval_tasks", "core", "search")  # not evals: nothing of theirs registers
 
 __all__ = ["EVALS", "Metric", "UserError", "load_evals", "register_eval"]
 

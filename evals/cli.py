@@ -15,6 +15,7 @@ import sys
 import hydra
 
 from .core.config import config_dir, register_configs
+from .core.errors import UserError
 from .core.progress import quiet_libraries
 from .core.runner import run_hydra
 
@@ -24,8 +25,8 @@ def _interrupt(signum, frame):
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
-def app(cfg) -> None:
-    run_hydra(cfg)
+def app(cfg) -> dict | None:
+    return run_hydra(cfg)  # the summary: what a sweeper (hydra/sweeper=optuna) reads a trial's objective from
 
 
 def composition_error(err: BaseException) -> str:
@@ -81,6 +82,9 @@ def main() -> int:
         app()
     except (HydraException, OmegaConfBaseException) as err:
         print(f"error: {composition_error(err)}", file=sys.stderr)
+        return 2
+    except UserError as err:  # bad input a sweeper found before any trial ran (evals/search)
+        print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)

@@ -57,6 +57,11 @@ class Param:
     ``type`` is float, int, bool, str or list; ``minimum`` is an inclusive lower bound and ``above`` an
     exclusive one, ``maximum`` an inclusive upper bound (numbers); floats must be finite; a str takes one
     of ``choices``. ``required`` parameters have no usable default.
+
+    ``search``: where a parameter search looks by default (``python run.py -m hydra/sweeper=optuna``): a
+    ``(low, high)`` range inside the accepted bounds, sampled on a log scale when ``log``; or ``"monotone"`` for
+    a list of d/2 per-dimension factors searched under LongRoPE's constraints (arXiv 2402.13753: >= 1,
+    non-decreasing with the dimension, the first n-hat dimensions left alone). None: not searched unless asked.
     """
 
     default: Any = None
@@ -67,6 +72,8 @@ class Param:
     required: bool = False
     maximum: float | None = None
     choices: tuple | None = None
+    search: tuple | str | None = None
+    log: bool = False
 
     def coerce(self, strategy: str, key: str, value: Any) -> Any:
         """``value`` checked against this declaration (ints become floats where a float is declared)."""
@@ -168,7 +175,7 @@ def wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
     return 2 * math.pi / inv_freq
 
 
-FACTOR = Param(2.0, float, "scale s = target length / trained length", minimum=1.0)
+FACTOR = Param(2.0, float, "scale s = target length / trained length", minimum=1.0, search=(1.0, 16.0), log=True)
 TRAINED = Param(None, int, "trained context L (default: the model's)", minimum=1, required=True)
 
 
@@ -237,8 +244,10 @@ def yarn_ramp(dim: int, base: float, trained: int, beta_fast: float, beta_slow: 
 YARN_PARAMS = {
     "factor": FACTOR,
     "original_max_position": TRAINED,
-    "beta_fast": Param(32.0, float, "rotations over L below which a pair starts to be interpolated", above=0.0),
-    "beta_slow": Param(1.0, float, "rotations over L below which a pair is fully interpolated", above=0.0),
+    "beta_fast": Param(32.0, float, "rotations over L below which a pair starts to be interpolated", above=0.0,
+                       search=(8.0, 128.0), log=True),  # ranges apart, so every sample has beta_fast > beta_slow
+    "beta_slow": Param(1.0, float, "rotations over L below which a pair is fully interpolated", above=0.0,
+                       search=(0.25, 4.0), log=True),
     "truncate": Param(True, bool, "round the ramp's ends to whole dimensions (transformers' truncate)"),
 }
 
@@ -266,7 +275,7 @@ def ntk_by_parts(p, dim, base, seq_len):
     "yarn",
     params={
         **YARN_PARAMS,
-        "attention_factor": Param(None, float, "cos/sin factor (default 0.1 ln s + 1)", above=0.0),
+        "attention_factor": Param(None, float, "cos/sin factor (default 0.1 ln s + 1)", above=0.0, search=(0.8, 1.6)),
         "mscale": Param(None, float, "DeepSeek mscale", above=0.0),
         "mscale_all_dim": Param(None, float, "DeepSeek mscale_all_dim", above=0.0),
         "dynamic": Param(False, bool, "factor follows the length: s = max(1, n/L)"),
@@ -301,8 +310,10 @@ def check_llama3(p: dict) -> None:
 @register(
     "llama3",
     params={"factor": Param(8.0, float, "scale s", minimum=1.0), "original_max_position": TRAINED,
-            "low_freq_factor": Param(1.0, float, "wavelengths above L/low are interpolated by s", above=0.0),
-            "high_freq_factor": Param(4.0, float, "wavelengths below L/high are kept", above=0.0)},
+            "low_freq_factor": Param(1.0, float, "wavelengths above L/low are interpolated by s", above=0.0,
+                                     search=(0.25, 2.0), log=True),
+            "high_freq_factor": Param(4.0, float, "wavelengths below L/high are kept", above=0.0,
+                                      search=(2.5, 32.0), log=True)},
     check=check_llama3,
 )
 def llama3(p, dim, base, seq_len):
@@ -337,8 +348,8 @@ def check_longrope(p: dict) -> None:
 @register(
     "longrope",
     params={
-        "short_factor": Param(None, list, "d/2 factors used up to L", required=True),
-        "long_factor": Param(None, list, "d/2 factors used beyond L", required=True),
+        "short_factor": Param(None, list, "d/2 factors used up to L", required=True, search="monotone"),
+        "long_factor": Param(None, list, "d/2 factors used beyond L", required=True, search="monotone"),
         "factor": Param(None, float, "target length / L (sets the attention factor)", minimum=1.0),
         "original_max_position": TRAINED,
         "attention_factor": Param(None, float, "cos/sin factor (default sqrt(1 + ln s / ln L))", above=0.0),
@@ -398,9 +409,9 @@ def check_mixed(p: dict) -> None:
 
 @register(
     "mixed",
-    params={"factors": Param(None, list, "one factor per dimension pair"),
+    params={"factors": Param(None, list, "one factor per dimension pair", search="monotone"),
             "bands": Param(None, list, "[{dims: [start, end], factor}] or [{min_wavelength, max_wavelength, factor}]"),
-            "attention_factor": Param(1.0, float, "cos/sin factor", above=0.0)},
+            "attention_factor": Param(1.0, float, "cos/sin factor", above=0.0, search=(0.8, 1.6))},
     check=check_mixed,
 )
 def mixed(p, dim, base, seq_len):
@@ -418,7 +429,7 @@ def p_rope_pairs(fraction: float, dim: int) -> int:
 
 
 @register("p_rope", params={"fraction": Param(0.75, float, "fraction p of rotary pairs kept (the highest frequencies)",
-                                              above=0.0, maximum=1.0)})
+                                              above=0.0, maximum=1.0, search=(0.25, 1.0))})
 def p_rope(p, dim, base, seq_len):
     """p-RoPE (Barbero et al. 2024, "Round and round we go!", arXiv 2410.06205): the floor(p * d/2)
     highest-frequency pairs keep theta_i = b^(-2i/d); the rest get theta = 0 (no rotation: channels

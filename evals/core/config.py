@@ -238,6 +238,10 @@ class Config:
     output_dir: Optional[str] = None  # default: Hydra's run directory (in a multirun: <output_dir>/<job subdir>)
     force: bool = False  # run even when the same job already finished (never over a finished result)
     resume_from: List[str] = field(default_factory=lambda: ["outputs", "multirun"])  # where finished jobs are found
+    # a search (-m hydra/sweeper=optuna, evals/search): what it optimises, e.g. ppl@16384 or [ppl@16384, ppl@4096],
+    # and the constraints a trial must meet, e.g. ["ppl_retention@4096>=0.98"]; a plain run or grid ignores both
+    objective: Any = None
+    constraints: List[str] = field(default_factory=list)
 
 
 _PYTHON_TYPES = {float: Optional[float], int: Optional[int], bool: Optional[bool], list: Optional[List[Any]],

@@ -154,7 +154,9 @@ def job_tags(job: Job) -> list[str]:
 def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
     """Run the job (or reuse its finished twin), judge it against the unscaled model and record the outcome;
     returns the summary (measurements and verdict)."""
-    finished = None if job.force else find_finished(job.key, job.out_dir, job.resume_from)
+    # a sweep's own directory too: a search's trials are numbered anew on a re-run, so the same job may sit elsewhere in it
+    roots = (*job.resume_from, str(job.out_dir.parent)) if job.multirun else job.resume_from
+    finished = None if job.force else find_finished(job.key, job.out_dir, roots)
     if finished:
         return _reuse(job, finished, cache)
     reference, missing = find_reference(job, cache)
@@ -308,9 +310,10 @@ def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
 
-def run_hydra(cfg) -> None:
-    """One job of the Hydra app. Single run: a user error is one line and exit 2; a crash keeps its
-    traceback. Multirun: every failure is recorded and printed as one line, and the sweep goes on."""
+def run_hydra(cfg) -> dict | None:
+    """One job of the Hydra app; returns its summary (a sweeper reads a trial's objective from it), None when it
+    failed. Single run: a user error is one line and exit 2; a crash keeps its traceback. Multirun: every failure
+    is recorded and printed as one line, and the sweep goes on."""
     out_dir, multirun = job_dir(cfg)
     try:
         job = parse_job(cfg, out_dir, multirun)
@@ -319,9 +322,9 @@ def run_hydra(cfg) -> None:
         if not multirun:
             sys.exit(2)
         _record_invalid(cfg, out_dir, err)
-        return
+        return None
     try:
-        execute(job)
+        return execute(job)
     except UserError as err:  # recorded in the job's results.json
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
@@ -331,3 +334,4 @@ def run_hydra(cfg) -> None:
             raise
         print(f"error: job {job.name} crashed: {type(err).__name__}: {err} (traceback in its results.json)",
               file=sys.stderr)
+    return None

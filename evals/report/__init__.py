@@ -51,6 +51,8 @@ from ..core.output import save_figure
 from ..core.plots import Curve
 from ..core.rundir import SWEEP, load_results, state
 from ..core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
+from ..search import is_search
+from ..search.outputs import report_section
 
 FIXED = ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
 
@@ -462,6 +464,8 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
         sections_html.append(f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"
                              f"</p>{_html_table(flat_answer, cols, 'verdict')}"
                              + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
+    search_md, search_html = report_section(dirs)  # a search's best setting and figures (evals/search)
+    sections_md, sections_html = sections_md + search_md, sections_html + search_html
     failed = [r for r in rows if r["state"] != "done"]
     if failed:
         sections_md += ["", f"## Not finished: {len(failed)} of {len(rows)} jobs", ""]
@@ -530,6 +534,8 @@ class ReportCallback(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():  # nothing ran (a search stopped by bad input before its first trial)
+            return
         try:
             written = write_report([sweep_dir], print_verdict=True)
         except FileNotFoundError as err:
@@ -542,7 +548,7 @@ class ReportCallback(Callback):
         ours = os.environ.get(SWEEP)
         failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable")
                   and (j.get("process") or {}).get("sweep") == ours]  # another sweep's running job is not ours
-        if failed:
+        if failed and not is_search(config):  # a search's failed jobs are failed trials; the search says how it ended
             print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
                   file=sys.stderr)
             raise SystemExit(1)

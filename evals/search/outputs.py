@@ -1,0 +1,200 @@
+"""What a search leaves in its sweep directory, in the sweep's report and in W&B.
+
+- ``search_trials.csv``: one row per trial -- its state, the objective values, the constrained values and whether
+  the trial is feasible, the values it tried (per-dimension factors as their list), its job directory, the error
+  of a failed trial.
+- ``search.json``: the objective with its directions, the constraints, the space, the best trial (the Pareto front
+  for several objectives), the counts.
+- ``conf/scaling/<strategy>_searched.yaml`` (several objectives: ``<strategy>_pareto<trial>.yaml``): the best
+  setting as a scaling option: ``python run.py hydra.searchpath=[file://<sweep dir>/conf] scaling=yarn_searched``,
+  or copied into ``conf/scaling/``.
+- Figures (PNG and SVG), Optuna's own plots: the objective by trial, parameter importances (fANOVA) and parallel
+  coordinates of the most important parameters; they go into the sweep's report (:func:`report_section`) and,
+  with the table and the best values, into one W&B run of the sweep's group (job type ``search``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ..core.files import atomic_write
+from ..core.output import save_figure, write_csv
+
+RESULT = "search.json"
+FIGURES = ("search_history", "search_importance", "search_parallel")
+
+
+def feasible(trial) -> bool:
+    return all(v <= 0 for v in trial.user_attrs.get("constraints") or [])
+
+
+def best_trials(search, study) -> list:
+    """The best feasible finished trial (one objective), or the feasible Pareto front (several)."""
+    done = [t for t in study.trials if t.state.name == "COMPLETE" and feasible(t)]
+    signs = [1 if t.maximize else -1 for t in search.objectives]
+    score = lambda t: [s * v for s, v in zip(signs, t.values)]  # noqa: E731 -- higher is better on every axis
+    if len(signs) == 1:
+        return [max(done, key=score)] if done else []
+    dominated = lambda a, b: all(x <= y for x, y in zip(score(a), score(b))) and score(a) != score(b)  # noqa: E731
+    return [t for t in done if not any(dominated(t, other) for other in done)]
+
+
+def trial_rows(search, study) -> list[dict]:
+    rows = []
+    for trial in study.trials:
+        reported = trial.user_attrs.get("reported") or {}
+        row = {"trial": trial.number, "state": trial.state.name.lower()}
+        row.update({t.key: reported.get(t.key) for t in search.objectives})
+        row.update({c.text: reported.get(c.target.key) for c in search.constraints})
+        row["feasible"] = feasible(trial) if trial.state.name == "COMPLETE" else None
+        row.update(dict(o.split("=", 1) for o in trial.user_attrs.get("overrides") or []))
+        row["dir"], row["error"] = trial.user_attrs.get("dir"), trial.user_attrs.get("error")
+        rows.append(row)
+    return rows
+
+
+def best_scaling(search, trial) -> dict:
+    """The scaling of ``trial`` as its job ran it: composed from its overrides, resolved against the model."""
+    import rope_ext
+
+    cfg = search.compose(search.fixed + list(trial.user_attrs.get("overrides") or []))
+    resolved = rope_ext.resolve(OmegaConf.to_container(cfg.scaling, resolve=True), search.trained).to_dict()
+    return {k: v for k, v in resolved.items() if k not in ("name", "original_max_position")
+            and not (k == "layer_types" and v == "auto")}
+
+
+def write_config(search, trial, name: str) -> Path:
+    values = best_scaling(search, trial)
+    reported = ", ".join(f"{k} = {v:.5g}" for k, v in (trial.user_attrs.get("reported") or {}).items() if v is not None)
+    head = (f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, {reported}.\n"
+            f"# Use: python run.py hydra.searchpath=[file://{search.sweep_dir.resolve() / 'conf'}] scaling={name}\n"
+            f"# or copy this file into conf/scaling/.\n")
+    body = OmegaConf.to_yaml(OmegaConf.create({"defaults": [{"/schema/scaling@_here_": search.strategy.name}, "_self_"],
+                                               **values}))
+    path = search.sweep_dir / "conf" / "scaling" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, head + body)
+    return path
+
+
+def figures(search, study) -> dict:
+    """Optuna's plots of the study (matplotlib); a plot Optuna cannot draw yet (too few trials) is left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import optuna.visualization.matplotlib as plots
+
+    objective = search.objectives[0]
+    kwargs = {} if len(search.objectives) == 1 else {"target": lambda t: t.values[0], "target_name": objective.key}
+    found = {}
+    draw = {"search_history": lambda: plots.plot_optimization_history(study, **kwargs),
+            "search_importance": lambda: plots.plot_param_importances(study, **kwargs)}
+    for name, plot in draw.items():
+        try:
+            found[name] = plot()
+        except Exception as err:  # noqa: BLE001 -- e.g. importances need two finished trials
+            print(f"search: no {name} figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+    try:
+        import optuna
+
+        important = list(optuna.importance.get_param_importances(study, **{k: v for k, v in kwargs.items()
+                                                                             if k == "target"}))[:8]
+        found["search_parallel"] = plots.plot_parallel_coordinate(study, params=important, **kwargs)
+    except Exception as err:  # noqa: BLE001
+        print(f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+    for name, axes in found.items():
+        axes = axes.flat[0] if hasattr(axes, "flat") else axes
+        axes.set_title(f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
+        found[name] = axes.figure
+    return found
+
+
+def write(search, study) -> list[Path]:
+    """Everything above into the sweep directory (and W&B); the paths written."""
+    rows = trial_rows(search, study)
+    best = best_trials(search, study)
+    written = [write_csv(search.sweep_dir / "search_trials.csv", rows)]
+    configs = [write_config(search, t, f"{search.strategy.name}_searched" if len(search.objectives) == 1
+                            else f"{search.strategy.name}_pareto{t.number}") for t in best]
+    states = [t.state.name for t in study.trials]
+    result = {"strategy": search.strategy.name, "objective": [t.key for t in search.objectives],
+              "directions": [t.direction for t in search.objectives],
+              "constraints": [c.text for c in search.constraints], "space": [s.describe() for s in search.space],
+              "sampler": search.sampler_name, "trials": len(states), "complete": states.count("COMPLETE"),
+              "failed": states.count("FAIL"),
+              "best": [{"trial": t.number, "values": dict(zip([o.key for o in search.objectives], t.values)),
+                        "scaling": best_scaling(search, t), "dir": t.user_attrs.get("dir"), "config": str(path)}
+                       for t, path in zip(best, configs)]}
+    atomic_write(search.sweep_dir / RESULT, json.dumps(result, indent=2, default=str))
+    written += [search.sweep_dir / RESULT, *configs]
+    images = {}
+    for name, fig in figures(search, study).items():
+        for suffix, data in save_figure(fig).items():
+            atomic_write(search.sweep_dir / f"{name}.{suffix}", data)
+            written.append(search.sweep_dir / f"{name}.{suffix}")
+        images[name] = search.sweep_dir / f"{name}.png"
+    track(search, rows, result, images, configs)
+    return written
+
+
+def track(search, rows: list[dict], result: dict, images: dict, configs: list[Path]) -> None:
+    """The search as one W&B run of the sweep's group: objective by trial as history, the trial table, the best
+    values and parameters in the summary, the figures, the best configs as an artifact."""
+    from ..core.tracking import Tracker, sweep_group
+
+    logger = search.config.get("logger")
+    if logger is None or logger.get("name") == "none":
+        return
+    tracker = Tracker(logger, {"search": result}, search.sweep_dir / "search", f"search-{search.sweep_dir.name}",
+                      sweep_group(search.sweep_dir), tags=["search", f"scaling:{search.strategy.name}"],
+                      job_type="search")
+    if tracker.run is None:
+        return
+    keys = [t.key for t in search.objectives]
+    tracker.curve("search", "trial", [{"trial": r["trial"], **{k: r[k] for k in keys if r.get(k) is not None}}
+                                      for r in rows if any(r.get(k) is not None for k in keys)])
+    tracker.table("search_trials", [{k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
+                                     for k, v in r.items()} for r in rows])
+    for best in result["best"][:1]:
+        tracker.summary({f"best/{k}": v for k, v in best["values"].items()}
+                        | {f"best/scaling.{k}": (v if not isinstance(v, list) else str(v)) for k, v in best["scaling"].items()}
+                        | {"best/trial": best["trial"]})
+    for name, path in images.items():
+        tracker.image(name, path)
+    for path in configs:
+        tracker.artifact(path, f"search-{search.sweep_dir.name}-{path.stem}")
+    tracker.finish(0)
+
+
+def report_section(dirs) -> tuple[list[str], list[str]]:
+    """The search of any directory among ``dirs`` for the sweep's report: (markdown lines, HTML parts with the
+    figures embedded); empty when none holds a search."""
+    import base64
+
+    md, parts = [], []
+    for root in map(Path, dirs):
+        path = root / RESULT
+        if not path.is_file():
+            continue
+        result = json.loads(path.read_text())
+        goal = " and ".join(f"{d} {k}" for d, k in zip(result["directions"], result["objective"]))
+        head = (f"{result['strategy']}: {goal}" + (f" subject to {', '.join(result['constraints'])}" if result["constraints"]
+                                                   else "") + f"; {result['trials']} trials ({result['complete']} finished, "
+                f"{result['failed']} failed), {result['sampler']}")
+        lines = [f"- trial {b['trial']}: " + ", ".join(f"{k} = {v:.5g}" for k, v in b["values"].items())
+                 + f"; {', '.join(f'{k}={v}' for k, v in b['scaling'].items() if not isinstance(v, list))}"
+                 + f"; config {b['config']}" for b in result["best"]] or ["- no feasible finished trial"]
+        pngs = [root / f"{name}.png" for name in FIGURES if (root / f"{name}.png").is_file()]
+        md += ["", f"## Search ({root})", "", head, "", "Best" + (" (Pareto front)" if len(result["objective"]) > 1 else "")
+               + f"; every trial in {root / 'search_trials.csv'}:", "", *lines, "",
+               *[f"![{png.stem}]({png.name})" for png in pngs]]
+        parts.append(f"<h2>Search ({html.escape(str(root))})</h2><p class=note>{html.escape(head)}</p><ul>"
+                     + "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines) + "</ul>"
+                     + "".join(f"<figure><img alt=\"{png.stem}\" src=\"data:image/png;base64,"
+                               f"{base64.b64encode(png.read_bytes()).decode()}\"><figcaption>{png.stem}</figcaption></figure>"
+                               for png in pngs))
+    return md, parts
