@@ -124,8 +124,10 @@ def _log_n(trained: int) -> Positions:
 
 
 @register("self_extend", kind="attention", params={
-    "group_size": Param(8, int, "group size G: positions beyond the window are floor-divided by G", minimum=1),
-    "window": Param(1024, int, "neighbour window W (pairs closer than W keep their positions)", minimum=1),
+    "group_size": Param(8, int, "group size G: positions beyond the window are floor-divided by G", minimum=1,
+                        search=(2, 32), log=True),
+    "window": Param(1024, int, "neighbour window W (pairs closer than W keep their positions)", minimum=1,
+                    search=(128, 4096), log=True),
     "original_max_position": TRAINED,
 })
 def self_extend(p) -> PositionRule:
@@ -186,7 +188,8 @@ LOGN = Param(True, bool, "scale the query by max(1, log(m+1)/log L) (the referen
 
 
 @register("rerope", kind="attention", params={
-    "window": Param(512, int, "window W: beyond it every pair sees relative position W", minimum=1),
+    "window": Param(512, int, "window W: beyond it every pair sees relative position W", minimum=1,
+                    search=(128, 4096), log=True),
     "logn": LOGN, "original_max_position": TRAINED,
 })
 def rerope(p) -> PositionRule:
@@ -200,8 +203,10 @@ def rerope(p) -> PositionRule:
 
 
 @register("leaky_rerope", kind="attention", params={
-    "window": Param(512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1),
-    "leak": Param(16.0, float, "k > 1: beyond W the relative position is W + (m - n - W) / k", above=1.0),
+    "window": Param(512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1,
+                    search=(128, 4096), log=True),
+    "leak": Param(16.0, float, "k > 1: beyond W the relative position is W + (m - n - W) / k", above=1.0,
+                  search=(2.0, 64.0), log=True),
     "logn": LOGN, "original_max_position": TRAINED,
 })
 def leaky_rerope(p) -> PositionRule:

@@ -148,7 +148,7 @@ def test_compose_base_then_linear_and_base_then_yarn():
     "scaling,dim,message",
     [
         ({"name": "yran"}, 64, "Did you mean 'yarn'"),
-        ({"name": "nope"}, 64, "Valid: base, compose, dynamic_ntk"),
+        ({"name": "nope"}, 64, "Valid: base, compose, dca, dynamic_ntk"),
         ({"name": "linear", "factor": 0.5}, 64, "factor=0.5 must be >= 1"),
         ({"name": "ntk", "factor": 0.9}, 64, "factor=0.9 must be >= 1"),
         ({"name": "linear", "factor": 2}, 63, "positive even number, got head_dim=63"),
