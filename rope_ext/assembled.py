@@ -48,12 +48,16 @@ def _pair_index(pairs) -> tuple:
     return a, b
 
 
+def fused_kernel(x: torch.Tensor) -> bool:
+    """Whether blocks of ``x`` go through PyTorch's fused CPU flash kernel (which returns the log-sum-exp)."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, causal: bool = False):
     """Softmax attention of q over k/v where ``allowed`` (batch, q, k; None: all) holds, or with ``causal`` key
     j for query i <= j (a square block): (output, log-sum-exp); rows with no allowed key get output 0 and
     log-sum-exp -inf."""
-    fused = q.device.type == "cpu" and softcap is None and q.dtype in (torch.float32, torch.bfloat16, torch.float16)
-    if fused:
+    if softcap is None and fused_kernel(q):
         mask = None
         if allowed is not None or bias is not None:
             mask = torch.zeros(allowed.shape if allowed is not None else bias.shape, dtype=q.dtype, device=q.device)
@@ -69,18 +73,19 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
         rep = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(rep, dim=1) if rep > 1 else k
         v = v.repeat_interleave(rep, dim=1) if rep > 1 else v
-        scores = (q.float() @ k.float().transpose(-1, -2)) * scale
+        work = torch.promote_types(q.dtype, torch.float32)  # float32 at least, float64 kept
+        scores = (q.to(work) @ k.to(work).transpose(-1, -2)) * scale
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap  # Gemma-2-style logit soft-capping
         if bias is not None:
-            scores = scores + bias.unsqueeze(1).float()
+            scores = scores + bias.unsqueeze(1).to(work)
         if causal:
             allowed = _causal(scores.shape[-1], scores.device)[None]
         if allowed is not None:
             scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)
         weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
-        out = (weights @ v.float()).to(q.dtype)
+        out = (weights @ v.to(work)).to(q.dtype)
     if allowed is not None and not causal:
         empty = ~allowed.any(-1)  # (batch, q)
         if bool(empty.any()):
@@ -91,14 +96,15 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
 
 def _merge(parts: list) -> torch.Tensor:
     """Softmax partials over disjoint keys merged by their log-sum-exp: sum_i out_i * exp(lse_i - lse)."""
+    work = torch.promote_types(parts[0][0].dtype, torch.float32)
     if len(parts) == 1:
-        return parts[0][0].float()
-    lse = torch.stack([part_lse for _, part_lse in parts])
+        return parts[0][0].to(work)
+    lse = torch.stack([part_lse.to(work) for _, part_lse in parts])
     total = torch.logsumexp(lse, dim=0)
     weights = torch.exp(lse - total.masked_fill(~total.isfinite(), 0)).nan_to_num(0.0)
-    out = parts[0][0].float() * weights[0, ..., None]
+    out = parts[0][0].to(work) * weights[0, ..., None]
     for (part, _), weight in zip(parts[1:], weights[1:]):
-        out += part.float() * weight[..., None]
+        out += part.to(work) * weight[..., None]
     return out
 
 
@@ -182,17 +188,19 @@ def assemble(rule: PositionRule, query, key, value, query_positions, key_positio
             lo = (piece.lo(m) - offsets).clamp(0, k_len)
             hi = (piece.hi(m) - offsets).clamp(0, k_len)
             lo_min, lo_max, hi_min, hi_max = int(lo.min()), int(lo.max()), int(hi.min()), int(hi.max())
-            spans = [(lo_min, hi_max, key_block)]
-            if exact and lo_max < hi_min:  # a middle every query holds (one unmasked call), strips either side
+            spans = [(lo_min, hi_max, True)]  # (first key, end, masked)
+            if exact and lo_max < hi_min:  # a middle every query holds (unmasked), strips either side
                 right, rows = hi_min, stop - start
                 if hi_max - hi_min == rows - 1 and hi_max - rows >= lo_max:
                     right = hi_max - rows  # a diagonal edge: a square strip, the kernel's causal triangle
-                spans = [(lo_min, lo_max, key_block), (lo_max, right, None), (right, hi_max, key_block)]
-            for span_start, span_stop, step in spans:
-                for k_start in range(span_start, span_stop, step or max(1, span_stop - span_start)):
-                    k_stop = min(k_start + (step or span_stop), span_stop)
+                spans = [(lo_min, lo_max, True), (lo_max, right, False), (right, hi_max, True)]
+            for span_start, span_stop, masked in spans:
+                # the fused kernel bounds its own memory over an unmasked span; elsewhere key blocks do
+                step = key_block if masked or not fused_kernel(query) else max(1, span_stop - span_start)
+                for k_start in range(span_start, span_stop, step):
+                    k_stop = min(k_start + step, span_stop)
                     q_part, k_part, v_part = q[:, :, start:stop], k[:, :, k_start:k_stop], value[:, :, k_start:k_stop]
-                    if step is None:
+                    if not masked:
                         parts.append(_attend(q_part, k_part, v_part, None, scale, softcap))
                         continue
                     part = _masked(q_part, k_part, v_part, lo, hi, m, torch.arange(k_start, k_stop, device=query.device)

@@ -90,7 +90,7 @@ class PositionRule:
             return False
         for piece in self.pieces[1:]:
             lo, hi = piece.keys(first, last)
-            if max(lo, first - max_distance, 0) < min(hi, last + 1):
+            if max(lo, last - max_distance, 0) < min(hi, last + 1):
                 return False
         # a rule that drops pairs (LM-Infinite) is the identity only where its first piece holds every pair
         return self.complete or self.pieces[0].keys(last, last)[0] <= last - max_distance

@@ -347,3 +347,17 @@ def test_rope_decay_draws_the_map_and_the_decay_the_last_query_sees(tmp_path, ru
     dimensions = list(csv.DictReader(open(tmp_path / "lmi" / "dimensions.csv")))
     assert {float(r["max_relative_position"]) for r in dimensions} == {1024.0}
     assert all(float(r["angle_over_trained"]) <= 1 for r in dimensions)
+
+
+@pytest.mark.parametrize("method", ["self_extend", "dca", "lm_infinite"])
+def test_the_matmul_path_off_the_fused_kernel_is_exact_too(method):
+    """float64 (as any device without PyTorch's fused CPU kernel) goes through the matmul-softmax blocks. (The
+    model's own cos/sin are computed in float32 even here, which bounds the agreement near 1e-7.)"""
+    model = build("llama").double()
+    params = SETTINGS[method][0]
+    ids = tokens(40)
+    with dense_reference(model, method, params):
+        want = logits(model, ids)
+    with rope_ext.patch(model, {"name": method, **params}):
+        got = logits(model, ids)
+    assert relative_error(got, want) <= 1e-6
