@@ -23,6 +23,7 @@ ARCHITECTURES = {
                     "layer_types": ["sliding_attention", "full_attention"] * 2},
     "gpt_neox": {"partial_rotary_factor": 0.5, "num_key_value_heads": 4},  # rotary on half the head dims
     "mistral": {"sliding_window": None},
+    "qwen2": {},  # biases on the q, k and v projections
 }
 
 
@@ -83,7 +84,8 @@ def dense_reference(model, method, params, selected=None):
     indices it applies to (default every layer with full attention)."""
 
     def run(call):
-        if call.kwargs.get("sliding_window") is not None:
+        window = call.kwargs.get("sliding_window")
+        if window is not None and len(rope_ext.find_rotary_slots(model)) > 1:
             return None  # Gemma-3's sliding layers keep their own attention (layer_types=auto)
         if selected is not None and call.layer not in selected:
             return None
@@ -106,7 +108,7 @@ def dense_reference(model, method, params, selected=None):
         seen = torch.zeros(n_q, n_k, dtype=torch.bool)
         for i, m in enumerate(positions):
             for j, n in enumerate(key_positions):
-                P = paper_position(method, params, m, n) if n <= m else None
+                P = paper_position(method, params, m, n) if n <= m and (window is None or m - n < window) else None
                 if P is not None:
                     relative[i, j], seen[i, j] = P, True
         query_factor = torch.tensor([paper_query_factor(method, params, m) for m in positions], dtype=torch.float64)
@@ -158,10 +160,11 @@ def test_patched_logits_equal_the_papers_dense_attention(model_type, method, set
         assert relative_error(got, want) <= 1e-5, (model_type, method, params, length)
 
 
-@pytest.mark.parametrize("model_type", ["gpt_neox", "mistral"])
+@pytest.mark.parametrize("model_type", ["gpt_neox", "mistral", "qwen2", "mistral_window"])
 @pytest.mark.parametrize("method", ["self_extend", "dca", "string"])
-def test_partial_rotary_and_mistral(model_type, method):
-    model = build(model_type)
+def test_partial_rotary_mistral_and_qwen2(model_type, method):
+    """(mistral_window: Mistral with a sliding window of 20 tokens, kept on top of the method's pairs.)"""
+    model = build("mistral", sliding_window=20) if model_type == "mistral_window" else build(model_type)
     params = SETTINGS[method][0]
     ids = tokens(40)
     with dense_reference(model, method, params):
