@@ -1,8 +1,9 @@
 """Cost of the attention-level strategies against a plain forward: one forward of the decoder stack at one
 length (16k by default, SmolLM2), each method at its recommended setting, side by side.
 
-Each run is its own subprocess, so the peak memory is that run's alone (CPU: the process's peak RSS, model
-included; CUDA: max allocated). The plain forward runs first and last, so drift on a shared machine shows.
+Each run is its own subprocess, so its memory is its own: on CPU the resident memory is sampled every 20 ms
+during the forward and the peak above what was resident before it is reported (loading the GGUF peaks higher
+than a forward, so the process's peak RSS would hide it); on CUDA the max allocated during the forward. The plain forward runs first and last, so drift on a shared machine shows.
 Prints one JSON line per run and a markdown table with the time and memory against the plain forward.
 
     python bench/attention_bench.py                          # CPU, SmolLM2, 16384 tokens
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +36,32 @@ METHODS = {
 }
 
 
+def resident() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakResident:
+    """The peak resident memory while the block runs, sampled every 20 ms in a thread."""
+
+    def __enter__(self):
+        self.start = self.peak = resident()
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, resident())
+            time.sleep(0.02)
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, resident())
+
+
 def measure(args) -> dict:
     import torch
 
@@ -50,12 +78,13 @@ def measure(args) -> dict:
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
-        model.model(input_ids=ids)
-        if cuda:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        with PeakResident() as memory:
+            start = time.perf_counter()
+            model.model(input_ids=ids)
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() if cuda else memory.peak - memory.start
     return {"method": args.method, "setting": METHODS[args.method], "length": args.length,
             "seconds": round(seconds, 2), "peak_gib": round(peak / 2**30, 3), "threads": torch.get_num_threads(),
             "device": str(device)}
@@ -90,7 +119,7 @@ def main() -> None:
     plain = [r for r in results if r["method"] == "none"]
     seconds = sum(r["seconds"] for r in plain) / len(plain)
     peak = max(r["peak_gib"] for r in plain)
-    print(f"\n| method | setting | seconds | x plain | peak GiB | x plain |\n|---|---|---|---|---|---|")
+    print(f"\n| method | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|")
     for r in results:
         setting = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "name") or "defaults"
         print(f"| {r['method']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "
