@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import torch
-
 from torch import nn
 
 from .assembled import assemble
@@ -75,7 +74,7 @@ class RopePatch:
         """The attention output of the position rule for this call, or None where the rule changes nothing."""
         if not self._selected(call):
             return None
-        q_len, k_len = call.query.shape[-2], call.key.shape[-2]
+        k_len = call.key.shape[-2]
         query_positions = call.positions
         # the cached keys precede the queries: key i is at the last query's position - (k_len - 1 - i)
         key_positions = query_positions[:, -1:] - (k_len - 1) + torch.arange(k_len, device=query_positions.device)

@@ -229,7 +229,7 @@ IDENTITY = {"self_extend": {"window": 64}, "rerope": {"window": 64}, "leaky_rero
             "lm_infinite": {"local_span": 64}}
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
+@pytest.mark.parametrize("model_type", ["llama", pytest.param("gemma3_text", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("method", list(IDENTITY))
 def test_a_method_that_is_the_identity_leaves_the_model_exactly_as_it_was(model_type, method):
     model = build(model_type)
@@ -317,6 +317,7 @@ def text(tmp_path):
     return ["data=text_files", f"data.glob={tmp_path / 'texts' / '*.txt'}"]
 
 
+@pytest.mark.slow  # two jobs; the default suite stays under 10 minutes
 def test_a_perplexity_job_runs_with_each_method_on_gemma3(tmp_path, run_job, models, text):
     """The global layers of Gemma-3 (layer_types=auto) get the rule; the job records what was applied."""
     for method, params in (("self_extend", ["scaling.group_size=2", "scaling.window=16"]),
@@ -330,6 +331,7 @@ def test_a_perplexity_job_runs_with_each_method_on_gemma3(tmp_path, run_job, mod
 DECAY = ["eval=rope_decay", "eval.max_distance=8192", "eval.bound_contexts=[1024]", "eval.points=64"]
 
 
+@pytest.mark.slow  # two jobs with eight figures; the default suite stays under 10 minutes
 def test_rope_decay_draws_the_map_and_the_decay_the_last_query_sees(tmp_path, run_job):
     """eval=rope_decay: the map figure, the positions seen per distance (gaps where LM-Infinite attends nothing),
     the largest relative position and the per-pair angles against training."""

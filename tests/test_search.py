@@ -53,13 +53,17 @@ def test_per_dimension_factors_meet_longropes_constraints_for_any_sample():
     assert monotone_factors(2, [0, 0, 0, 1.0], 2.5) == [1.0, 1.0, 1.0, 2.5]  # one large step: a jump
 
 
+SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suite, the others after it in CI
+
+
 @pytest.mark.parametrize("args, says", [
     (["objective=longppl@512"], "objective=longppl@512: no job of this search reports longppl"),
-    (["objective=ppl@1024"], "objective=ppl@1024: the job evaluates [256, 512], not 1024"),
-    (["objective=ppl@512", "scaling.beta_fast=interval(0,64)"],
-     "scaling.beta_fast=interval(0,64): 0.0 is outside what 'yarn' declares: beta_fast=0.0 must be > 0"),
-    (["objective=ppl@512", 'constraints=["needle_acc_retention@256>=0.9"]'],
-     "constraints=needle_acc_retention@256: no job of this search reports needle_acc_retention"),
+    pytest.param(["objective=ppl@1024"], "objective=ppl@1024: the job evaluates [256, 512], not 1024", marks=SLOW),
+    pytest.param(["objective=ppl@512", "scaling.beta_fast=interval(0,64)"],
+                 "scaling.beta_fast=interval(0,64): 0.0 is outside what 'yarn' declares: beta_fast=0.0 must be > 0",
+                 marks=SLOW),
+    pytest.param(["objective=ppl@512", 'constraints=["needle_acc_retention@256>=0.9"]'],
+                 "constraints=needle_acc_retention@256: no job of this search reports needle_acc_retention", marks=SLOW),
 ])
 def test_bad_search_input_is_one_line_and_exit_2_before_any_trial(tmp_path, run_cli, args, says):
     sweep_dir = tmp_path / "search"
