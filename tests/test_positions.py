@@ -142,6 +142,14 @@ def logits(model, ids, **kwargs):
         return model(input_ids=ids, **kwargs).logits
 
 
+def patched_and_dense(model, method, params, ids):
+    """(logits of the patched model, logits of the unpatched model with the paper's dense attention)."""
+    with dense_reference(model, method, params):
+        want = logits(model, ids)
+    with rope_ext.patch(model, {"name": method, **params}):
+        return logits(model, ids), want
+
+
 def relative_error(got, want):
     return float((got - want).abs().max() / want.abs().max())
 
@@ -152,11 +160,7 @@ def test_patched_logits_equal_the_papers_dense_attention(model_type, method, set
     model = build(model_type)
     params = SETTINGS[method][setting]
     for length in (6, 40):  # below and above the windows / chunks
-        ids = tokens(length)
-        with dense_reference(model, method, params):
-            want = logits(model, ids)
-        with rope_ext.patch(model, {"name": method, **params}):
-            got = logits(model, ids)
+        got, want = patched_and_dense(model, method, params, tokens(length))
         assert relative_error(got, want) <= 1e-5, (model_type, method, params, length)
 
 
@@ -167,10 +171,7 @@ def test_partial_rotary_mistral_and_qwen2(model_type, method):
     model = build("mistral", sliding_window=20) if model_type == "mistral_window" else build(model_type)
     params = SETTINGS[method][0]
     ids = tokens(40)
-    with dense_reference(model, method, params):
-        want = logits(model, ids)
-    with rope_ext.patch(model, {"name": method, **params}):
-        got = logits(model, ids)
+    got, want = patched_and_dense(model, method, params, ids)
     assert relative_error(got, want) <= 1e-5
 
 
@@ -361,8 +362,5 @@ def test_the_matmul_path_off_the_fused_kernel_is_exact_too(method):
     model = build("llama").double()
     params = SETTINGS[method][0]
     ids = tokens(40)
-    with dense_reference(model, method, params):
-        want = logits(model, ids)
-    with rope_ext.patch(model, {"name": method, **params}):
-        got = logits(model, ids)
+    got, want = patched_and_dense(model, method, params, ids)
     assert relative_error(got, want) <= 1e-6
