@@ -53,6 +53,32 @@ def test_per_dimension_factors_meet_longropes_constraints_for_any_sample():
     assert monotone_factors(2, [0, 0, 0, 1.0], 2.5) == [1.0, 1.0, 1.0, 2.5]  # one large step: a jump
 
 
+def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_span_decades():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import optuna.visualization.matplotlib as plots
+
+    from evals.search.outputs import log_scale_if_wide, retitle
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: 25 * (1 + 10 * (t.suggest_float("factor", 1, 4) - 2) ** 2) + t.suggest_float("beta", 1, 2),
+                   n_trials=12)  # perplexity-like: 25 at the best, hundreds far from it
+    importance = plots.plot_param_importances(study)  # Optuna titles this one on the left
+    retitle(importance, "importance: yarn, minimize ppl@16384")
+    assert [importance.get_title(loc=loc) for loc in ("left", "center", "right")] == [
+        "", "importance: yarn, minimize ppl@16384", ""]
+    history = plots.plot_optimization_history(study)
+    log_scale_if_wide(history)
+    assert history.get_yscale() == "log"
+    narrow = optuna.create_study()
+    narrow.optimize(lambda t: 25 + t.suggest_float("beta", 1, 2), n_trials=3)
+    flat = plots.plot_optimization_history(narrow)
+    log_scale_if_wide(flat)
+    assert flat.get_yscale() == "linear"
+
+
 SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suite, the others after it in CI
 
 

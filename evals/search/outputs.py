@@ -108,9 +108,27 @@ def figures(search, study) -> dict:
         print(f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
     for name, axes in found.items():
         axes = axes.flat[0] if hasattr(axes, "flat") else axes
-        axes.set_title(f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
+        retitle(axes, f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
+        if name == "search_history":
+            log_scale_if_wide(axes)
         found[name] = axes.figure
     return found
+
+
+def retitle(axes, title: str) -> None:
+    """Our title in place of Optuna's, whichever slot it used (the importance plot titles on the left)."""
+    for loc in ("left", "right"):
+        axes.set_title("", loc=loc)
+    axes.set_title(title)
+
+
+def log_scale_if_wide(axes, span: float = 10.0) -> None:
+    """A log objective axis when the values span more than ``span``x (a few bad perplexities would squeeze the
+    trials that matter into the bottom of a linear axis)."""
+    values = [y for c in axes.collections for y in c.get_offsets()[:, 1].tolist()]
+    values += [y for line in axes.lines for y in line.get_ydata()]
+    if values and min(values) > 0 and max(values) / min(values) > span:
+        axes.set_yscale("log")
 
 
 def write(search, study) -> list[Path]:
