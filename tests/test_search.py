@@ -111,8 +111,9 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
     sweep_dir = tmp_path / "search"
     args = [*SEARCH, "model.original_max_position=256", "logger=none", "objective=ppl@512", "hydra.sweeper.n_trials=4",
             'constraints=["ppl_retention@256>=0.5"]', f"hydra.sweep.dir={sweep_dir}",
-            # the first trial fails: beta_fast 0.5 is not above beta_slow 1 (the job rejects it; the search goes on)
-            "hydra.sweeper.enqueue=[{scaling.beta_fast:0.5,scaling.beta_slow:1.0}]"]
+            # the first trial fails: beta_fast 0.5 is not above beta_slow 1 (the job rejects it; the search goes on);
+            # the second is the published default, which the report sets the best against
+            "hydra.sweeper.enqueue=[{scaling.beta_fast:0.5,scaling.beta_slow:1.0},{scaling.beta_fast:32.0,scaling.beta_slow:1.0}]"]
     process = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and not list(sweep_dir.glob("1_*/results.json")):
@@ -144,7 +145,13 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
     assert best["values"]["ppl@512"] == min(values.values()) and best["trial"] in values
     for name in ("search_history", "search_importance", "search_parallel"):
         assert (sweep_dir / f"{name}.png").stat().st_size > 0
-    assert "## Search" in (sweep_dir / "report.md").read_text()
+    report = (sweep_dir / "report.md").read_text()
+    assert "## Search" in report
+    given = summary["given"]
+    assert [g["trial"] for g in given] == [1] and given[0]["scaling"]["beta_fast"] == 32.0
+    assert given[0]["reported"]["ppl@512"] == values[1] and "ppl_retention@256" in given[0]["reported"]
+    assert (f"against a setting given (hydra.sweeper.enqueue), trial 1: ppl@512 = {values[1]:.5g}" in report) == (
+        best["trial"] != 1)
     # the best setting is a ready-to-use scaling option: composed, parsed and equal to the best trial's
     config = sweep_dir / "conf" / "scaling" / "yarn_searched.yaml"
     cfg = compose(*TINY, "model.original_max_position=256", f"hydra.searchpath=[file://{sweep_dir / 'conf'}]",

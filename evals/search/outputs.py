@@ -67,6 +67,23 @@ def best_scaling(search, trial) -> dict:
             and not (k == "layer_types" and v == "auto")}
 
 
+def enqueued(trial, trials) -> bool:
+    """A setting the user gave (``hydra.sweeper.enqueue``), or the re-run of one a killed search cut off."""
+    if "retry_of" in trial.user_attrs:
+        return enqueued(trials[trial.user_attrs["retry_of"]], trials)
+    return "fixed_params" in trial.system_attrs
+
+
+def reference(search, study, which, key=None) -> dict | None:
+    """A finished trial to set the best against: its reported values, whether it met the constraints, its setting."""
+    done = [t for t in study.trials if t.state.name == "COMPLETE" and which(t)]
+    if not done:
+        return None
+    trial = min(done, key=key) if key else done[0]
+    return {"trial": trial.number, "reported": trial.user_attrs.get("reported"), "feasible": feasible(trial),
+            "scaling": best_scaling(search, trial)}
+
+
 def write_config(search, trial, name: str) -> Path:
     values = best_scaling(search, trial)
     reported = ", ".join(f"{k} = {v:.5g}" for k, v in (trial.user_attrs.get("reported") or {}).items() if v is not None)
@@ -145,8 +162,14 @@ def write(search, study) -> list[Path]:
               "sampler": search.sampler_name, "trials": len(states), "complete": states.count("COMPLETE"),
               "failed": states.count("FAIL"),
               "best": [{"trial": t.number, "values": dict(zip([o.key for o in search.objectives], t.values)),
-                        "scaling": best_scaling(search, t), "dir": t.user_attrs.get("dir"), "config": str(path)}
-                       for t, path in zip(best, configs)]}
+                        "reported": t.user_attrs.get("reported"), "scaling": best_scaling(search, t),
+                        "dir": t.user_attrs.get("dir"), "config": str(path)} for t, path in zip(best, configs)],
+              # what the best is set against: the settings the user gave (hydra.sweeper.enqueue), e.g. the published default
+              "given": [reference(search, study, lambda t, n=t.number: t.number == n) for t in study.trials
+                        if t.state.name == "COMPLETE" and enqueued(t, study.trials)],
+              # no feasible trial: the one closest to meeting the constraints, so the user sees how far off it is
+              "closest": None if best or not search.constraints else reference(
+                  search, study, lambda t: True, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"]))}
     atomic_write(search.sweep_dir / RESULT, json.dumps(result, indent=2, default=str))
     written += [search.sweep_dir / RESULT, *configs]
     images = {}
@@ -203,9 +226,14 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
         head = (f"{result['strategy']}: {goal}" + (f" subject to {', '.join(result['constraints'])}" if result["constraints"]
                                                    else "") + f"; {result['trials']} trials ({result['complete']} finished, "
                 f"{result['failed']} failed), {result['sampler']}")
-        lines = [f"- trial {b['trial']}: " + ", ".join(f"{k} = {v:.5g}" for k, v in b["values"].items())
-                 + f"; {', '.join(f'{k}={v}' for k, v in b['scaling'].items() if not isinstance(v, list))}"
-                 + f"; config {b['config']}" for b in result["best"]] or ["- no feasible finished trial"]
+        lines = [f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}; {_setting(b['scaling'])}; "
+                 f"config {b['config']}" for b in result["best"]] or ["- no feasible finished trial"]
+        others = [("against a setting given (hydra.sweeper.enqueue)", o) for o in result.get("given") or []]
+        others += [("closest to the constraints", result["closest"])] if result.get("closest") else []
+        for says, other in others:
+            if not any(b["trial"] == other["trial"] for b in result["best"]):
+                lines.append(f"- {says}, trial {other['trial']}: {_values(other['reported'])}"
+                             + ("" if other["feasible"] else " (a constraint not met)") + f"; {_setting(other['scaling'])}")
         pngs = [root / f"{name}.png" for name in FIGURES if (root / f"{name}.png").is_file()]
         md += ["", f"## Search ({root})", "", head, "", "Best" + (" (Pareto front)" if len(result["objective"]) > 1 else "")
                + f"; every trial in {root / 'search_trials.csv'}:", "", *lines, "",
@@ -216,3 +244,13 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
                                f"{base64.b64encode(png.read_bytes()).decode()}\"><figcaption>{png.stem}</figcaption></figure>"
                                for png in pngs))
     return md, parts
+
+
+def _values(reported: dict | None) -> str:
+    return ", ".join(f"{k} = {v:.5g}" for k, v in (reported or {}).items() if v is not None)
+
+
+def _setting(scaling: dict) -> str:
+    shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in scaling.items()
+             if not isinstance(v, list) and v is not None}
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
