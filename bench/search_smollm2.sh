@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Issue #26's measurements (docs/benchmarks.md, "Searches on SmolLM2"): searches of SmolLM2 (trained 8192) to 16384
+# against ppl@16384 on Emma with LongRoPE2's short guard (ppl_retention@4096 >= 0.98 vs the unscaled model), then
+# the searched YaRN on what it was not searched on. About 2 h 30 min on a 2-core CPU; run it alone on the machine.
+#   bash bench/search_smollm2.sh [yarn|ntk|mixed|cross] [out dir, default multirun/bench_search]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export WANDB_MODE=offline WANDB_SILENT=true HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
+what=${1:-all} out=${2:-multirun/bench_search}
+py=(.venv/bin/python run.py)
+common=(objective=ppl@16384 'constraints=["ppl_retention@4096>=0.98"]' 'eval.lengths=[4096,16384]' logger=wandb logger.mode=offline)
+search() { /usr/bin/time -v "${py[@]}" -m hydra/sweeper=optuna "${common[@]}" "$@"; }
+if [[ $what == all || $what == yarn ]]; then  # 30 trials, the published default first, factor [1, 4] for a 2x target
+  search scaling=yarn hydra.sweeper.n_trials=30 'scaling.factor=tag(log,interval(1,4))' \
+    'hydra.sweeper.enqueue=[{scaling.factor:2.0,scaling.beta_fast:32.0,scaling.beta_slow:1.0,scaling.attention_factor:1.0693147}]' \
+    hydra.sweep.dir="$out/yarn"
+fi
+if [[ $what == all || $what == ntk ]]; then  # 20 trials
+  search scaling=ntk_by_parts hydra.sweeper.n_trials=20 'scaling.factor=tag(log,interval(1,4))' \
+    'hydra.sweeper.enqueue=[{scaling.factor:2.0,scaling.beta_fast:32.0,scaling.beta_slow:1.0}]' hydra.sweep.dir="$out/ntk_by_parts"
+fi
+if [[ $what == all || $what == mixed ]]; then  # per-dimension factors (LongRoPE's constraints), a small budget
+  search scaling=mixed hydra.sweeper.n_trials=8 hydra.sweep.dir="$out/mixed"
+fi
+if [[ $what == all || $what == cross ]]; then  # the published and the searched YaRN on needle, passkey, another book
+  searched="hydra.searchpath=[file://$(realpath "$out/yarn/conf")]"
+  for setting in "default scaling=yarn scaling.factor=2" "searched $searched scaling=yarn_searched" "none scaling=none"; do
+    read -r name args <<<"$setting"
+    for eval in needle passkey; do
+      "${py[@]}" eval=$eval eval.lengths=[16384] 'eval.depths=[0.1,0.5,0.9]' eval.trials=1 logger=none \
+        verdict.baseline=false $args hydra.run.dir="$out/cross/${name}_$eval"
+    done
+    "${py[@]}" eval=perplexity 'data.books=[persuasion]' 'eval.lengths=[4096,8192,16384]' logger=none $args \
+      hydra.run.dir="$out/cross/${name}_persuasion"
+  done
+fi
