@@ -20,7 +20,7 @@ if [[ $what == all || $what == ntk ]]; then  # 20 trials
     'hydra.sweeper.enqueue=[{scaling.factor:2.0,scaling.beta_fast:32.0,scaling.beta_slow:1.0}]' hydra.sweep.dir="$out/ntk_by_parts"
 fi
 if [[ $what == all || $what == mixed ]]; then  # per-dimension factors (LongRoPE's constraints), a small budget
-  search scaling=mixed hydra.sweeper.n_trials=8 hydra.sweep.dir="$out/mixed"
+  search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=6 hydra.sweep.dir="$out/mixed"
 fi
 if [[ $what == all || $what == cross ]]; then  # the published and the searched YaRN on needle, passkey, another book
   searched="hydra.searchpath=[file://$(realpath "$out/yarn/conf")]"
