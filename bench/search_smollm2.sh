@@ -2,7 +2,7 @@
 # Issue #26's measurements (docs/benchmarks.md, "Searches on SmolLM2"): searches of SmolLM2 (trained 8192) to 16384
 # against ppl@16384 on Emma with LongRoPE2's short guard (ppl_retention@4096 >= 0.98 vs the unscaled model), then
 # the searched YaRN on what it was not searched on. About 2 h 30 min on a 2-core CPU; run it alone on the machine.
-#   bash bench/search_smollm2.sh [yarn|ntk|mixed|cross] [out dir, default multirun/bench_search]
+#   bash bench/search_smollm2.sh [yarn|ntk|mixed|mixed_yarn|cross] [out dir, default multirun/bench_search]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline WANDB_SILENT=true HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -21,6 +21,23 @@ if [[ $what == all || $what == ntk ]]; then  # 20 trials
 fi
 if [[ $what == all || $what == mixed ]]; then  # per-dimension factors (LongRoPE's constraints), a small budget
   search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=6 hydra.sweep.dir="$out/mixed"
+fi
+if [[ $what == all || $what == mixed_yarn ]]; then  # per-dimension factors started from the searched yarn
+  # the searched yarn's per-pair factors f_i = 1 / (1 - r_i + r_i / s) (r its ramp; SmolLM2: d = 64, base 1e5, L 8192)
+  # as the space's n_hat and steps x_i = log_2.5(f_i / f_i-1) (evals/search/space.py; 2.5 = 1.25 x the 2x target)
+  enqueue=$(.venv/bin/python - "$out/yarn/search.json" <<'PY'
+import json, math, sys
+from rope_ext.strategies import yarn_ramp
+s = json.load(open(sys.argv[1]))["best"][0]["scaling"]
+ramp = yarn_ramp(64, 100000.0, 8192, s["beta_fast"], s["beta_slow"], s["truncate"])
+f = (1 / (1 - ramp + ramp / s["factor"])).tolist()
+climbed = [math.log(x) / math.log(2.5) for x in f]
+steps = [max(0.0, b - a) for a, b in zip([0.0] + climbed, climbed)]
+items = [f"scaling.factors.n_hat:{sum(x == 1.0 for x in f)}"] + [f"scaling.factors.x{i:02d}:{x:.10f}" for i, x in enumerate(steps)]
+print("hydra.sweeper.enqueue=[{" + ",".join(items + [f"scaling.attention_factor:{s['attention_factor']}"]) + "}]")
+PY
+)
+  search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=3 "$enqueue" hydra.sweep.dir="$out/mixed_yarn"
 fi
 if [[ $what == all || $what == cross ]]; then  # the published and the searched YaRN on needle, passkey, another book
   searched="hydra.searchpath=[file://$(realpath "$out/yarn/conf")]"
