@@ -23,18 +23,17 @@ if [[ $what == all || $what == mixed ]]; then  # per-dimension factors (LongRoPE
   search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=6 hydra.sweep.dir="$out/mixed"
 fi
 if [[ $what == all || $what == mixed_yarn ]]; then  # per-dimension factors started from the searched yarn
-  # the searched yarn's per-pair factors f_i = 1 / (1 - r_i + r_i / s) (r its ramp; SmolLM2: d = 64, base 1e5, L 8192)
-  # as the space's n_hat and steps x_i = log_2.5(f_i / f_i-1) (evals/search/space.py; 2.5 = 1.25 x the 2x target)
+  # the searched yarn's per-pair factors f_i = theta_i / theta'_i (SmolLM2: d = 64, base 1e5) as the space's n_hat
+  # and steps (evals/search/space.py; upper 2.5 = 1.25 x the 2x target)
   enqueue=$(.venv/bin/python - "$out/yarn/search.json" <<'PY'
-import json, math, sys
-from rope_ext.strategies import yarn_ramp
-s = json.load(open(sys.argv[1]))["best"][0]["scaling"]
-ramp = yarn_ramp(64, 100000.0, 8192, s["beta_fast"], s["beta_slow"], s["truncate"])
-f = (1 / (1 - ramp + ramp / s["factor"])).tolist()
-climbed = [math.log(x) / math.log(2.5) for x in f]
-steps = [max(0.0, b - a) for a, b in zip([0.0] + climbed, climbed)]
-items = [f"scaling.factors.n_hat:{sum(x == 1.0 for x in f)}"] + [f"scaling.factors.x{i:02d}:{x:.10f}" for i, x in enumerate(steps)]
-print("hydra.sweeper.enqueue=[{" + ",".join(items + [f"scaling.attention_factor:{s['attention_factor']}"]) + "}]")
+import json, sys
+import rope_ext
+from evals.search.space import monotone_steps
+s = {"name": "yarn", "original_max_position": 8192, **json.load(open(sys.argv[1]))["best"][0]["scaling"]}
+theta, attention = rope_ext.frequencies(s, 64, 100000.0)
+n_hat, steps = monotone_steps((rope_ext.default_inv_freq(64, 100000.0) / theta).tolist(), 2.5)
+items = [f"scaling.factors.n_hat:{n_hat}"] + [f"scaling.factors.x{i:02d}:{x:.10f}" for i, x in enumerate(steps)]
+print("hydra.sweeper.enqueue=[{" + ",".join(items + [f"scaling.attention_factor:{attention}"]) + "}]")
 PY
 )
   search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=3 "$enqueue" hydra.sweep.dir="$out/mixed_yarn"

@@ -15,7 +15,7 @@ import pytest
 
 import rope_ext
 from evals.core.job import parse_job
-from evals.search.space import monotone_factors
+from evals.search.space import monotone_factors, monotone_steps
 from tests.tiny import TINY
 
 SEARCH = ["-m", "hydra/sweeper=optuna", *TINY, "data.books=[persuasion]", "eval.lengths=[256,512]", "scaling=yarn"]
@@ -51,6 +51,13 @@ def test_per_dimension_factors_meet_longropes_constraints_for_any_sample():
         assert all(1.0 <= a <= b <= 2.5 for a, b in zip(factors, factors[1:]))
         rope_ext.resolve({"name": "longrope", "factor": 2.0, "short_factor": [1.0] * pairs, "long_factor": factors}, 8192)
     assert monotone_factors(2, [0, 0, 0, 1.0], 2.5) == [1.0, 1.0, 1.0, 2.5]  # one large step: a jump
+
+
+def test_a_known_shape_enqueued_as_steps_gives_back_its_factors():
+    # NTK-by-parts-like: 1 for the fast pairs, a ramp, then the full factor (< the space's upper bound)
+    factors = [1.0] * 5 + [1.1, 1.25, 1.4] + [1.5] * 8
+    n_hat, steps = monotone_steps(factors, 2.5)
+    assert n_hat == 5 and monotone_factors(n_hat, steps, 2.5) == pytest.approx(factors, abs=1e-6)
 
 
 def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_span_decades():

@@ -74,20 +74,16 @@ def enqueued(trial, trials) -> bool:
     return "fixed_params" in trial.system_attrs
 
 
-def reference(search, study, which, key=None) -> dict | None:
+def reference(search, trial) -> dict:
     """A finished trial to set the best against: its reported values, whether it met the constraints, its setting."""
-    done = [t for t in study.trials if t.state.name == "COMPLETE" and which(t)]
-    if not done:
-        return None
-    trial = min(done, key=key) if key else done[0]
     return {"trial": trial.number, "reported": trial.user_attrs.get("reported"), "feasible": feasible(trial),
             "scaling": best_scaling(search, trial)}
 
 
 def write_config(search, trial, name: str) -> Path:
     values = best_scaling(search, trial)
-    reported = ", ".join(f"{k} = {v:.5g}" for k, v in (trial.user_attrs.get("reported") or {}).items() if v is not None)
-    head = (f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, {reported}.\n"
+    head = (f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, "
+            f"{_values(trial.user_attrs.get('reported'))}.\n"
             f"# Use: python run.py hydra.searchpath=[file://{search.sweep_dir.resolve() / 'conf'}] scaling={name}\n"
             f"# or copy this file into conf/scaling/.\n")
     body = OmegaConf.to_yaml(OmegaConf.create({"defaults": [{"/schema/scaling@_here_": search.strategy.name}, "_self_"],
@@ -156,6 +152,7 @@ def write(search, study) -> list[Path]:
     configs = [write_config(search, t, f"{search.strategy.name}_searched" if len(search.objectives) == 1
                             else f"{search.strategy.name}_pareto{t.number}") for t in best]
     states = [t.state.name for t in study.trials]
+    done = [t for t in study.trials if t.state.name == "COMPLETE"]
     result = {"strategy": search.strategy.name, "objective": [t.key for t in search.objectives],
               "directions": [t.direction for t in search.objectives],
               "constraints": [c.text for c in search.constraints], "space": [s.describe() for s in search.space],
@@ -165,11 +162,10 @@ def write(search, study) -> list[Path]:
                         "reported": t.user_attrs.get("reported"), "scaling": best_scaling(search, t),
                         "dir": t.user_attrs.get("dir"), "config": str(path)} for t, path in zip(best, configs)],
               # what the best is set against: the settings the user gave (hydra.sweeper.enqueue), e.g. the published default
-              "given": [reference(search, study, lambda t, n=t.number: t.number == n) for t in study.trials
-                        if t.state.name == "COMPLETE" and enqueued(t, study.trials)],
+              "given": [reference(search, t) for t in done if enqueued(t, study.trials)],
               # no feasible trial: the one closest to meeting the constraints, so the user sees how far off it is
-              "closest": None if best or not search.constraints else reference(
-                  search, study, lambda t: True, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"]))}
+              "closest": None if best or not search.constraints or not done else reference(
+                  search, min(done, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"])))}
     atomic_write(search.sweep_dir / RESULT, json.dumps(result, indent=2, default=str))
     written += [search.sweep_dir / RESULT, *configs]
     images = {}

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import rope_ext
@@ -96,6 +97,14 @@ def monotone_factors(n_hat: int, steps: list[float], upper: float) -> list[float
         climbed += step
         factors.append(round(float(upper) ** min(1.0, climbed / total), 6))
     return factors
+
+
+def monotone_steps(factors: list[float], upper: float) -> tuple[int, list[float]]:
+    """The inverse of :func:`monotone_factors` for factors 1 <= f_i <= f_i+1 < ``upper``: (n_hat, steps) with
+    steps x_i = log_upper(f_i / f_i-1), so a known shape (PI, NTK-by-parts, a searched YaRN) can be enqueued as the
+    start of a per-dimension search (``scaling.factors.n_hat``, ``scaling.factors.x00``...)."""
+    climbed = [math.log(f) / math.log(upper) for f in factors]
+    return sum(f == 1.0 for f in factors), [max(0.0, b - a) for a, b in zip([0.0, *climbed], climbed)]
 
 
 def value_text(value) -> str:
