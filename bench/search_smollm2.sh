@@ -2,7 +2,7 @@
 # Issue #26's measurements (docs/benchmarks.md, "Searches on SmolLM2"): searches of SmolLM2 (trained 8192) to 16384
 # against ppl@16384 on Emma with LongRoPE2's short guard (ppl_retention@4096 >= 0.98 vs the unscaled model), then
 # the searched YaRN on what it was not searched on. About 2 h 30 min on a 2-core CPU; run it alone on the machine.
-#   bash bench/search_smollm2.sh [yarn|ntk|mixed|mixed_yarn|cross] [out dir, default multirun/bench_search]
+#   bash bench/search_smollm2.sh [yarn|ntk|mixed|mixed_ntk|mixed_yarn|cross] [out dir, default multirun/bench_search]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline WANDB_SILENT=true HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -15,28 +15,31 @@ if [[ $what == all || $what == yarn ]]; then  # 30 trials, the published default
     'hydra.sweeper.enqueue=[{scaling.factor:2.0,scaling.beta_fast:32.0,scaling.beta_slow:1.0,scaling.attention_factor:1.0693147}]' \
     hydra.sweep.dir="$out/yarn"
 fi
-if [[ $what == all || $what == ntk ]]; then  # 20 trials
-  search scaling=ntk_by_parts hydra.sweeper.n_trials=20 'scaling.factor=tag(log,interval(1,4))' \
+if [[ $what == all || $what == ntk ]]; then  # 30 trials, the published default first
+  search scaling=ntk_by_parts hydra.sweeper.n_trials=30 'scaling.factor=tag(log,interval(1,4))' \
     'hydra.sweeper.enqueue=[{scaling.factor:2.0,scaling.beta_fast:32.0,scaling.beta_slow:1.0}]' hydra.sweep.dir="$out/ntk_by_parts"
 fi
 if [[ $what == all || $what == mixed ]]; then  # per-dimension factors (LongRoPE's constraints), a small budget
   search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=6 hydra.sweep.dir="$out/mixed"
 fi
-if [[ $what == all || $what == mixed_yarn ]]; then  # per-dimension factors started from the searched yarn
-  # the searched yarn's per-pair factors f_i = theta_i / theta'_i (SmolLM2: d = 64, base 1e5) as the space's n_hat
-  # and steps (evals/search/space.py; upper 2.5 = 1.25 x the 2x target)
-  enqueue=$(.venv/bin/python - "$out/yarn/search.json" <<'PY'
+if [[ $what == all || $what == mixed_ntk || $what == mixed_yarn ]]; then  # per-dimension factors from a searched shape
+  # the searched NTK-by-parts' (or YaRN's) per-pair factors f_i = theta_i / theta'_i (SmolLM2: d = 64, base 1e5) as
+  # the space's n_hat, top and steps (evals/search/space.py), enqueued as the first trial, with its attention factor
+  from=$([[ $what == mixed_yarn ]] && echo yarn || echo ntk_by_parts)
+  enqueue=$(.venv/bin/python - "$out/$from/search.json" <<'PY'
 import json, sys
 import rope_ext
 from evals.search.space import monotone_steps
-s = {"name": "yarn", "original_max_position": 8192, **json.load(open(sys.argv[1]))["best"][0]["scaling"]}
+found = json.load(open(sys.argv[1]))
+s = {"name": found["strategy"], "original_max_position": 8192, **found["best"][0]["scaling"]}
 theta, attention = rope_ext.frequencies(s, 64, 100000.0)
-n_hat, steps = monotone_steps((rope_ext.default_inv_freq(64, 100000.0) / theta).tolist(), 2.5)
-items = [f"scaling.factors.n_hat:{n_hat}"] + [f"scaling.factors.x{i:02d}:{x:.10f}" for i, x in enumerate(steps)]
+n_hat, top, steps = monotone_steps((rope_ext.default_inv_freq(64, 100000.0) / theta).tolist())
+items = [f"scaling.factors.n_hat:{n_hat}", f"scaling.factors.top:{top!r}"]
+items += [f"scaling.factors.x{i:02d}:{x:.10f}" for i, x in enumerate(steps)]
 print("hydra.sweeper.enqueue=[{" + ",".join(items + [f"scaling.attention_factor:{attention}"]) + "}]")
 PY
 )
-  search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=3 "$enqueue" hydra.sweep.dir="$out/mixed_yarn"
+  search scaling=mixed scaling.bands=null hydra.sweeper.n_trials=6 "$enqueue" hydra.sweep.dir="$out/mixed_from_$from"
 fi
 if [[ $what == all || $what == cross ]]; then  # the published and the searched YaRN on needle, passkey, another book
   searched="hydra.searchpath=[file://$(realpath "$out/yarn/conf")]"

@@ -404,7 +404,8 @@ def band_factors(bands, dim: int, base: float) -> torch.Tensor:
 
 def check_mixed(p: dict) -> None:
     if (p["factors"] is None) == (p["bands"] is None):
-        raise ScalingError("scaling 'mixed': give exactly one of factors (a list of d/2) or bands")
+        raise ScalingError("scaling 'mixed': give exactly one of factors (a list of d/2) or bands "
+                           "(conf/scaling/mixed.yaml sets bands: scaling.bands=null to give or search factors)")
 
 
 @register(

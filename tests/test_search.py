@@ -4,9 +4,9 @@ the CLI -- interrupted, resumed without repeating a trial, surviving a failing o
 
 import json
 import os
-import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,8 +15,8 @@ import pytest
 
 import rope_ext
 from evals.core.job import parse_job
-from evals.search.space import monotone_factors, monotone_steps
-from tests.tiny import TINY
+from evals.search.space import MonotoneFactors, monotone_factors, monotone_steps
+from tests.tiny import ROOT, TINY
 
 SEARCH = ["-m", "hydra/sweeper=optuna", *TINY, "data.books=[persuasion]", "eval.lengths=[256,512]", "scaling=yarn"]
 ENV = {**os.environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1", "HF_HUB_OFFLINE": "1"}
@@ -41,23 +41,31 @@ def test_every_declared_search_range_lies_inside_the_parameter_bounds():
     assert yarn["beta_fast"].search[0] > yarn["beta_slow"].search[1] and yarn["factor"].log
 
 
-def test_per_dimension_factors_meet_longropes_constraints_for_any_sample():
-    generator = random.Random(0)
-    for _ in range(200):
-        pairs, n_hat = 32, generator.randrange(32)
-        steps = [generator.random() * generator.choice([0, 1, 5]) for _ in range(pairs)]
-        factors = monotone_factors(n_hat, steps, 2.5)
-        assert len(factors) == pairs and factors[:n_hat] == [1.0] * n_hat
+def test_per_dimension_factors_meet_longropes_constraints_and_cover_the_range_for_any_sample():
+    space = MonotoneFactors("scaling.factors", pairs=32, upper=2.5)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    tops = []
+    for _ in range(300):
+        trial = study.ask()
+        factors, n_hat = space.suggest(trial), trial.params["scaling.factors.n_hat"]
+        assert len(factors) == 32 and factors[:n_hat] == [1.0] * n_hat
         assert all(1.0 <= a <= b <= 2.5 for a, b in zip(factors, factors[1:]))
-        rope_ext.resolve({"name": "longrope", "factor": 2.0, "short_factor": [1.0] * pairs, "long_factor": factors}, 8192)
-    assert monotone_factors(2, [0, 0, 0, 1.0], 2.5) == [1.0, 1.0, 1.0, 2.5]  # one large step: a jump
+        rope_ext.resolve({"name": "longrope", "factor": 2.0, "short_factor": [1.0] * 32, "long_factor": factors}, 8192)
+        tops.append(factors[-1])
+        study.tell(trial, 0.0)
+    # the largest factor is searched, not pinned at the bound: samples spread over [1, 2.5] (log-uniform)
+    assert sum(t >= 2.49 for t in tops) < 15 and sum(t < 1.35 for t in tops) > 60 and sum(t > 1.85 for t in tops) > 60
+    assert monotone_factors(2, 2.5, [0, 0, 0, 1.0]) == [1.0, 1.0, 1.0, 2.5]  # one large step: a jump
+    assert monotone_factors(0, 1.7, [0.3] + [0.0] * 7) == [1.7] * 8  # one step alone: PI's flat shape
+    assert monotone_factors(3, 2.0, [0.5] * 3 + [0.0] * 5) == [1.0] * 8  # no step after n_hat: nothing scaled
 
 
 def test_a_known_shape_enqueued_as_steps_gives_back_its_factors():
     # NTK-by-parts-like: 1 for the fast pairs, a ramp, then the full factor (< the space's upper bound)
     factors = [1.0] * 5 + [1.1, 1.25, 1.4] + [1.5] * 8
-    n_hat, steps = monotone_steps(factors, 2.5)
-    assert n_hat == 5 and monotone_factors(n_hat, steps, 2.5) == pytest.approx(factors, abs=1e-6)
+    n_hat, top, steps = monotone_steps(factors)
+    assert n_hat == 5 and top == 1.5 and monotone_factors(n_hat, top, steps) == pytest.approx(factors, abs=1e-6)
+    assert monotone_factors(*monotone_steps([1.0] * 8)) == [1.0] * 8
 
 
 def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_span_decades():
@@ -97,6 +105,19 @@ SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suit
                  marks=SLOW),
     pytest.param(["objective=ppl@512", 'constraints=["needle_acc_retention@256>=0.9"]'],
                  "constraints=needle_acc_retention@256: no job of this search reports needle_acc_retention", marks=SLOW),
+    # several objectives written as a sweep, not a list: not a searched parameter
+    pytest.param(["objective=ppl@512,ppl@256"], "objective=ppl@512,ppl@256: a search explores the strategy's "
+                 "parameters (scaling.<name>), not objective; several objectives are a list: objective=[ppl@512,ppl@256]",
+                 marks=SLOW),
+    pytest.param(["objective=ppl@512", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be at least 1",
+                 marks=SLOW),
+    pytest.param(["objective=ppl@512", "scaling.factor=tag(log,range(1,8,0.5))"],
+                 "a log scale takes interval(a,b) (or an int range with step 1), not a step of 0.5", marks=SLOW),
+    pytest.param(["objective=ppl@512", "hydra.sweeper.enqueue=[{scaling.betafast:32}]"],
+                 "hydra.sweeper.enqueue: scaling.betafast is not searched; the searched values: scaling.factor, "
+                 "scaling.beta_fast, scaling.beta_slow, scaling.attention_factor", marks=SLOW),
+    pytest.param(["objective=ppl@512", "hydra.sweeper.sampler=cmaes", 'constraints=["ppl_retention@256>=0.9"]'],
+                 "hydra.sweeper.sampler=cmaes does not take constraints", marks=SLOW),
 ])
 def test_bad_search_input_is_one_line_and_exit_2_before_any_trial(tmp_path, run_cli, args, says):
     sweep_dir = tmp_path / "search"
@@ -105,6 +126,15 @@ def test_bad_search_input_is_one_line_and_exit_2_before_any_trial(tmp_path, run_
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr
     assert not sweep_dir.exists()  # no study, no job, no model loaded
+
+
+def test_an_objective_without_a_search_is_one_line_and_exit_2_before_the_job(tmp_path, run_cli):
+    # -m forgotten: Hydra would run one plain job and search nothing
+    result = run_cli(*SEARCH[2:], "objective=ppl@512", f"hydra.run.dir={tmp_path}", env=ENV)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip() == ("error: objective=ppl@512: objective and constraints are what a search "
+                                     "optimises; run it as one: python run.py -m hydra/sweeper=optuna ...")
+    assert not list(tmp_path.rglob("results.json"))
 
 
 def trials(sweep_dir: Path) -> list:
@@ -122,22 +152,23 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
             # the second is the published default, which the report sets the best against
             "hydra.sweeper.enqueue=[{scaling.beta_fast:0.5,scaling.beta_slow:1.0},{scaling.beta_fast:32.0,scaling.beta_slow:1.0}]"]
     process = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not list(sweep_dir.glob("1_*/results.json")):
-        time.sleep(0.1)
-    while time.time() < deadline and json.loads(next(sweep_dir.glob("1_*/results.json")).read_text())["status"] != "done":
-        time.sleep(0.1)
-    time.sleep(1.0)  # trial 1 told to the study, trial 2 under way
+    deadline, before = time.time() + 300, {}
+    while time.time() < deadline and before.get(2) != "RUNNING" and process.poll() is None:
+        time.sleep(0.1)  # until trial 1 is told to the study and trial 2 is under way
+        try:
+            before = {t.number: t.state.name for t in trials(sweep_dir)}
+        except Exception:  # noqa: BLE001 -- the study is not created yet, or its database is busy
+            continue
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     before = {t.number: t.state.name for t in trials(sweep_dir)}
-    assert before[0] == "FAIL" and before[1] == "COMPLETE"
+    assert before == {0: "FAIL", 1: "COMPLETE", 2: "RUNNING"}, process.stdout.read()[-3000:]
     first = {p.parent.name: p.stat().st_mtime_ns for p in sweep_dir.glob("[01]_*/results.json")}
 
     result = run_cli(*args, env=ENV)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "already finished; not repeated" in result.stdout
-    assert ("RUNNING" in before.values()) == ("was cut off; it runs again" in result.stdout)
+    assert "search: trial 2 was cut off; it runs again" in result.stdout
     study = trials(sweep_dir)
     finished = [t for t in study if "outcome" in t.user_attrs]
     assert len(finished) == 4  # the budget counts finished trials: none repeated, the cut-off one tried again
@@ -190,5 +221,63 @@ def test_per_dimension_two_objective_search_gives_a_pareto_front_of_valid_longro
     values = {t.number: t.values for t in trials(sweep_dir)}
     for number in front:  # nothing in the study dominates a front member
         assert not any(all(x <= y for x, y in zip(v, values[number])) and v != values[number] for v in values.values())
+    assert (sweep_dir / "search_pareto.png").stat().st_size > 0  # the trade-off, in the report and W&B
+    assert "![search_pareto](search_pareto.png)" in (sweep_dir / "report.md").read_text()
     (run,) = (sweep_dir / "search").glob("wandb/offline-run-*")  # the search's own W&B run in the sweep's group
     assert run.is_dir()
+
+
+@pytest.mark.slow  # heavy: a CLI search of two trials in two joblib processes; CI runs it after the default suite
+def test_a_search_runs_its_trials_in_parallel_through_the_launcher_into_its_own_directory(tmp_path):
+    # no hydra.sweep.dir: the search names its directory, and every trial (launched by joblib, which composes each
+    # job's config anew) must land there with the study and the report, not in Hydra's dated default
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *SEARCH, "model.original_max_position=256",
+                             "logger=none", "objective=ppl@512", 'constraints=["ppl_retention@256>=0.5"]',
+                             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
+                             "hydra.launcher.n_jobs=2"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Joblib.Parallel" in result.stdout + result.stderr  # Hydra's joblib launcher ran the batch
+    (sweep_dir,) = (tmp_path / "multirun" / "search").iterdir()
+    assert sweep_dir.name == "tinyllama_yarn_ppl@512"
+    assert sorted(p.name for p in (tmp_path / "multirun").iterdir()) == ["search"]
+    study = trials(sweep_dir)
+    assert [t.state.name for t in study] == ["COMPLETE", "COMPLETE"]
+    assert all(Path(t.user_attrs["dir"]).resolve().parent == sweep_dir.resolve() for t in study)
+    jobs = [json.loads((Path(t.user_attrs["dir"]) / "results.json").read_text()) for t in study]
+    # two trials, two jobs of their own in two worker processes, neither the search's own process
+    assert len({j["job"]["key"] for j in jobs}) == 2 and all(j["status"] == "done" for j in jobs)
+    pids = {j["process"]["pid"] for j in jobs}
+    assert len(pids) == 2 and study[0].user_attrs["process"]["pid"] not in pids
+    # the two concurrent trials share one unscaled reference, run once, and both report the retention it gives
+    assert len(list((sweep_dir / "baseline").glob("*/results.json"))) == 1
+    assert all(t.user_attrs["reported"]["ppl_retention@256"] is not None for t in study)
+    assert json.loads((sweep_dir / "search.json").read_text())["complete"] == 2
+    assert "## Search" in (sweep_dir / "report.md").read_text()
+
+
+@pytest.mark.slow  # heavy: a CLI search whose worker process is killed; CI runs it after the default suite
+def test_a_trial_whose_worker_dies_is_a_failed_trial_and_the_search_goes_on(tmp_path, run_cli):
+    # the launcher itself fails (a joblib worker killed, as the OOM killer would): not a traceback that ends the search
+    sweep_dir = tmp_path / "killed_worker"
+    process = run_cli(*SEARCH, "model.original_max_position=256", "logger=none", "objective=ppl@512",
+                      "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                      f"hydra.sweep.dir={sweep_dir}", env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                      text=True)
+    deadline, killed = time.time() + 300, None
+    while time.time() < deadline and killed is None and process.poll() is None:
+        for path in sweep_dir.glob("0_*/results.json"):
+            job = json.loads(path.read_text())
+            if job["status"] == "running":
+                killed = job["process"]["pid"]
+                os.kill(killed, signal.SIGKILL)
+        time.sleep(0.02)
+    output, _ = process.communicate(timeout=300)
+    assert killed is not None, output[-3000:]
+    assert process.returncode == 0, output[-3000:]
+    study = trials(sweep_dir)
+    assert [t.state.name for t in study] == ["FAIL", "COMPLETE"]
+    assert study[0].user_attrs["error"].startswith("the launcher failed: TerminatedWorkerError")
+    assert "search: trial 0 failed (the launcher failed" in output
+    rows = (sweep_dir / "search_trials.csv").read_text()
+    assert "the launcher failed" in rows and json.loads((sweep_dir / "search.json").read_text())["failed"] == 1

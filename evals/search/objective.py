@@ -123,3 +123,8 @@ def constraints(cfg, job) -> list[Constraint]:
             raise ConfigError(f"constraints: {text!r}: {match.group('bound')} is not a number") from None
         found.append(Constraint(target(match.group("target"), job, "constraints"), match.group("op"), bound))
     return found
+
+
+def constraint_values(trial) -> list[float]:
+    """A finished trial's constraint values for Optuna (<= 0 when met; a trial that reported none fails them)."""
+    return list(trial.user_attrs.get("constraints") or [1.0])

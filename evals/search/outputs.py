@@ -8,8 +8,8 @@
 - ``conf/scaling/<strategy>_searched.yaml`` (several objectives: ``<strategy>_pareto<trial>.yaml``): the best
   setting as a scaling option: ``python run.py hydra.searchpath=[file://<sweep dir>/conf] scaling=yarn_searched``,
   or copied into ``conf/scaling/``.
-- Figures (PNG and SVG), Optuna's own plots: the objective by trial, parameter importances (fANOVA) and parallel
-  coordinates of the most important parameters; they go into the sweep's report (:func:`report_section`) and,
+- Figures (PNG and SVG), Optuna's own plots: the objective by trial, parameter importances (fANOVA), parallel
+  coordinates of the most important parameters and, for several objectives, the Pareto front; they go into the sweep's report (:func:`report_section`) and,
   with the table and the best values, into one W&B run of the sweep's group (job type ``search``).
 """
 
@@ -23,9 +23,10 @@ from omegaconf import OmegaConf
 
 from ..core.files import atomic_write
 from ..core.output import save_figure, write_csv
+from .objective import constraint_values
 
 RESULT = "search.json"
-FIGURES = ("search_history", "search_importance", "search_parallel")
+FIGURES = ("search_history", "search_importance", "search_parallel", "search_pareto")
 
 
 def feasible(trial) -> bool:
@@ -63,8 +64,8 @@ def best_scaling(search, trial) -> dict:
 
     cfg = search.compose(search.fixed + list(trial.user_attrs.get("overrides") or []))
     resolved = rope_ext.resolve(OmegaConf.to_container(cfg.scaling, resolve=True), search.trained).to_dict()
-    return {k: v for k, v in resolved.items() if k not in ("name", "original_max_position")
-            and not (k == "layer_types" and v == "auto")}
+    return {k: v for k, v in resolved.items() if k != "name" and not (k == "layer_types" and v == "auto")
+            and not (k == "original_max_position" and v == search.trained)}
 
 
 def enqueued(trial, trials) -> bool:
@@ -106,6 +107,10 @@ def figures(search, study) -> dict:
     found = {}
     draw = {"search_history": lambda: plots.plot_optimization_history(study, **kwargs),
             "search_importance": lambda: plots.plot_param_importances(study, **kwargs)}
+    if len(search.objectives) > 1:  # the trade-off itself: every trial on the first two objectives, the front marked
+        draw["search_pareto"] = lambda: plots.plot_pareto_front(
+            study, targets=lambda t: t.values[:2], target_names=[o.key for o in search.objectives[:2]],
+            constraints_func=constraint_values if search.constraints else None)
     for name, plot in draw.items():
         try:
             found[name] = plot()
@@ -151,6 +156,9 @@ def write(search, study) -> list[Path]:
     written = [write_csv(search.sweep_dir / "search_trials.csv", rows)]
     configs = [write_config(search, t, f"{search.strategy.name}_searched" if len(search.objectives) == 1
                             else f"{search.strategy.name}_pareto{t.number}") for t in best]
+    for stale in (search.sweep_dir / "conf" / "scaling").glob(f"{search.strategy.name}_*.yaml"):
+        if stale not in configs:  # an earlier best (or front member) this study no longer holds as best
+            stale.unlink()
     states = [t.state.name for t in study.trials]
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
     result = {"strategy": search.strategy.name, "objective": [t.key for t in search.objectives],

@@ -2,13 +2,15 @@
 
 - Declared: every parameter whose ``rope_ext.Param`` has ``search`` -- a ``(low, high)`` range (log scale when
   ``log``) or ``"monotone"`` -- and that the command line does not fix (``scaling.factor=2`` fixes it).
-- Given: any key in Hydra's sweep syntax -- ``interval(a,b)`` (``tag(log,interval(a,b))`` on a log scale),
+- Given: any strategy parameter (``scaling.<name>``) in Hydra's sweep syntax -- ``interval(a,b)`` (``tag(log,interval(a,b))`` on a log scale),
   ``range(a,b[,step])``, ``choice(...)`` or ``a,b,c`` -- on the command line or in ``hydra.sweeper.params``; a
   strategy parameter's range must lie inside its declared bounds (checked here, before any trial).
 - ``"monotone"`` (LongRoPE, Ding et al. 2024, arXiv 2402.13753): d/2 factors with f_i >= 1, f_i <= f_{i+1}, the
   first n-hat equal to 1, at most 1.25 x the extension asked for (the paper's upper bound s x 1.25). Sampled as
-  n-hat and d/2 steps x_i in [0, 1]: f_i = upper ** (sum_{n-hat <= j <= i} x_j / max(1, sum_j x_j)), so every
-  sample is valid and one large step is a jump (the shape NTK-by-parts draws).
+  n-hat, the largest factor ``top`` in [1, upper] (log scale) and d/2 steps x_i in [0, 1] that share out its
+  logarithm: f_i = top ** (sum_{n-hat <= j <= i} x_j / sum_{j >= n-hat} x_j). Every sample is valid, the largest
+  factor is searched in its own right (not pinned at the bound), one step alone is PI's flat shape and one large
+  step a jump (the shape NTK-by-parts draws).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class Scalar:
     @property
     def size(self) -> int:
         return 1
+
+    def names(self) -> list[str]:
+        return [self.key]
 
     def suggest(self, trial):
         if self.kind == "categorical":
@@ -75,36 +80,46 @@ class MonotoneFactors:
 
     @property
     def size(self) -> int:
-        return self.pairs + 1
+        return self.pairs + 2
 
     def suggest(self, trial) -> list[float]:
         n_hat = trial.suggest_int(f"{self.key}.n_hat", 0, self.pairs - 1)
+        top = trial.suggest_float(f"{self.key}.top", 1.0, self.upper, log=True)
         steps = [trial.suggest_float(f"{self.key}.x{i:02d}", 0.0, 1.0) for i in range(self.pairs)]
-        return monotone_factors(n_hat, steps, self.upper)
+        return monotone_factors(n_hat, top, steps)
+
+    def names(self) -> list[str]:
+        """The values Optuna samples for these factors (what ``hydra.sweeper.enqueue`` may set)."""
+        return [f"{self.key}.n_hat", f"{self.key}.top", *(f"{self.key}.x{i:02d}" for i in range(self.pairs))]
 
     def probe(self, default) -> list[float]:
         return [1.0] * self.pairs
 
     def describe(self) -> str:
-        return f"{self.key}: {self.pairs} factors, 1 <= f_i <= f_i+1 <= {self.upper:g}, the first n_hat = 1"
+        return (f"{self.key}: {self.pairs} factors, 1 <= f_i <= f_i+1 <= top <= {self.upper:g} (log), "
+                f"the first n_hat = 1")
 
 
-def monotone_factors(n_hat: int, steps: list[float], upper: float) -> list[float]:
-    """Factors >= 1, non-decreasing, the first ``n_hat`` equal to 1, at most ``upper``."""
+def monotone_factors(n_hat: int, top: float, steps: list[float]) -> list[float]:
+    """Factors >= 1, non-decreasing, the first ``n_hat`` equal to 1, the last ``top`` (all 1 when no step climbs)."""
     kept = [0.0] * n_hat + [max(0.0, float(x)) for x in steps[n_hat:]]
-    total, climbed, factors = max(1.0, sum(kept)), 0.0, []
+    total, climbed, factors = sum(kept), 0.0, []
     for step in kept:
         climbed += step
-        factors.append(round(float(upper) ** min(1.0, climbed / total), 6))
+        # f_i = top ** (share of the climb done by dimension i)
+        factors.append(round(float(top) ** (climbed / total), 6) if total > 0 else 1.0)
     return factors
 
 
-def monotone_steps(factors: list[float], upper: float) -> tuple[int, list[float]]:
-    """The inverse of :func:`monotone_factors` for factors 1 <= f_i <= f_i+1 < ``upper``: (n_hat, steps) with
-    steps x_i = log_upper(f_i / f_i-1), so a known shape (PI, NTK-by-parts, a searched YaRN) can be enqueued as the
-    start of a per-dimension search (``scaling.factors.n_hat``, ``scaling.factors.x00``...)."""
-    climbed = [math.log(f) / math.log(upper) for f in factors]
-    return sum(f == 1.0 for f in factors), [max(0.0, b - a) for a, b in zip([0.0, *climbed], climbed)]
+def monotone_steps(factors: list[float]) -> tuple[int, float, list[float]]:
+    """The inverse of :func:`monotone_factors` for factors 1 <= f_i <= f_i+1: (n_hat, top, steps) with top the last
+    factor and steps x_i = log_top(f_i / f_i-1), so a known shape (PI, NTK-by-parts, a searched YaRN) can be
+    enqueued as the start of a per-dimension search (``scaling.factors.n_hat``, ``.top``, ``.x00``...)."""
+    top = float(factors[-1])
+    if top <= 1.0:
+        return len(factors) - 1, 1.0, [0.0] * len(factors)
+    climbed = [math.log(f) / math.log(top) for f in factors]
+    return sum(f == 1.0 for f in factors), top, [max(0.0, b - a) for a, b in zip([0.0, *climbed], climbed)]
 
 
 def value_text(value) -> str:
@@ -120,28 +135,34 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
     """A range the user gave in Hydra's sweep syntax, checked against the declared bounds of a strategy parameter."""
     key, sweep = override.get_key_element(), override.value()
     text = override.input_line or key
-    param = None
-    if key.startswith("scaling."):
-        name = key.split(".", 1)[1]
-        if name not in strategy.params:
-            raise ConfigError(f"{text}: scaling '{strategy.name}' does not take {name}; its parameters: "
-                              f"{', '.join(strategy.params)}")
-        param = strategy.params[name]
-        if param.type is list:
-            raise ConfigError(f"{text}: {name} is a list of per-dimension factors; it is searched "
-                              f"{'per dimension when not given' if param.search == 'monotone' else 'only as given'}, "
-                              f"not over a range")
+    if not key.startswith("scaling."):
+        hint = (f"; several objectives are a list: {key}=[{','.join(map(str, getattr(sweep, 'list', [])))}]"
+                if key in ("objective", "constraints") else
+                f"; fix it ({key}=<value>) or compare values in a grid (-m without hydra/sweeper=optuna)")
+        raise ConfigError(f"{text}: a search explores the strategy's parameters (scaling.<name>), not {key}{hint}")
+    name = key.split(".", 1)[1]
+    if name not in strategy.params:
+        raise ConfigError(f"{text}: scaling '{strategy.name}' does not take {name}; its parameters: "
+                          f"{', '.join(strategy.params)}")
+    param = strategy.params[name]
+    if param.type is list:
+        raise ConfigError(f"{text}: {name} is a list of per-dimension factors; it is searched "
+                          f"{'per dimension when not given' if param.search == 'monotone' else 'only as given'}, "
+                          f"not over a range")
     log = "log" in getattr(sweep, "tags", set())
     if isinstance(sweep, IntervalSweep):
         low, high = sweep.start, sweep.end
-        kind = "int" if param is not None and param.type is int else "float"
+        kind = "int" if param.type is int else "float"
         values, scalar = [low, high], Scalar(key, kind, low, high, log=log, declared=False)
     elif isinstance(sweep, RangeSweep):
         values = list(range_values(sweep))
         if not values:
             raise ConfigError(f"{text} is empty")
-        kind = "int" if all(float(v).is_integer() for v in values) and (param is None or param.type is not float) else "float"
+        kind = "int" if all(float(v).is_integer() for v in values) and param.type is not float else "float"
         scalar = Scalar(key, kind, min(values), max(values), log=log, step=abs(sweep.step), declared=False)
+        if log and not (kind == "int" and scalar.step == 1):  # Optuna samples a log scale without a step
+            raise ConfigError(f"{text}: a log scale takes interval(a,b) (or an int range with step 1), not a step of "
+                              f"{scalar.step:g}")
     elif isinstance(sweep, ChoiceSweep):
         values = list(sweep.list)
         scalar = Scalar(key, "categorical", choices=tuple(values), declared=False)
@@ -151,13 +172,12 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
         raise ConfigError(f"{text}: the range is empty (low {scalar.low:g} >= high {scalar.high:g})")
     if scalar.log and scalar.kind != "categorical" and scalar.low <= 0:
         raise ConfigError(f"{text}: a log scale needs a positive low end, got {scalar.low:g}")
-    if param is not None:
-        for value in values:
-            try:
-                param.coerce(strategy.name, key.split(".", 1)[1], value)
-            except rope_ext.ScalingError as err:
-                raise ConfigError(f"{text}: {value!r} is outside what '{strategy.name}' declares: "
-                                  f"{str(err).split(': ', 1)[-1]}") from None
+    for value in values:
+        try:
+            param.coerce(strategy.name, name, value)
+        except rope_ext.ScalingError as err:
+            raise ConfigError(f"{text}: {value!r} is outside what '{strategy.name}' declares: "
+                              f"{str(err).split(': ', 1)[-1]}") from None
     return scalar
 
 

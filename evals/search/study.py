@@ -84,6 +84,9 @@ class Search:
         self.loader = sweeper.hydra_context.config_loader
         if self.conf.sampler not in SAMPLERS:
             raise ConfigError(f"hydra.sweeper.sampler={self.conf.sampler!r} is not one of {', '.join(SAMPLERS)}")
+        for key in ("n_trials", "n_jobs"):
+            if int(self.conf[key]) < 1:
+                raise ConfigError(f"hydra.sweeper.{key}={self.conf[key]} must be at least 1")
         self.fixed, ranges = split(arguments, self.conf.params, OverridesParser.create(config_loader=self.loader))
         base = self.compose(self.fixed)
         with scaling_errors_as_user_errors():
@@ -102,6 +105,7 @@ class Search:
         trained = model.trained_context if model is not None else 1
         extension = max(lengths, default=trained) / trained
         self.space = given + spaces.declared(self.strategy, skip, _pairs(base, model), extension)
+        self.check_enqueue()
         if not self.space:
             raise ConfigError(f"nothing to search: scaling '{self.strategy.name}' declares no searched parameter and no "
                               f"range was given (e.g. scaling.factor=tag(log,interval(1,8)))")
@@ -111,10 +115,24 @@ class Search:
         job = parse_job(probe, self.sweep_dir / "probe", multirun=True, model=model)
         self.objectives = objectives_of.objectives(probe, job)
         self.constraints = objectives_of.constraints(probe, job)
+        self.sampler_name = self.choose_sampler()
         self.config, self.trained = base, job.trained_context
         self.signature = {"strategy": self.strategy.name, "objective": [t.key for t in self.objectives],
                           "constraints": [c.text for c in self.constraints], "space": [s.describe() for s in self.space],
                           "fixed": sorted(self.fixed)}
+
+    def check_enqueue(self) -> None:
+        """Every setting in ``hydra.sweeper.enqueue`` names searched values only (a typo would be silently dropped)."""
+        names = [name for s in self.space for name in s.names()]
+        for setting in self.conf.enqueue or []:
+            if not hasattr(setting, "keys"):
+                raise ConfigError(f"hydra.sweeper.enqueue: {setting} is not a mapping of searched values, e.g. "
+                                  f"[{{{names[0] if names else 'scaling.factor'}:2.0}}]")
+            unknown = [str(k) for k in setting.keys() if str(k) not in names]
+            if unknown:
+                shown = names if len(names) <= 8 else [*names[:6], "...", names[-1]]
+                raise ConfigError(f"hydra.sweeper.enqueue: {', '.join(unknown)} is not searched; the searched values: "
+                                  f"{', '.join(shown)}")
 
     # --- configs -------------------------------------------------------------------------------------------------
 
@@ -136,8 +154,12 @@ class Search:
         given = any(str(o).startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
         if not given:
             objective = "+".join(map(str, _listed(base.get("objective"))))
+            chosen = f"multirun/search/{_slug(f'{base.model.name}_{self.strategy.name}_{objective}')}"
             with open_dict(config), _writable(config):
-                config.hydra.sweep.dir = f"multirun/search/{_slug(f'{base.model.name}_{self.strategy.name}_{objective}')}"
+                config.hydra.sweep.dir = chosen
+                # the launcher composes each trial's config anew from these overrides: without this one its jobs
+                # would go to the default (dated) sweep directory, apart from the study
+                config.hydra.overrides.hydra.append(f"hydra.sweep.dir={chosen}")
         return Path(str(config.hydra.sweep.dir))
 
     # --- the study -----------------------------------------------------------------------------------------------
@@ -162,18 +184,24 @@ class Search:
         study.sampler = self.sampler(len(study.trials))
         return study
 
+    def choose_sampler(self) -> str:
+        """The sampler's name, checked against the objectives and constraints (before anything runs)."""
+        name, multi, constrained = self.conf.sampler, len(self.objectives) > 1, bool(self.constraints)
+        if name == "auto":
+            name = "cmaes" if sum(s.size for s in self.space) > MANY and not multi and not constrained else "tpe"
+        if name == "cmaes" and multi:
+            raise ConfigError("hydra.sweeper.sampler=cmaes takes one objective; use tpe or nsga2 for several")
+        if name in ("cmaes", "random") and constrained:
+            raise ConfigError(f"hydra.sweeper.sampler={name} does not take constraints; use tpe (or nsga2) with "
+                              f"constraints={[c.text for c in self.constraints]}")
+        return name
+
     def sampler(self, seen: int):
         import optuna
 
-        name, multi, constrained = self.conf.sampler, len(self.objectives) > 1, bool(self.constraints)
-        size = sum(s.size for s in self.space)
-        if name == "auto":
-            name = "cmaes" if size > MANY and not multi and not constrained else "tpe"
-        if name == "cmaes" and multi:
-            raise ConfigError("hydra.sweeper.sampler=cmaes takes one objective; use tpe or nsga2 for several")
+        name, constrained = self.sampler_name, bool(self.constraints)
         seed = None if self.conf.seed is None else int(self.conf.seed) + seen  # a resumed study draws new points
-        feasible = _constraint_values if constrained else None
-        self.sampler_name = name
+        feasible = objectives_of.constraint_values if constrained else None
         if name == "cmaes":
             return optuna.samplers.CmaEsSampler(seed=seed)
         if name == "random":
@@ -198,6 +226,9 @@ class Search:
         if not study.trials:
             for params in self.conf.enqueue or []:
                 study.enqueue_trial(dict(params))
+        elif self.conf.enqueue:
+            print(f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
+                  f"trial(s)")
         finished = [t for t in study.trials if "outcome" in t.user_attrs]
         if finished:
             print(f"search: {len(finished)} trial(s) of {self.sweep_dir / 'optuna.db'} already finished; not repeated")
@@ -224,7 +255,14 @@ class Search:
                 jobs.append(self.fixed + self.overrides(values))
                 trial.set_user_attr("overrides", self.overrides(values))
                 trial.set_user_attr("process", this_process())
-            results = self.sweeper.launcher.launch(jobs, initial_job_idx=batch[0].number)
+            try:
+                results = self.sweeper.launcher.launch(jobs, initial_job_idx=batch[0].number)
+            except Exception as err:  # noqa: BLE001 -- the launcher itself failed (a worker killed, a cluster job lost)
+                error = f"the launcher failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                for trial in batch:  # jobs of the batch that finished are reused by a re-run of their trial
+                    self.fail(study, trial, error)
+                done += len(batch)
+                continue
             for trial, result in zip(batch, results):
                 self.tell(study, trial, result)
             returns.append(results)
@@ -239,8 +277,6 @@ class Search:
         return returns
 
     def tell(self, study, trial, result) -> None:
-        import optuna
-
         error, summary = None, None
         try:
             summary = result.return_value
@@ -259,20 +295,24 @@ class Search:
                             | {c.target.key: c.target.value(summary) for c in self.constraints})
         # a constraint that was not reported (no unscaled reference) is not met
         trial.set_user_attr("constraints", [1.0 if v is None else float(v) for v in violations])
-        trial.set_user_attr("outcome", "failed" if error else "done")
         if error:
-            trial.set_user_attr("error", error)
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            print(f"search: trial {trial.number} failed ({error}); the search goes on", file=sys.stderr)
+            self.fail(study, trial, error)
             return
+        trial.set_user_attr("outcome", "done")
         study.tell(trial, values)
         shown = ", ".join(f"{t.key} {v:.5g}" for t, v in zip(self.objectives, values))
         print(f"search: trial {trial.number}: {shown}" + ("" if all(v <= 0 for v in trial.user_attrs["constraints"])
                                                          else " (a constraint is not met)"))
 
+    @staticmethod
+    def fail(study, trial, error: str) -> None:
+        """A failed trial: recorded with its error, and the search goes on."""
+        import optuna
 
-def _constraint_values(trial) -> list[float]:
-    return list(trial.user_attrs.get("constraints") or [1.0])
+        trial.set_user_attr("outcome", "failed")
+        trial.set_user_attr("error", error)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        print(f"search: trial {trial.number} failed ({error}); the search goes on", file=sys.stderr)
 
 
 def _listed(value) -> list:
