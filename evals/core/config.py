@@ -239,7 +239,8 @@ class Config:
     force: bool = False  # run even when the same job already finished (never over a finished result)
     resume_from: List[str] = field(default_factory=lambda: ["outputs", "multirun"])  # where finished jobs are found
     # a search (-m hydra/sweeper=optuna, evals/search): what it optimises, e.g. ppl@16384 or [ppl@16384, ppl@4096],
-    # and the constraints a trial must meet, e.g. ["ppl_retention@4096>=0.98"]; a plain run or grid ignores both
+    # and the constraints a trial must meet, e.g. ["ppl_retention@4096>=0.98"]; a grid ignores both, a single run
+    # refuses them (a search without -m)
     objective: Any = None
     constraints: List[str] = field(default_factory=list)
 

@@ -209,7 +209,8 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     if not multirun and (cfg.get("objective") not in (None, "", []) or cfg.get("constraints")):
         # a search forgotten: without -m Hydra runs this one job and nothing is searched
         raise ConfigError(f"objective={cfg.get('objective')}: objective and constraints are what a search optimises; "
-                          f"run it as one: python run.py -m hydra/sweeper=optuna ...")
+                          f"run it as one: python run.py -m hydra/sweeper=optuna ... (one trial alone: objective=null "
+                          f"constraints=[])")
     cache_dir(cfg.data.get("cache_dir"))  # a cache that cannot be written is said now, and the run goes on
     name = cfg.eval.get("name")
     if name not in EVALS:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -156,8 +157,9 @@ def write(search, study) -> list[Path]:
     written = [write_csv(search.sweep_dir / "search_trials.csv", rows)]
     configs = [write_config(search, t, f"{search.strategy.name}_searched" if len(search.objectives) == 1
                             else f"{search.strategy.name}_pareto{t.number}") for t in best]
-    for stale in (search.sweep_dir / "conf" / "scaling").glob(f"{search.strategy.name}_*.yaml"):
-        if stale not in configs:  # an earlier best (or front member) this study no longer holds as best
+    written_here = re.compile(rf"{re.escape(search.strategy.name)}_(searched|pareto\d+)\.yaml")
+    for stale in (search.sweep_dir / "conf" / "scaling").glob("*.yaml"):
+        if written_here.fullmatch(stale.name) and stale not in configs:  # an earlier best this study no longer holds
             stale.unlink()
     states = [t.state.name for t in study.trials]
     done = [t for t in study.trials if t.state.name == "COMPLETE"]

@@ -161,8 +161,8 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
         kind = "int" if all(float(v).is_integer() for v in values) and param.type is not float else "float"
         scalar = Scalar(key, kind, min(values), max(values), log=log, step=abs(sweep.step), declared=False)
         if log and not (kind == "int" and scalar.step == 1):  # Optuna samples a log scale without a step
-            raise ConfigError(f"{text}: a log scale takes interval(a,b) (or an int range with step 1), not a step of "
-                              f"{scalar.step:g}")
+            raise ConfigError(f"{text}: a log scale takes interval(a,b) (or range(a,b) of an int parameter), not "
+                              f"range() with a step of {scalar.step:g}")
     elif isinstance(sweep, ChoiceSweep):
         values = list(sweep.list)
         scalar = Scalar(key, "categorical", choices=tuple(values), declared=False)

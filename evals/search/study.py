@@ -28,6 +28,7 @@ from . import objective as objectives_of
 from . import space as spaces
 
 SAMPLERS = ("auto", "tpe", "cmaes", "random", "nsga2")
+LAUNCHER_FAILED = "launcher failed"  # a trial's outcome when the launcher, not its job, failed: a re-run retries it
 MANY = 8  # more searched values than this: CMA-ES (unconstrained, one objective); TPE otherwise
 
 
@@ -151,7 +152,7 @@ class Search:
         """The sweep directory: ``hydra.sweep.dir`` when given on the command line, else one named by the search
         (``multirun/search/<model>_<strategy>_<objective>``), so re-running the same command continues its study."""
         config = self.sweeper.config
-        given = any(str(o).startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
+        given = any(str(o).lstrip("+~").startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
         if not given:
             objective = "+".join(map(str, _listed(base.get("objective"))))
             chosen = f"multirun/search/{_slug(f'{base.model.name}_{self.strategy.name}_{objective}')}"
@@ -192,8 +193,8 @@ class Search:
         if name == "cmaes" and multi:
             raise ConfigError("hydra.sweeper.sampler=cmaes takes one objective; use tpe or nsga2 for several")
         if name in ("cmaes", "random") and constrained:
-            raise ConfigError(f"hydra.sweeper.sampler={name} does not take constraints; use tpe (or nsga2) with "
-                              f"constraints={[c.text for c in self.constraints]}")
+            print(f"search: hydra.sweeper.sampler={name} samples without the constraints; the best is chosen among "
+                  f"the trials that meet them (tpe and nsga2 steer towards them)")
         return name
 
     def sampler(self, seen: int):
@@ -223,13 +224,19 @@ class Search:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
             print(f"search: trial {trial.number} was cut off; it runs again (its job is reused if it finished)")
+        retried = {t.user_attrs.get("retry_of") for t in study.trials}
+        for trial in study.trials:  # the launcher failed under them: their jobs never said how the setting does
+            if trial.user_attrs.get("outcome") == LAUNCHER_FAILED and trial.number not in retried:
+                study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
+                print(f"search: trial {trial.number} was lost with its launcher; it runs again (its job is reused if "
+                      f"it finished)")
         if not study.trials:
             for params in self.conf.enqueue or []:
                 study.enqueue_trial(dict(params))
         elif self.conf.enqueue:
             print(f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
                   f"trial(s)")
-        finished = [t for t in study.trials if "outcome" in t.user_attrs]
+        finished = [t for t in study.trials if t.user_attrs.get("outcome") in ("done", "failed")]
         if finished:
             print(f"search: {len(finished)} trial(s) of {self.sweep_dir / 'optuna.db'} already finished; not repeated")
         return len(finished)
@@ -246,7 +253,7 @@ class Search:
               + f"; {self.sampler_name}, {max(0, goal - done)} trial(s) to run; {self.sweep_dir}")
         for line in (s.describe() for s in self.space):
             print(f"  {line}")
-        returns = []
+        returns, launcher_failures = [], 0
         while done < goal:
             batch = [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - done))]
             jobs = []
@@ -259,10 +266,17 @@ class Search:
                 results = self.sweeper.launcher.launch(jobs, initial_job_idx=batch[0].number)
             except Exception as err:  # noqa: BLE001 -- the launcher itself failed (a worker killed, a cluster job lost)
                 error = f"the launcher failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-                for trial in batch:  # jobs of the batch that finished are reused by a re-run of their trial
-                    self.fail(study, trial, error)
+                for trial in batch:  # failed now; a re-run tries them again (reusing the jobs that finished)
+                    self.fail(study, trial, error, outcome=LAUNCHER_FAILED)
                 done += len(batch)
+                launcher_failures += 1
+                if launcher_failures == 2:  # twice in a row: the launcher, not a setting, is at fault
+                    outputs.write(self, study)
+                    print(f"error: {error}, on two batches in a row; fix the launcher and re-run the same command: "
+                          f"the study continues and those trials run again", file=sys.stderr)
+                    raise SystemExit(1) from None
                 continue
+            launcher_failures = 0
             for trial, result in zip(batch, results):
                 self.tell(study, trial, result)
             returns.append(results)
@@ -305,11 +319,11 @@ class Search:
                                                          else " (a constraint is not met)"))
 
     @staticmethod
-    def fail(study, trial, error: str) -> None:
+    def fail(study, trial, error: str, outcome: str = "failed") -> None:
         """A failed trial: recorded with its error, and the search goes on."""
         import optuna
 
-        trial.set_user_attr("outcome", "failed")
+        trial.set_user_attr("outcome", outcome)
         trial.set_user_attr("error", error)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         print(f"search: trial {trial.number} failed ({error}); the search goes on", file=sys.stderr)
