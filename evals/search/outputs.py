@@ -9,8 +9,9 @@
   setting as a scaling option: ``python run.py hydra.searchpath=[file://<sweep dir>/conf] scaling=yarn_searched``,
   or copied into ``conf/scaling/``.
 - Figures (PNG and SVG), Optuna's own plots: the objective by trial, parameter importances (fANOVA), parallel
-  coordinates of the most important parameters and, for several objectives, the Pareto front; they go into the sweep's report (:func:`report_section`) and,
-  with the table and the best values, into one W&B run of the sweep's group (job type ``search``).
+  coordinates of the most important parameters and, for several objectives, the Pareto front; they go into the
+  sweep's report (:func:`report_section`) and, with the table and the best values, into one W&B run of the sweep's
+  group (job type ``search``).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 - Declared: every parameter whose ``rope_ext.Param`` has ``search`` -- a ``(low, high)`` range (log scale when
   ``log``) or ``"monotone"`` -- and that the command line does not fix (``scaling.factor=2`` fixes it).
-- Given: any strategy parameter (``scaling.<name>``) in Hydra's sweep syntax -- ``interval(a,b)`` (``tag(log,interval(a,b))`` on a log scale),
-  ``range(a,b[,step])``, ``choice(...)`` or ``a,b,c`` -- on the command line or in ``hydra.sweeper.params``; a
-  strategy parameter's range must lie inside its declared bounds (checked here, before any trial).
+- Given: any strategy parameter (``scaling.<name>``) in Hydra's sweep syntax -- ``interval(a,b)``
+  (``tag(log,interval(a,b))`` on a log scale), ``range(a,b[,step])``, ``choice(...)`` or ``a,b,c`` -- on the
+  command line or in ``hydra.sweeper.params``; its range must lie inside the parameter's declared bounds (checked
+  here, before any trial).
 - ``"monotone"`` (LongRoPE, Ding et al. 2024, arXiv 2402.13753): d/2 factors with f_i >= 1, f_i <= f_{i+1}, the
   first n-hat equal to 1, at most 1.25 x the extension asked for (the paper's upper bound s x 1.25). Sampled as
   n-hat, the largest factor ``top`` in [1, upper] (log scale) and d/2 steps x_i in [0, 1] that share out its
