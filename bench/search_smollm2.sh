@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue #26's measurements (docs/benchmarks.md, "Searches on SmolLM2"): searches of SmolLM2 (trained 8192) to 16384
 # against ppl@16384 on Emma with LongRoPE2's short guard (ppl_retention@4096 >= 0.98 vs the unscaled model), then
-# the searched YaRN on what it was not searched on. About 2 h 30 min on a 2-core CPU; run it alone on the machine.
+# the searched YaRN on what it was not searched on. About 3.5 h on a 2-core CPU (a 16k trial: 100-170 s); run it alone.
 #   bash bench/search_smollm2.sh [yarn|ntk|mixed|mixed_ntk|mixed_yarn|cross] [out dir, default multirun/bench_search]
 set -euo pipefail
 cd "$(dirname "$0")/.."
