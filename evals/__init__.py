@@ -22,11 +22,12 @@ import os
 import pkgutil
 
 from .core.errors import UserError
+from .core.measure import Measurement, token_blocks
 from .core.registry import EVALS, Metric, register_eval
 
 APP = ("cli", "report", "lm_eval_tasks", "core", "search")  # not evals: nothing of theirs registers
 
-__all__ = ["EVALS", "Metric", "UserError", "load_evals", "register_eval"]
+__all__ = ["EVALS", "Measurement", "Metric", "UserError", "load_evals", "register_eval", "token_blocks"]
 
 
 def load_evals() -> dict:

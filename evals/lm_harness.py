@@ -23,6 +23,7 @@ from .core.config import lengths as context_lengths
 from .core.config import option
 from .core.errors import UserError
 from .core.hub import hub_reachable
+from .core.measure import Measurement
 from .core.registry import Metric, register_eval
 from .lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
 from .stats import wilson_interval
@@ -213,11 +214,11 @@ def evaluate(cfg, ctx) -> dict:
                 if not metric.isdigit() and not metric.endswith("_stderr") and not (isinstance(value, float) and math.isnan(value)):
                     summary[_name(task, metric, filter_name)] = value
     per_length, declared = by_length(output, lengths)
-    summary.update(per_length)
     ctx.output.declare(declared)
+    ctx.output.measure(*per_length)
+    summary.update(ctx.output.flat())
     ctx.output.table("lm_eval", rows)
-    curve = [{"length": L, **{name.split("@")[0]: v for name, v in per_length.items() if name.endswith(f"@{L}")
-                              and name.split("@")[0] in declared}} for L in lengths]
+    curve = [{"length": L, **{m.metric: m.value for m in per_length if m.length == L}} for L in lengths]
     ctx.output.curve("lm_eval", [row for row in curve if len(row) > 1])
     if cfg.log_samples:
         for task, samples in (output.get("samples") or {}).items():
@@ -247,11 +248,11 @@ def _sample_length(doc: dict, lengths: list[int]) -> int | None:
     return None
 
 
-def by_length(output: dict, lengths: list[int]) -> tuple[dict, dict]:
-    """({<task>_<metric>@L, <task>_samples@L, intervals}, {metric: declaration}) from lm-eval's logged samples:
-    for tasks whose samples carry the length they were built for, the mean of each mean-aggregated metric per
-    length, its direction from lm-eval's ``higher_is_better``, a Wilson interval where it is a 0-1 score."""
-    summary, declared = {}, {}
+def by_length(output: dict, lengths: list[int]) -> tuple[list, dict]:
+    """([measurements], {metric: declaration}) from lm-eval's logged samples: for tasks whose samples carry the length
+    they were built for, the mean of each mean-aggregated metric per length over its samples (the units, by doc id),
+    its direction from lm-eval's ``higher_is_better``, a Wilson interval where it is a 0-1 score."""
+    found, declared = [], {}
     for task, samples in (output.get("samples") or {}).items():
         metric_list = ((output.get("configs") or {}).get(task) or {}).get("metric_list") or []
         means = [m["metric"] for m in metric_list if isinstance(m.get("metric"), str) and not m["metric"].isdigit()
@@ -262,21 +263,22 @@ def by_length(output: dict, lengths: list[int]) -> tuple[dict, dict]:
             if length is not None:
                 groups.setdefault(length, []).append(sample)
         for metric in means:
-            values = {L: [float(s[metric]) for s in group if isinstance(s.get(metric), (int, float))] for L, group in groups.items()}
+            values = {L: {f"{task}/{s.get('doc_id', i)}": float(s[metric]) for i, s in enumerate(group)
+                          if isinstance(s.get(metric), (int, float))} for L, group in groups.items()}
             values = {L: v for L, v in values.items() if v}
             if not values:
                 continue
-            name, unit = f"{task}_{metric}", all(0 <= x <= 1 for v in values.values() for x in v)
+            name, unit = f"{task}_{metric}", all(0 <= x <= 1 for v in values.values() for x in v.values())
             higher = ((output.get("higher_is_better") or {}).get(task) or {}).get(metric, True)
             declared[name] = Metric(name, lower_is_better=not higher, verdict=True, count=f"{task}_samples",
-                                    interval=unit, label=f"{task} {metric}", bounds=(0, 1) if unit else None).declared("lm_eval")
+                                    interval=unit, label=f"{task} {metric}", bounds=(0, 1) if unit else None,
+                                    unit="sample").declared("lm_eval")
             for L, v in values.items():
-                summary[f"{name}@{L}"] = sum(v) / len(v)
-                summary[f"{task}_samples@{L}"] = len(v)
-                interval = wilson_interval(sum(v), len(v)) if unit else None
-                if interval:
-                    summary[f"{name}_ci95_low@{L}"], summary[f"{name}_ci95_high@{L}"] = interval
-    return summary, declared
+                interval = wilson_interval(sum(v.values()), len(v)) if unit else None
+                found.append(Measurement(name, L, sum(v.values()) / len(v), len(v), "sample",
+                                         {k: (x, 1.0) for k, x in v.items()}, interval and interval[0],
+                                         interval and interval[1], "Wilson" if interval else None))
+    return found, declared
 
 
 def _unevaluated(key: str, value) -> bool:

@@ -25,6 +25,7 @@ from .core.config import option
 from .core.errors import UserError
 from .core.hub import hub_reachable
 from .core.plots import task_heatmap
+from .core.measure import Measurement
 from .core.registry import Metric, register_eval
 from .stats import wilson_interval
 from .lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
@@ -158,7 +159,7 @@ def run_cells(cfg, ctx, tasks: list[str], lengths: list[int], max_length: int, m
 
 @register_eval("ruler", config=RulerConfig, error=RulerError, check=check_config, needs=_needs,
                metrics=(Metric("ruler", verdict=True, count="ruler_samples", interval=True, label="RULER average",
-                               bounds=(0, 100)),))
+                               bounds=(0, 100), unit="sample"),))
 def evaluate(cfg, ctx) -> dict:
     """RULER's synthetic tasks (lm-eval's generators and scoring, our corpus as the essay haystack) per length."""
     from omegaconf import OmegaConf
@@ -188,12 +189,15 @@ def evaluate(cfg, ctx) -> dict:
         averages[length] = sum(done) / len(done) if done else None
     shortest = averages[lengths[0]]
     relative = cfg.relative_threshold * shortest if shortest else None
-    summary = {f"ruler@{L}": avg for L, avg in averages.items()}
-    for L in lengths:  # what each average rests on, and a binomial interval over its pooled samples
+    by_length = []
+    for L in lengths:  # what each average rests on (its samples, the units the verdict pairs) and a binomial interval
         pooled = [s for task in tasks for s in scores.get(task, {}).get(L, [])]
         interval = wilson_interval(sum(pooled) / 100, len(pooled))
-        summary.update({f"ruler_samples@{L}": len(pooled), f"ruler_ci95_low@{L}": interval and 100 * interval[0],
-                        f"ruler_ci95_high@{L}": interval and 100 * interval[1]})
+        low, high = (100 * interval[0], 100 * interval[1]) if interval else (None, None)
+        units = {f"{r['task']}/{r['index']}": (r["score"], 1.0) for r in samples if int(r["length"]) == L}
+        ctx.output.measure(Measurement("ruler", L, averages[L], len(pooled), "sample", units, low, high, "Wilson"))
+        by_length.append({"length": L, "average": averages[L], "samples": len(pooled), "ci95_low": low, "ci95_high": high})
+    summary = ctx.output.flat()
     summary["ruler_effective_length"] = effective_length(averages, cfg.threshold)
     summary["ruler_effective_length_relative"] = effective_length(averages, relative) if relative else None
     summary["ruler_seconds"] = round(seconds, 2)
@@ -210,8 +214,6 @@ def evaluate(cfg, ctx) -> dict:
     ctx.output.curve("ruler", curve)
     ctx.output.metrics("ruler", {**summary, "tasks": tasks, "skipped": skipped, "threshold": cfg.threshold,
                                  "relative_threshold_score": relative, "max_length": max_length, "cells": cells,
-                                 "by_length": [{"length": L, "average": averages[L], "samples": summary[f"ruler_samples@{L}"],
-                                                "ci95_low": summary[f"ruler_ci95_low@{L}"],
-                                                "ci95_high": summary[f"ruler_ci95_high@{L}"]} for L in lengths],
+                                 "by_length": by_length,
                                  "lm_eval_results": lm_eval_results, "partial": False})
     return summary

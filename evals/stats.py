@@ -63,3 +63,125 @@ def wilson_interval(successes: float, n: int, level: float = 0.95) -> tuple[floa
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     low, high = max(0.0, centre - half), min(1.0, centre + half)
     return (0.0 if p == 0 else low), (1.0 if p == 1 else high)  # exact at the ends, where rounding would leave dust
+
+
+# ---- paired comparisons of a strategy with the unscaled reference (the verdict's intervals) -------------------------
+#
+# Units are what a measurement averages over, keyed so two runs on the same units pair up: ``{key: (sum, weight)}``
+# with ``key`` = ``"<cluster>/<unit>"`` (a document and a block of its token positions) or a plain ``"<unit>"`` (a
+# prompt, a sample: its own cluster). The statistic of a side is sum(sums) / sum(weights): a token-weighted mean NLL,
+# an accuracy. Following Miller 2024 ("Adding Error Bars to Evals", arXiv 2411.00640): paired differences on the
+# same units, clustered resampling, and how many more units a comparison needs.
+
+Units = dict  # {key: (sum, weight)}
+
+
+def cluster_of(key: str) -> str:
+    return key.rsplit("/", 1)[0] if "/" in key else key
+
+
+def _clusters(units: Units) -> dict[str, dict[str, tuple[float, float]]]:
+    found: dict[str, dict] = {}
+    for key, (total, weight) in units.items():
+        found.setdefault(cluster_of(key), {})[key] = (float(total), float(weight))
+    return found
+
+
+def _draw(rng, keys_a: list, keys_b: list, a: dict, b: dict, shared: list, samples: int):
+    """(sum_a, weight_a, sum_b, weight_b) arrays of ``samples`` resamples of one cluster's units: the units both
+    sides hold drawn jointly (paired), each side's own units drawn on their own."""
+    import numpy as np
+
+    out = [np.zeros(samples) for _ in range(4)]
+    for keys, sides in ((shared, "ab"), ([k for k in keys_a if k not in b], "a"), ([k for k in keys_b if k not in a], "b")):
+        if not keys:
+            continue
+        picks = rng.integers(0, len(keys), (samples, len(keys)))
+        for side in sides:
+            src = a if side == "a" else b
+            sums = np.array([src[k][0] for k in keys])[picks].sum(1)
+            weights = np.array([src[k][1] for k in keys])[picks].sum(1)
+            index = 0 if side == "a" else 2
+            out[index] += sums
+            out[index + 1] += weights
+    return out
+
+
+def paired_bootstrap(a: Units, b: Units, statistic, samples: int = 2000, seed: int = 0,
+                     level: float = 0.95) -> tuple[float, float, int, bool] | None:
+    """(low, high, n) of ``statistic(mean_a, mean_b)`` by a two-stage paired bootstrap (Davison & Hinkley 1997,
+    sec. 3.8): clusters held by both sides resampled jointly, then the units within each drawn cluster (shared
+    units jointly, a side's own units on their own); ``n`` the top-level units resampled (clusters when there
+    are several, else the units of the one cluster) and whether they are clusters. None with fewer than two
+    units on a side."""
+    import numpy as np
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    ca, cb = _clusters(a), _clusters(b)
+    rng = np.random.default_rng(seed)
+    totals = [np.zeros(samples) for _ in range(4)]
+    shared_clusters = [c for c in ca if c in cb]
+    groups = [(shared_clusters, "ab"), ([c for c in ca if c not in cb], "a"), ([c for c in cb if c not in ca], "b")]
+    for clusters, sides in groups:
+        if not clusters:
+            continue
+        # stage 1: how many times each cluster is drawn in each resample (one cluster alone: always once)
+        counts = (np.ones((samples, 1), dtype=int) if len(clusters) == 1 else
+                  np.stack([np.bincount(row, minlength=len(clusters))
+                            for row in rng.integers(0, len(clusters), (samples, len(clusters)))]))
+        for j, cluster in enumerate(clusters):
+            ua, ub = (ca.get(cluster, {}) if "a" in sides else {}), (cb.get(cluster, {}) if "b" in sides else {})
+            shared = [k for k in ua if k in ub]
+            for draw in range(int(counts[:, j].max())):  # stage 2: each draw of the cluster resamples its units
+                parts = _draw(rng, list(ua), list(ub), ua, ub, shared, samples)
+                take = counts[:, j] > draw
+                for t, p in zip(totals, parts):
+                    t += np.where(take, p, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = statistic(totals[0] / totals[1], totals[2] / totals[3])
+    values = values[np.isfinite(values)]
+    if len(values) < samples // 2:
+        return None
+    tail = (1 - level) / 2
+    low, high = np.quantile(values, [tail, 1 - tail])
+    clustered = len(shared_clusters) > 1
+    return float(low), float(high), len(shared_clusters) if clustered else max(len(a), len(b)), clustered
+
+
+def paired_proportion_ratio(a: Units, b: Units, level: float = 0.95) -> tuple[float | None, float | None, dict]:
+    """(low, high, moments) of the ratio mean_a / mean_b of two scores in [0, 1] on paired units: Fieller's
+    interval (Fieller 1954) on means adjusted as Agresti & Min (2005) adjust paired proportions -- half a
+    pseudo-pair at each of (1,1), (1,0), (0,1), (0,0) -- so it stays honest at 0/n and n/n and with a handful of
+    prompts. Units held by one side only add to its variance, not to the covariance. (None, None) when the
+    interval is unbounded (the reference is not distinguishable from 0)."""
+    from scipy import stats
+
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    xa = {k: t / w for k, (t, w) in a.items() if w}
+    xb = {k: t / w for k, (t, w) in b.items() if w}
+    pseudo = [(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)]  # each with weight 1/2
+    na, nb = len(xa) + 2, len(xb) + 2
+    ma, mb = (sum(xa.values()) + 1) / na, (sum(xb.values()) + 1) / nb
+    var_a = (sum((x - ma) ** 2 for x in xa.values()) + sum(0.5 * (p - ma) ** 2 for p, _ in pseudo)) / (na - 1) / na
+    var_b = (sum((x - mb) ** 2 for x in xb.values()) + sum(0.5 * (q - mb) ** 2 for _, q in pseudo)) / (nb - 1) / nb
+    shared = [k for k in xa if k in xb]
+    m = len(shared) + 2
+    co = sum((xa[k] - ma) * (xb[k] - mb) for k in shared) + sum(0.5 * (p - ma) * (q - mb) for p, q in pseudo)
+    cov = co / (na * nb) * m / (m - 1)
+    moments = {"mean_a": ma, "mean_b": mb, "var_a": var_a, "var_b": var_b, "cov": cov, "z": z}
+    # Fieller: the c with (ma - c mb)^2 <= z^2 Var(ma - c mb), a quadratic a c^2 + b c + k <= 0
+    qa, qb, qk = mb * mb - z * z * var_b, -2 * (ma * mb - z * z * cov), ma * ma - z * z * var_a
+    disc = qb * qb - 4 * qa * qk
+    if qa <= 0 or disc < 0:
+        return None, None, moments
+    root = math.sqrt(disc)
+    return (-qb - root) / (2 * qa), (-qb + root) / (2 * qa), moments
+
+
+def more_units(n: int, half_width: float, distance: float) -> int | None:
+    """How many more units would likely bring an interval of ``half_width`` (at ``n`` units) to exclude a limit
+    ``distance`` from its estimate, its width shrinking as 1/sqrt(n); None when the estimate sits on the limit."""
+    if distance <= 1e-12 or n <= 0:
+        return None
+    return max(1, math.ceil(n * (half_width / distance) ** 2 - n))

@@ -162,7 +162,7 @@ from dataclasses import dataclass
 import torch
 
 import rope_ext
-from evals import Metric, register_eval
+from evals import Measurement, Metric, register_eval, token_blocks
 from evals.core.config import lengths, option
 from evals.scoring import token_nll
 
@@ -219,11 +219,15 @@ def prefix_nll_figures(name, jobs, label):
 
 
 @register_eval("prefix_nll", config=PrefixNllConfig, report=prefix_nll_figures,
-               metrics=(Metric("prefix_nll", lower_is_better=True, verdict=True, label="prefix NLL"),))
+               metrics=(Metric("prefix_nll", lower_is_better=True, verdict=True, label="prefix NLL", nll=True),))
 def prefix_nll(cfg, ctx):
-    """Mean NLL of the first L tokens of the first document, per length L."""
-    ids = ctx.documents()[0].ids
-    return {f"prefix_nll@{L}": float(token_nll(ctx.model(), ids[:L]).mean()) for L in cfg.lengths}
+    """Mean NLL of the first L tokens of the first document, per length L, over 8-token blocks."""
+    doc = ctx.documents()[0]
+    for L in cfg.lengths:
+        nll = token_nll(ctx.model(), doc.ids[:L])
+        ctx.output.measure(Measurement("prefix_nll", L, float(nll.mean()), len(nll), "8-token block",
+                                       token_blocks(doc.name, nll, torch.arange(1, L), 8)))
+    return {}
 '''
 
 
@@ -257,6 +261,21 @@ def documents():
     return [Document(f"doc{i}", torch.randint(3, 96, (n,), generator=generator)) for i, n in enumerate([300, 260, 150])]
 
 
+def direct_metrics() -> dict:
+    """The metrics perplexity (with LongPPL), needle and passkey (both scorings) declare, as results.json records them."""
+    from omegaconf import OmegaConf
+
+    from evals import EVALS, load_evals
+
+    load_evals()
+    found = {}
+    for name, values in (("perplexity", {"longppl": True}), ("needle", {"name": "needle"}), ("passkey", {"name": "passkey"})):
+        spec = EVALS[name]
+        cfg = OmegaConf.merge(OmegaConf.structured(spec.config), values)
+        found.update({m.name: m.declared(name) for m in spec.metrics_for(cfg)})
+    return found
+
+
 @pytest.fixture
 def eval_context(tmp_path, documents, compose):
     """``make(scaling, *overrides, docs=...)``: a real EvalContext of a real job on the MICRO model (vocabulary 96
@@ -268,7 +287,9 @@ def eval_context(tmp_path, documents, compose):
         cfg = compose(*MICRO, "model.architecture.vocab_size=96", *scaling_overrides(scaling), *overrides)
         job = parse_job(cfg, tmp_path / f"run{count[0]}")
         job.out_dir.mkdir(parents=True)
-        return stack.enter_context(started(job, job.out_dir, ModelCache(), documents=docs or documents))
+        ctx = stack.enter_context(started(job, job.out_dir, ModelCache(), documents=docs or documents))
+        ctx.output.declare(direct_metrics())  # the tests call an eval's function with a config of their own
+        return ctx
 
     with stack:
         yield make

@@ -76,7 +76,7 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
         assert summary["summary"]["ppl@512"] == pytest.approx(by_length[1]["ppl"])
         assert summary["summary"]["tokens@512"] == 511
         # the answer, and the value at the run's target (2x = 4096), not at the last length logged (8192)
-        assert summary["summary"]["target_length"] == 4096 and summary["summary"]["verdict"] == job["summary"]["verdict"]
+        assert summary["summary"]["target_length"] == 4096 and summary["summary"]["verdict_state"] == job["summary"]["verdict_state"]
         assert summary["summary"]["perplexity/ppl"] == pytest.approx(job["summary"]["ppl@4096"])
         assert summary["summary"]["perplexity/ppl"] != pytest.approx(job["summary"]["ppl@8192"])
         assert run["job_type"] == "perplexity" and f"scaling:{job['config']['scaling']['name']}" in run["tags"]
@@ -100,7 +100,10 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
     # the sweep's report is a run of the same group, with the verdict table and the page as an artifact
     summary, run, history, _ = wandb_read(sweep_dir)
     assert run["run_group"] == f"sweep-{tmp_path.name}_sweep" and run["job_type"] == "report"
-    assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "?")
+    assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "inconclusive", "?")
+    assert summary["summary"]["answer"].startswith("at 4096 (2x) on tinyllama[random]: ")  # the ranked answer
+    assert {k for k in summary["summary"] if k.startswith("rank/")} == {"rank/tinyllama[random]@4096/none",
+                                                                         "rank/tinyllama[random]@4096/yarn-factor2"}
     assert "report-sweep" in wandb_artifacts(sweep_dir)
 
 

@@ -10,11 +10,17 @@ import pytest
 from evals.core.errors import UserError
 from evals.core.job import parse_job
 from evals.core.registry import Metric
+import math
+
+import numpy as np
+
+from evals.core.measure import Measurement
 from evals.core.verdict import DEFAULTS, Reference, judge
+from evals.stats import paired_bootstrap, paired_proportion_ratio
 from tests.tiny import TINY
 
-PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens").declared("perplexity")}
-ACC = {"needle_acc": Metric("needle_acc", verdict=True, count="needle_trials").declared("needle")}
+PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True).declared("perplexity")}
+ACC = {"needle_acc": Metric("needle_acc", verdict=True, count="needle_trials", bounds=(0, 1)).declared("needle")}
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 # docs/benchmarks.md, SmolLM2 (trained 8192) on Emma, factor 2
 NONE = dict(zip(LENGTHS, (32.8, 28.9, 25.0, 25.7, 53.0)))
@@ -22,55 +28,128 @@ YARN = dict(zip(LENGTHS, (33.6, 29.6, 25.6, 26.4, 26.6)))
 PI = dict(zip(LENGTHS, (61.1, 55.7, 50.8, 54.0, 54.5)))
 
 
-def ppl(values: dict) -> dict:
-    return {f"ppl@{L}": v for L, v in values.items()}
+def blocks(length: int, ppl: float, documents: int = 6, noise: float = 0.02, seed: int = 0) -> dict:
+    """Units of a perplexity at ``length``: 256-token blocks of ``documents`` documents whose mean NLL is log(ppl),
+    each block's own difficulty shared by every run (the same tokens) plus a little run noise."""
+    shared = np.random.default_rng(7).normal(0, 0.1, (documents, length // 256))
+    own = np.random.default_rng(seed).normal(0, noise, shared.shape)
+    nll = shared - shared.mean() + own - own.mean() + math.log(ppl)
+    return {f"doc{d}/{256 * b}": (256 * float(nll[d, b]), 256.0) for d in range(documents) for b in range(length // 256)}
 
 
-def verdict(values, reference, declared=PPL, target=16384, **criteria):
-    ref = None if reference is None else Reference(values=reference)
-    return judge(values, declared, ref, 8192, target, {**DEFAULTS, **criteria}, "no reference here")
+def ppl(values: dict, seed: int = 0) -> list[dict]:
+    return [Measurement("ppl", L, v, 6 * L, "256-token block", blocks(L, v, seed=seed)).record() for L, v in values.items()]
+
+
+def acc(length: int, correct: list[float], metric: str = "needle_acc") -> dict:
+    units = {f"d0.5-t{i}": (float(c), 1.0) for i, c in enumerate(correct)}
+    return Measurement(metric, length, sum(correct) / len(correct), len(correct), "prompt", units).record()
+
+
+def verdict(measurements, reference, declared=PPL, target=16384, **criteria):
+    ref = None if reference is None else Reference(records={(r["metric"], r["length"]): r for r in reference})
+    return judge(measurements, declared, ref, 8192, target, {**DEFAULTS, **criteria}, "no reference here")
 
 
 def test_a_strategy_is_judged_against_the_unscaled_model_not_itself():
     """PI x2 is flat at twice the unscaled ppl: it kept 'working' against its own ppl at 8192; it fails here."""
-    pi = verdict(ppl(PI), ppl(NONE))["summary"]
+    pi = verdict(ppl(PI, seed=1), ppl(NONE))["summary"]
     assert pi["verdict"] is False and pi["verdict@16384"] is False and pi["verdict@1024"] is False
     assert pi["effective_length"] is None and "not working at 1024" in pi["effective_length_reason"]
     assert pi["ppl_stable_length"] == 16384  # the old, self-referenced quantity, under its honest name
-    assert "ppl 54.5 > 28.27 (unscaled 25.7 @8192)" in pi["verdict_reason@16384"]
-    yarn = verdict(ppl(YARN), ppl(NONE))["summary"]
+    assert "ppl 54.5 vs 25.7 unscaled @8192: x2.12" in pi["verdict_reason@16384"] and "> 1.1" in pi["verdict_reason@16384"]
+    yarn = verdict(ppl(YARN, seed=1), ppl(NONE))["summary"]
     assert yarn["verdict"] is True and yarn["effective_length"] == 16384 and yarn["ppl@target"] == 26.6
     assert yarn["ppl_retention@4096"] == pytest.approx(25.0 / 25.6)
+    assert yarn["ppl_ratio@16384"] == pytest.approx(26.6 / 25.7, rel=1e-6)  # exp of the paired mean NLL difference
+    assert yarn["ppl_ratio_ci95_low@16384"] < 26.6 / 25.7 < yarn["ppl_ratio_ci95_high@16384"] < 1.1
     none = verdict(ppl(NONE), ppl(NONE))["summary"]
     assert none["verdict@16384"] is False and none["verdict@8192"] is True and none["effective_length"] == 8192
-    strict = verdict(ppl(YARN), ppl(NONE), tolerance=0.02)["summary"]  # 33.6 vs 32.8 is 2.4% worse at 1024
+    strict = verdict(ppl(YARN, seed=1), ppl(NONE), tolerance=0.01)["summary"]  # 33.6 vs 32.8 is 2.4% worse at 1024
     assert strict["verdict@1024"] is False and strict["verdict@16384"] is False
-    assert "short context: ppl 33.6 > 33.46" in strict["verdict_reason@16384"]
+    assert "short context: ppl 33.6 vs 32.8 unscaled @1024" in strict["verdict_reason@16384"]
+
+
+def test_identical_runs_give_a_ratio_of_exactly_one_and_yes():
+    same = verdict(ppl(YARN), ppl(YARN))
+    assert all(same["summary"][f"ppl_ratio@{L}"] == 1.0 for L in (1024, 2048, 4096, 8192))
+    assert all(same["summary"][f"verdict_state@{L}"] == "yes" for L in (1024, 2048, 4096, 8192))
+    row = next(r for r in same["lengths"] if r["length"] == 4096)
+    assert (row["checks"][0]["low"], row["checks"][0]["high"]) == (1.0, 1.0)
+    twenty = verdict([acc(4096, [1] * 20)], [acc(4096, [1] * 20)], ACC, target=4096)["summary"]
+    assert twenty["needle_acc_ratio@4096"] == 1.0 and twenty["verdict_state@4096"] == "yes"
+
+
+def test_a_difference_inside_the_noise_is_inconclusive_and_says_how_many_more_units_would_decide_it():
+    """ppl 8% worse with a noisy, short test: the interval straddles the 10% limit."""
+    noisy = [Measurement("ppl", 4096, 27.0, 4096, "256-token block", blocks(4096, 27.0, documents=1, noise=0.4, seed=3)).record()]
+    base = [Measurement("ppl", 4096, 25.0, 4096, "256-token block", blocks(4096, 25.0, documents=1, noise=0.4, seed=4)).record()]
+    found = verdict(noisy, base, target=4096)
+    check = found["lengths"][0]["checks"][0]
+    assert found["summary"]["verdict_state@4096"] == "inconclusive" and found["summary"]["verdict@4096"] is None
+    assert check["low"] < 1.1 < check["high"] and check["more_units"] >= 1
+    assert f"about {check['more_units']} more 256-token blocks would likely decide it" in found["summary"]["verdict_reason@4096"]
+
+    assert found["summary"]["effective_length"] is None
+
+
+@pytest.mark.parametrize("prompts", [1, 2, 3])
+@pytest.mark.parametrize("retained", [0.5, 0.85, 0.99])
+def test_an_accuracy_on_one_to_three_prompts_is_never_yes_or_no(prompts, retained):
+    for own, ref in (([1] * prompts, [1] * prompts), ([0] * prompts, [1] * prompts), ([1] * prompts, [0.5] * prompts)):
+        found = verdict([acc(4096, own)], [acc(4096, ref)], ACC, target=4096, retained=retained)["summary"]
+        assert found["verdict_state@4096"] == "inconclusive", (own, ref, found["verdict_reason@4096"])
+
+
+def test_accuracies_are_judged_by_the_share_they_keep_with_enough_prompts():
+    reference = [acc(4096, [1] * 30), acc(8192, [1] * 27 + [0] * 3)]
+    kept = verdict([acc(4096, [1] * 30), acc(8192, [1] * 29 + [0]), acc(16384, [1] * 28 + [0] * 2)], reference, ACC)
+    assert kept["summary"]["verdict@16384"] is True, kept["summary"]["verdict_reason@16384"]
+    lost = verdict([acc(4096, [1] * 30), acc(8192, [1] * 29 + [0]), acc(16384, [0] * 26 + [1] * 4)], reference, ACC)
+    assert lost["summary"]["verdict@16384"] is False and "needle_acc 0.1333 vs 0.9 unscaled @8192" in lost["summary"]["verdict_reason@16384"]
+    assert verdict([acc(4096, [1] * 30), acc(8192, [1] * 30), acc(16384, [0] * 26 + [1] * 4)], reference, ACC,
+                   retained=0.01)["summary"]["verdict@16384"] is not False
+    zero = verdict([acc(8192, [0] * 10), acc(16384, [0] * 10)], [acc(8192, [0] * 10)], ACC)["summary"]
+    assert zero["verdict@16384"] is None and "scores 0 on needle_acc" in zero["verdict_reason@16384"]
 
 
 def test_no_reference_or_another_test_is_no_answer_with_its_reason():
     found = verdict(ppl(YARN), None)["summary"]
     assert found["verdict"] is None and found["verdict_reason@16384"] == "no reference here"
     assert not any("_retention@" in k for k in found)
-    counts = {**ppl(YARN), "tokens@1024": 1023}
-    other = verdict(counts, {**ppl(NONE), "tokens@1024": 2046})["summary"]  # two documents in the reference
-    assert other["verdict@1024"] is None and "rests on 1023 here and 2046 in the reference" in other["verdict_reason@1024"]
-    assert other["verdict@16384"] is None  # the short context could not be checked at 1024
-    short_only = verdict({"ppl@16384": 26.6}, ppl(NONE))["summary"]
+    other = [Measurement("ppl", 1024, 33.6, 1023, "256-token block", {"elsewhere/0": (100.0, 30.0), "elsewhere/256": (90.0, 30.0)}).record()]
+    found = verdict(other + ppl({L: YARN[L] for L in LENGTHS[1:]}), ppl(NONE))["summary"]
+    assert found["verdict@1024"] is None and "rests on other 256-token blocks here" in found["verdict_reason@1024"]
+    assert found["verdict@16384"] is None  # the short context could not be checked at 1024
+    short_only = verdict(ppl({16384: 26.6}), ppl(NONE))["summary"]
     assert short_only["verdict@16384"] is None and "short context not measured" in short_only["verdict_reason@16384"]
     untargeted = verdict(ppl(YARN), ppl(NONE), target=32768)["summary"]
     assert untargeted["verdict"] is None and "32768 was not evaluated" in untargeted["verdict_reason"]
 
 
-def test_accuracies_are_judged_by_the_share_they_keep():
-    acc = {"needle_acc@4096": 1.0, "needle_acc@8192": 0.8, "needle_acc@16384": 0.6}
-    reference = {"needle_acc@4096": 1.0, "needle_acc@8192": 0.9}
-    found = verdict(acc, reference, ACC)["summary"]
-    assert found["verdict@8192"] is True  # 0.8 >= 0.85 x 0.9
-    assert found["verdict@16384"] is False and "needle_acc 0.6 < 0.765" in found["verdict_reason@16384"]
-    assert verdict(acc, reference, ACC, retained=0.6)["summary"]["verdict@16384"] is True
-    zero = verdict({"needle_acc@8192": 0.0, "needle_acc@16384": 0.0}, {"needle_acc@8192": 0.0}, ACC)["summary"]
-    assert zero["verdict@16384"] is None and "scores 0 on needle_acc" in zero["verdict_reason@16384"]
+def test_paired_intervals_cover_a_known_difference_about_95_percent_of_the_time():
+    """Synthetic documents of correlated blocks with a known perplexity ratio, and paired prompts with known
+    accuracies: over repeated draws the 95% intervals hold the truth close to 95% of the time."""
+    truth, covered = math.exp(0.05), 0
+    draws = 200
+    for draw in range(draws):
+        rng = np.random.default_rng(1000 + draw)
+        difficulty = rng.normal(0, 0.5, (4, 16)) + rng.normal(0, 0.3, (4, 1))  # block and document effects, shared
+        ref = {f"doc{d}/{b}": (float(3 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0) for d in range(4) for b in range(16)}
+        own = {f"doc{d}/{b}": (float(3.05 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0) for d in range(4) for b in range(16)}
+        low, high, _, _ = paired_bootstrap(own, ref, lambda a, b: np.exp(a - b), samples=500, seed=draw)
+        covered += low <= truth <= high
+    assert 0.90 <= covered / draws <= 0.99, covered / draws
+    covered, truth = 0, 0.8 / 0.9
+    for draw in range(draws):
+        rng = np.random.default_rng(5000 + draw)
+        r = rng.random(60) < 0.9
+        s = np.where(r, rng.random(60) < 0.8 / 0.9 + 0.02, rng.random(60) < 0.62)  # P(s) = 0.9 * 0.909 + 0.1 * 0.62 ~ 0.88
+        p_s = 0.9 * (0.8 / 0.9 + 0.02) + 0.1 * 0.62
+        low, high, _ = paired_proportion_ratio({str(i): (float(x), 1.0) for i, x in enumerate(s)},
+                                               {str(i): (float(x), 1.0) for i, x in enumerate(r)})
+        covered += low is not None and low <= p_s / 0.9 <= high
+    assert 0.92 <= covered / draws <= 1.0, covered / draws
 
 
 def read(path: Path) -> dict:
@@ -91,7 +170,9 @@ def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path,
     suite = parse_job(compose(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path)
     assert list(suite.eval_cfg.perplexity.lengths) == [1024] and list(suite.eval_cfg.needle.lengths) == [2048]
     for bad, message in (("eval.lengths=[2y]", "eval.lengths='2y' is not a length"),
-                         ("verdict.target=far", "verdict.target='far' is not a length")):
+                         ("verdict.target=far", "verdict.target='far' is not a length"),
+                         ("verdict.target=0x", "verdict.target=0x is 0 tokens: a target is a positive length"),
+                         ("verdict.target=-4096", "verdict.target=-4096 is -4096 tokens")):
         with pytest.raises(UserError, match=message):
             parse_job(compose(*TINY, bad), tmp_path)
 
@@ -104,7 +185,7 @@ def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, ca
     assert base["config"]["eval"]["lengths"] == [256, 512, 2048]  # up to the trained context, which is included
     assert base["config"]["eval"]["min_document_tokens"] == 4096  # the job's documents: the same tokens
     assert base["job"]["compare"] == results["job"]["compare"]
-    assert summary["target_length"] == 4096 and summary["verdict"] in (True, False)
+    assert summary["target_length"] == 4096 and summary["verdict_state"] in ("yes", "NO", "inconclusive")
     assert set(k for k in summary if k.startswith("verdict@")) == {"verdict@256", "verdict@512", "verdict@2048", "verdict@4096"}
     assert summary["ppl_retention@512"] == pytest.approx(base["summary"]["ppl@512"] / summary["ppl@512"])
     assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
@@ -159,7 +240,9 @@ def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the
     none_dir = next(p.parent for p in sweep_dir.glob("*/results.json") if read(p)["job"]["scaling"] == "none")
     assert jobs["yarn-factor2"]["verdict"]["reference"]["sources"] == [str(none_dir)]
     table = result.stdout.split("verdict: tinyllama[random], perplexity on books", 1)[1]
-    assert "| strategy       | target | 256 (0.125x) | 512 (0.25x) | 2048 (1x) | 4096 (2x) | effective length |" in table
+    head = next(line for line in table.splitlines() if line.startswith("| strategy"))
+    assert [c.strip() for c in head.strip("|").split("|")] == ["strategy", "target", "256 (0.125x)", "512 (0.25x)", "2048 (1x)",
+                                                            "4096 (2x)", "effective length"]
     assert "| yarn-factor2   | 4096   |" in table and "| linear-factor2 | 4096   |" in table
     verdicts = (sweep_dir / "report_verdict.csv").read_text().splitlines()
     assert verdicts[0].startswith("model,data,eval,strategy,trained,target,verdict@256") and len(verdicts) == 4

@@ -6,22 +6,18 @@ how much each strategy passes. Nothing here knows an eval by name."""
 
 from __future__ import annotations
 
+from .measure import by_metric, measured_value
 from .plots import Curve, length_figure
-from .verdict import AT, Reference
+from .verdict import Reference
 
 SHOWN_FIELDS = ("protocol", "stride", "documents", "min_document_tokens", "haystack", "depths", "trials", "limit", "tasks")
 
 
-def rows_of(values: dict, metric: str) -> list[dict]:
-    """[{"length", "value", "ci95_low", "ci95_high"}] of ``metric`` from a summary's ``<metric>@L`` keys."""
-    rows = []
-    for key, value in values.items():
-        match = AT.match(key)
-        if match and match.group(1) == metric and isinstance(value, (int, float)) and not isinstance(value, bool):
-            L = int(match.group(2))
-            rows.append({"length": L, "value": float(value), "ci95_low": values.get(f"{metric}_ci95_low@{L}"),
-                         "ci95_high": values.get(f"{metric}_ci95_high@{L}")})
-    return sorted(rows, key=lambda r: r["length"])
+def rows_of(measurements: list[dict], metric: str) -> list[dict]:
+    """[{"length", "value", "ci95_low", "ci95_high"}] of ``metric`` from a job's measurement records."""
+    found = by_metric(measurements).get(metric, {})
+    return [{"length": L, "value": measured_value(r), "ci95_low": r.get("low"), "ci95_high": r.get("high")}
+            for L, r in sorted(found.items()) if measured_value(r) is not None]
 
 
 def reference_of(reference: Reference | None, metric: str, lengths, trained: int) -> dict[int, float]:
@@ -30,7 +26,7 @@ def reference_of(reference: Reference | None, metric: str, lengths, trained: int
         return {}
     found = {}
     for L in lengths:
-        value = reference.get(metric, L if L <= trained else trained)
+        value = reference.value(metric, L if L <= trained else trained)
         if value:
             found[L] = value
     return found
@@ -65,12 +61,12 @@ def metric_figure(metric: dict, curves: list[Curve], *, trained: int, target: in
                          target=target, ratio=ratio)
 
 
-def job_figures(label: str, strategy: str, values: dict, declared: dict, reference: Reference | None, trained: int,
+def job_figures(label: str, strategy: str, measurements: list[dict], declared: dict, reference: Reference | None, trained: int,
                 target: int | None, criteria: dict, subtitle: str) -> dict:
     """{<metric>_by_length: figure} for one job's declared metrics."""
     figures = {}
     for name, metric in declared.items():
-        rows = rows_of(values, name)
+        rows = rows_of(measurements, name)
         if not rows:
             continue
         curve = Curve(label, strategy, rows, reference_of(reference, name, [r["length"] for r in rows], trained))

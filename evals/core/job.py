@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
@@ -189,7 +190,11 @@ def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[in
     ignores its factor, but in a factor sweep it still names the question), else the longest length evaluated
     (None when the eval has no lengths)."""
     if cfg.target is not None:
-        return parse_length(cfg.target, trained, "verdict.target")
+        target = parse_length(cfg.target, trained, "verdict.target")
+        if target < 1:
+            raise ConfigError(f"verdict.target={cfg.target} is {target} tokens: a target is a positive length, in tokens "
+                              f"(16384) or as a multiple of the trained context ({trained}), e.g. 2x")
+        return target
     factor = scaling.factor or (factor if scaling.name == "none" else None)
     if factor and factor > 1:
         return round(trained * factor)
@@ -263,6 +268,10 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
             part_spec.check(part, with_eval(job, part_spec, part))
     if spec.parts is not None and spec.check:
         spec.check(cfg.eval, job)
+    if job.target and lengths and job.target not in lengths and job.needs_reference():
+        print(f"warning: the verdict's target {job.target} is not among the lengths evaluated {sorted(set(lengths))}: "
+              f"the job will answer at those lengths but not at the target; add it (e.g. eval.lengths=[...,"
+              f"{job.target}]) or set verdict.target", file=sys.stderr)
     return replace(job, reference=parse_reference(cfg, job))
 
 
@@ -277,6 +286,7 @@ def parse_reference(cfg, job: Job) -> Job | None:
     base = OmegaConf.to_container(cfg, resolve=True)
     base["scaling"] = {"name": "none"}
     base["force"] = False  # reused whenever its key matches: one reference per sweep
+    base["verdict"] = {**base["verdict"], "target": None}  # it answers nothing itself: its longest length
     node = OmegaConf.create(base)
     for part_spec, part, _ in parts(job.eval, node.eval):
         for name in length_fields(part_spec.config):

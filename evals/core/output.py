@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .files import atomic_write
+from .measure import Measurement, summary_keys
 from .rundir import this_process
 
 PACKAGES = ("torch", "transformers", "hydra-core", "wandb", "lm-eval", "gguf", "accelerate", "datasets", "rope_ext")
@@ -48,6 +49,7 @@ class RunRecord:
         self.data = {"status": "running", **sections, "versions": versions(), "process": this_process(), "timings": {},
                      "metrics": {}, "summary": {}}
         self.data.setdefault("declared", {})
+        self.data.setdefault("measurements", [])
         self.write()
 
     def write(self) -> None:
@@ -128,6 +130,38 @@ class Output:
         """The verdict (evals/core/verdict.py): its keys join the summary, its detail is results.json's ``verdict``."""
         self.record.data["summary"].update(judgement["summary"])
         self.record.update("verdict", judgement)
+
+    def measure(self, *measurements: Measurement) -> None:
+        """Record measurements (evals/core/measure.py): each must be of a metric the eval declared; it replaces
+        an earlier record of the same metric and length (an eval refines its numbers document by document), and
+        its flat keys (``<metric>@L``, its count and interval) join the summary -- one call, disk and tracker."""
+        declared = self.declared
+        records = self.record.data["measurements"]
+        for m in measurements:
+            if m.metric not in declared:
+                raise ValueError(f"measurement {m.metric}@{m.length}: {m.metric} is not among the metrics this job "
+                                 f"declares ({', '.join(sorted(declared)) or 'none'}); declare it in the eval's "
+                                 f"registration (evals/core/registry.py Metric)")
+            record = m.record()
+            records[:] = [r for r in records if (r["metric"], r["length"]) != (m.metric, m.length)] + [record]
+            self.record.data["summary"].update(summary_keys(record, declared[m.metric].get("count")))
+        self.record.write()
+
+    def unreported(self) -> list[str]:
+        """The declared verdict metrics with no measurement at any length: a job that leaves one out has failed."""
+        seen = {r["metric"] for r in self.record.data["measurements"]}
+        return [name for name, d in self.declared.items() if d.get("verdict") and name not in seen]
+
+    @property
+    def measurements(self) -> list[dict]:
+        return self.record.data["measurements"]
+
+    def flat(self) -> dict:
+        """The summary keys of every measurement so far (what an eval returns beside its own headline numbers)."""
+        found = {}
+        for record in self.measurements:
+            found.update(summary_keys(record, (self.declared.get(record["metric"]) or {}).get("count")))
+        return found
 
     def metrics(self, name: str, values: dict) -> None:
         """Structured detail under ``metrics.<name>`` in results.json (the report reads it)."""

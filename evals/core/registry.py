@@ -35,7 +35,10 @@ class Metric:
     ``count``: the summary key (``<count>@L``) saying how many tokens, trials or samples a value rests on,
     which must match the reference's for a comparison; ``interval``: whether ``<name>_ci95_low@L`` and
     ``<name>_ci95_high@L`` are reported; ``label``: how tables and figures name it; ``log``: drawn on a log
-    axis; ``bounds``: the range its values live in (accuracies 0-1, RULER scores 0-100), the axis range."""
+    axis; ``bounds``: the range its values live in (accuracies 0-1, RULER scores 0-100), the axis range and, for a
+    higher-is-better metric, what makes its paired comparison a proportion's (evals/stats.py); ``nll``: its units
+    are NLL sums, so two runs compare as exp of their paired mean difference (a perplexity ratio); ``unit``: what
+    its values average over (``token block``, ``prompt``, ``sample``: evals/core/measure.py)."""
 
     name: str
     lower_is_better: bool = False
@@ -45,6 +48,8 @@ class Metric:
     label: str = ""
     log: bool = False
     bounds: tuple | None = None
+    nll: bool = False
+    unit: str = ""
 
     def declared(self, eval_name: str) -> dict:
         """What results.json records of it (the report and the verdict read this, not the registry)."""

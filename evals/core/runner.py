@@ -29,7 +29,8 @@ from .config import length_fields
 from .job import Job, parse_job, parts
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
 from .output import Output, RunRecord
-from .verdict import Reference, criteria_of, format_job, judge, reference_from
+from .peak import PeakMemory
+from .verdict import Reference, criteria_of, format_job, judge, own_reference, reference_from
 from .rundir import TwinFinished, claim, find_finished, read_results, this_process
 from .tracking import Tracker, sweep_group
 
@@ -87,12 +88,13 @@ def _reuse(job: Job, finished: Path, cache: ModelCache) -> dict:
     previous = read_results(finished) or {}
     print(f"skip: the same job finished in {finished.parent} (force=true reruns it)")
     measured = {k: v for k, v in (previous.get("summary") or {}).items() if k not in judged_keys(previous)}
-    judgement = judge_job(job, measured, previous.get("declared") or job.declared(), *find_reference(job, cache))
+    measurements = previous.get("measurements") or []
+    judgement = judge_job(job, measurements, previous.get("declared") or job.declared(), *find_reference(job, cache))
     summary = {**measured, **judgement["summary"]}
     if finished.parent.resolve() != job.out_dir.resolve():
         with claim(job.out_dir, job.key) as run_dir:
             record = RunRecord(run_dir, job.sections())
-            for section in ("metrics", "rope", "declared"):
+            for section in ("metrics", "rope", "declared", "measurements", "timings"):
                 if section in previous:
                     record.data[section] = previous[section]
             record.data["summary"], record.data["verdict"] = summary, judgement
@@ -120,8 +122,9 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     tracker = Tracker(job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name)
     output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
     status, error = "failed", None
+    peak = PeakMemory()
     try:
-        with EvalContext(job, cache, output, documents) as ctx:
+        with peak, EvalContext(job, cache, output, documents) as ctx:
             yield ctx
         status = "done"
     except KeyboardInterrupt as err:
@@ -134,6 +137,8 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
         error = _error(err, with_traceback=True)
         raise
     finally:
+        if peak.bytes is not None:
+            record.data["timings"].update(peak_memory_bytes=peak.bytes, peak_memory_kind=peak.kind)
         try:
             output.close()
         finally:
@@ -171,16 +176,20 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
         with started(job, run_dir, cache) as ctx:
-            measured = job.eval.run(job.eval_cfg, ctx)
-            ctx.output.summary(measured)
-            reference = own_reference(measured) if job.scaling.name == "none" else reference
-            judgement = judge(measured, ctx.output.declared, reference, job.trained_context, job.target,
+            ctx.output.summary(job.eval.run(job.eval_cfg, ctx) or {})
+            unreported = ctx.output.unreported()
+            if unreported:  # a key typo or a forgotten measure() would otherwise leave the job without a verdict
+                raise RuntimeError(f"the eval {job.eval.name} declares {', '.join(unreported)} for the verdict but "
+                                   f"reported no measurement of it: a defect in the eval (evals/core/measure.py)")
+            measurements = ctx.output.measurements
+            reference = own_reference(measurements) if job.scaling.name == "none" else reference
+            judgement = judge(measurements, ctx.output.declared, reference, job.trained_context, job.target,
                               criteria_of(job.verdict), missing)
-            summary = {**measured, **judgement["summary"]}
             ctx.output.verdict(judgement)
+            summary = dict(ctx.output.record.data["summary"])
             from .figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
 
-            for name, figure in job_figures(ctx.title, job.scaling.name, measured, ctx.output.declared, reference,
+            for name, figure in job_figures(ctx.title, job.scaling.name, measurements, ctx.output.declared, reference,
                                             job.trained_context, job.target, criteria_of(job.verdict),
                                             describe(job.compare_fields)).items():
                 ctx.output.figure(name, figure)
@@ -215,7 +224,7 @@ def _covered(job: Job, reference: Reference | None) -> bool:
         judged = [m.name for m in part_spec.metrics_for(part) if m.verdict]
         lengths = {int(L) for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]}
         for L in {L for L in lengths if L <= job.trained_context} | {job.trained_context}:
-            if judged and not any(reference.get(name, L) is not None for name in judged if name in declared):
+            if judged and not any(reference.value(name, L) is not None for name in judged if name in declared):
                 return False
     return True
 
@@ -249,21 +258,16 @@ def reference_lengths(job: Job) -> list[int]:
                    for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]})
 
 
-def own_reference(measured: dict) -> Reference:
-    """An unscaled job is its own reference."""
-    return Reference(values={k: v for k, v in measured.items() if isinstance(v, (int, float))}, sources=["itself"])
-
-
-def judge_job(job: Job, measured: dict, declared: dict, reference: Reference | None, missing: str | None) -> dict:
+def judge_job(job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None) -> dict:
     """The verdict of the job's measurements against ``reference`` (from :func:`find_reference`; None:
     ``missing`` says why); an unscaled job is its own reference."""
     if job.scaling.name == "none":
-        reference = own_reference(measured)
-    return judge(measured, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)
+        reference = own_reference(measurements)
+    return judge(measurements, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)
 
 
 DETAIL = ("tokens@", "ppl_ci95_", "verdict", "target_length", "effective_length_reason")  # not in the printed summary
-DETAIL_PARTS = ("_ci95_", "_trials@", "_samples@")
+DETAIL_PARTS = ("_ci95_", "_trials@", "_samples@", "_ratio@")
 
 
 def print_summary(job: Job, summary: dict, run_dir: Path) -> None:

@@ -8,19 +8,28 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   against itself: PI x2 is flat at twice the unscaled perplexity, and fails here.
 - Each metric an eval declares with ``verdict=True`` (evals/core/registry.py ``Metric``) is checked at L:
   beyond the trained context T against the reference at T, up to T against the reference at the same length
-  (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). A lower-is-better metric (ppl,
-  LongPPL) passes at most ``(1 + tolerance)`` x the reference; a higher-is-better one (retrieval accuracy,
-  RULER) at least ``retained`` x the reference (NoLiMa's relative rule, arXiv 2502.05167: 0.85).
-- ``verdict@L`` is true when every check at L and every short-context check passes, false when one fails,
-  null (with its reason) when something needed is missing. ``verdict`` is the answer at the target length;
-  ``effective_length`` the largest length up to which the answer is true at every evaluated length (null
-  when it fails from the start, or when nothing beyond T was evaluated). ``<metric>_stable_length`` keeps
-  the old, self-referenced quantity for lower-is-better metrics: how far the metric stays within tolerance
-  of the strategy's *own* value at T (flatness, not quality). ``<metric>_retention@L`` (L <= T) is
-  reference / value for lower-is-better metrics and value / reference otherwise (1 = nothing lost).
-- Two measurements are comparable at a length only when what they rest on (tokens, trials, samples: the
-  metric's ``count``) is the same; a reference computed with other code or package versions is used with a
-  visible note.
+  (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). The check is a *paired* comparison
+  on the units both runs share (evals/core/measure.py: token blocks of each document, prompts, samples): the
+  ratio strategy / unscaled with its 95% interval (evals/stats.py) -- for NLL metrics exp of the paired mean
+  NLL difference by a two-stage bootstrap over documents and blocks; for scores in a bounded range Fieller's
+  interval on Agresti-Min-adjusted means. A lower-is-better metric (ppl, LongPPL) passes when the whole
+  interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
+  ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
+  limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- with how many more units would
+  likely decide it, from the observed variance; an accuracy on fewer than ``MIN_PROMPTS`` prompts is never
+  decided. Metrics declared without ``verdict`` (the answer NLL of needle and passkey) are compared the
+  same way and shown beside the decision as a second, continuous look.
+- ``verdict@L`` is true when every check at L and every short-context check is yes, false when one is NO,
+  null otherwise; ``verdict_state@L`` says which: ``yes``, ``NO``, ``inconclusive`` or ``?`` (something
+  needed is missing, with its reason). ``verdict`` is the answer at the target length; ``effective_length``
+  the largest length up to which the answer is yes at every evaluated length (null when it is not yes from
+  the start, or when nothing beyond T was evaluated). ``<metric>_ratio@L`` is the paired ratio with
+  ``_ci95_low``/``_ci95_high``; ``<metric>_retention@L`` (L <= T) is reference / value for lower-is-better
+  metrics and value / reference otherwise (1 = nothing lost). ``<metric>_stable_length`` keeps the old,
+  self-referenced quantity for lower-is-better metrics (flatness, not quality).
+- Only units that are the same are paired: a unit one side lacks is resampled on its own side; two runs at
+  the same length with no unit in common are not the same test and are not compared; a reference computed
+  with other code or package versions is used with a visible note.
 """
 
 from __future__ import annotations
@@ -29,8 +38,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
-AT = re.compile(r"^(.+)@(\d+)$")
+from .measure import by_metric, measured_value
+
+AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {"tolerance": 0.1, "retained": 0.85}
+MIN_PROMPTS = 4  # an accuracy on fewer units is never yes or NO
+STATES = ("yes", "NO", "inconclusive", "?")
 
 
 def criteria_of(cfg) -> dict:
@@ -40,36 +53,30 @@ def criteria_of(cfg) -> dict:
     return {"tolerance": float(cfg.tolerance), "retained": float(cfg.retained)}
 
 
-def measured(values: dict, declared: dict) -> dict[str, dict[int, float]]:
-    """{metric: {length: value}} of the declared metrics among ``values`` (a summary)."""
-    found: dict[str, dict[int, float]] = {}
-    for key, value in values.items():
-        match = AT.match(key)
-        if match and match.group(1) in declared and _number(value):
-            found.setdefault(match.group(1), {})[int(match.group(2))] = float(value)
-    return found
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @dataclass
 class Reference:
-    """The unscaled model's values at each length, merged from the runs that match, and where they came from."""
+    """The unscaled model's measurements, merged from the runs that match, and where they came from."""
 
-    values: dict = field(default_factory=dict)  # "<metric>@L" -> value, and "<count>@L" -> count
+    records: dict = field(default_factory=dict)  # (metric, length) -> measurement record
     sources: list = field(default_factory=list)  # run directories
     notes: list = field(default_factory=list)  # what the reader should know (another environment, disagreements)
 
-    def get(self, metric: str, length: int):
-        return self.values.get(f"{metric}@{length}")
+    def get(self, metric: str, length: int) -> dict | None:
+        return self.records.get((metric, int(length)))
+
+    def value(self, metric: str, length: int) -> float | None:
+        return measured_value(self.get(metric, length))
+
+
+def own_reference(measurements: list[dict]) -> Reference:
+    """An unscaled job is its own reference."""
+    return Reference(records={(r["metric"], int(r["length"])): r for r in measurements}, sources=["itself"])
 
 
 def reference_from(runs: list[dict], compare: dict, environment: str | None = None, strict: bool = False) -> Reference | None:
     """The reference for a job whose comparison keys are ``compare`` ({eval: key}), from finished unscaled
-    ``runs`` (results.json dicts with their ``dir``): the values of each eval's declared metrics from the runs
-    whose key for that eval matches. ``strict``: only runs of the same ``environment`` (code and versions),
+    ``runs`` (results.json dicts with their ``dir``): the measurements of each eval's declared metrics from the
+    runs whose key for that eval matches. ``strict``: only runs of the same ``environment`` (code and versions),
     as a job reusing a result demands; otherwise they are used and noted. None when nothing matches."""
     found = Reference()
     ordered = sorted(runs, key=lambda r: (r.get("job", {}).get("environment") != environment, -(r.get("finished") or 0)))
@@ -85,73 +92,155 @@ def reference_from(runs: list[dict], compare: dict, environment: str | None = No
         for eval_name, key in (info.get("compare") or {}).items():
             if compare.get(eval_name) != key:
                 continue
-            metrics = {m: d for m, d in declared.items() if d.get("eval") == eval_name}
-            counts = {d["count"] for d in metrics.values() if d.get("count")}
-            for name, value in (run.get("summary") or {}).items():
-                match = AT.match(name)
-                if not match or match.group(1) not in metrics and match.group(1) not in counts or not _number(value):
+            for record in run.get("measurements") or []:
+                if (declared.get(record["metric"]) or {}).get("eval") != eval_name:
                     continue
-                known = found.values.get(name)
+                at = (record["metric"], int(record["length"]))
+                known = found.records.get(at)
                 if known is None:
-                    found.values[name] = float(value)
+                    found.records[at] = record
                     used = True
-                elif not math.isclose(known, float(value), rel_tol=1e-6, abs_tol=1e-9):
-                    found.notes.append(f"two unscaled runs disagree on {name} ({known:.6g} in {found.sources[0]}, "
-                                       f"{float(value):.6g} in {run.get('dir')}); the first is used")
+                elif not _same(measured_value(known), measured_value(record)):
+                    found.notes.append(f"two unscaled runs disagree on {at[0]}@{at[1]} ({measured_value(known)} in "
+                                       f"{found.sources[0] if found.sources else '?'}, {measured_value(record)} in "
+                                       f"{run.get('dir')}); the first is used")
         if used:
             found.sources.append(str(run.get("dir")))
             if not same_env and environment is not None:
                 found.notes.append(f"the reference in {run.get('dir')} was computed with other code or package "
                                    "versions; its numbers may differ slightly")
-    return found if found.values else None
+    return found if found.records else None
 
 
-def _check(metric: dict, value: float, reference, count, reference_count, criteria: dict, ref_length: int) -> dict:
-    """One metric at one length against the reference value (at ``ref_length``)."""
-    name = metric["name"]
-    check = {"metric": name, "value": value, "reference": reference, "reference_length": ref_length, "pass": None}
-    if reference is None:
+def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _fmt(x: float | None) -> str:
+    return "?" if x is None else f"{x:.4g}"
+
+
+def paired_ratio(metric: dict, own: dict, ref: dict) -> dict:
+    """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
+    ``{"ratio", "low", "high", "n", "method", "shared"}`` (low/high None: no interval)."""
+    import numpy as np
+
+    from ..stats import paired_bootstrap, paired_proportion_ratio
+
+    a, b = _units(own), _units(ref)
+    shared = len(set(a) & set(b))
+    found = {"ratio": None, "low": None, "high": None, "n": min(len(a), len(b)), "method": None, "shared": shared,
+             "clustered": False}
+    value, reference = measured_value(own), measured_value(ref)
+    if metric.get("nll") and a and b:
+        mean = lambda u: sum(t for t, _ in u.values()) / sum(w for _, w in u.values())  # noqa: E731
+        found["ratio"] = math.exp(mean(a) - mean(b))  # the perplexity ratio: exp of the mean NLL difference
+    elif value is not None and reference:
+        found["ratio"] = value / reference
+    if a and a == b:  # the same units with the same values (an unscaled job against itself): exactly 1
+        found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="identical units")
+        return found
+    bounds = metric.get("bounds")
+    if bounds and not metric.get("lower_is_better"):
+        lo, hi = bounds
+        scale = lambda u: {k: ((t / w - lo) / (hi - lo), 1.0) for k, (t, w) in u.items() if w}  # noqa: E731
+        low, high, _ = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
+        found.update(low=low, high=high, method="Fieller, Agresti-Min adjusted", n=len(a))
+        return found
+    statistic = (lambda x, y: np.exp(x - y)) if metric.get("nll") else (lambda x, y: x / y)
+    interval = paired_bootstrap(a, b, statistic) if a and b else None
+    if interval:
+        found.update(low=interval[0], high=interval[1], n=interval[2], clustered=interval[3],
+                     method="paired two-stage bootstrap")
+    return found
+
+
+def _units(record: dict) -> dict:
+    return {k: (float(v[0]), float(v[1])) for k, v in ((record or {}).get("units") or {}).items()}
+
+
+def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length: int, second_look: bool) -> dict:
+    """One metric at one length against the reference (at ``ref_length``): its state and why."""
+    name, lower = metric["name"], metric["lower_is_better"]
+    value = measured_value(own)
+    check = {"metric": name, "value": value, "reference": measured_value(ref), "reference_length": ref_length,
+             "state": "?", "second_look": second_look, "unit": (own or {}).get("unit") or metric.get("unit") or "unit"}
+    if ref is None or check["reference"] is None:
         check["why"] = f"no unscaled {name} at {ref_length}"
         return check
-    if count is not None and reference_count is not None and count != reference_count:
-        check["why"] = f"{name} rests on {count:g} here and {reference_count:g} in the reference: not the same test"
+    if value is None:
+        check["why"] = f"{name} not measured ({own.get('note') or 'no value'})"
         return check
-    if metric["lower_is_better"]:
-        limit = (1 + criteria["tolerance"]) * reference
-        check.update(limit=limit, **{"pass": value <= limit})
-        check["why"] = f"{name} {value:.4g} {'<=' if check['pass'] else '>'} {limit:.4g} (unscaled {reference:.4g} @{ref_length})"
+    if own["length"] == ref_length and _units(own) and _units(ref) and not set(_units(own)) & set(_units(ref)):
+        check["why"] = (f"{name} rests on other {check['unit']}s here ({own.get('count'):g}) than in the reference "
+                        f"({ref.get('count'):g}): not the same test")
+        return check
+    if not lower and check["reference"] <= 0:
+        check.update(state="skip", why=f"the unscaled model scores 0 on {name} at {ref_length}: nothing to keep")
+        return check
+    limit = 1 + criteria["tolerance"] if lower else criteria["retained"]
+    paired = paired_ratio(metric, own, ref)
+    ratio, low, high = paired["ratio"], paired["low"], paired["high"]
+    check.update(limit=limit, ratio=ratio, low=low, high=high, n=paired["n"], method=paired["method"])
+    if paired["clustered"]:  # what the interval resamples at the top: the documents (or groups) of units
+        check["unit"] = "document" if "block" in check["unit"] else "group"
+    head = f"{name} {_fmt(value)} vs {_fmt(check['reference'])} unscaled @{ref_length}: x{_fmt(ratio)}"
+    interval = f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else " [no interval]"
+    op = "<=" if lower else ">="
+    few = metric.get("bounds") and not lower and paired["n"] < MIN_PROMPTS
+    if few:
+        state = "inconclusive"
+        tail = f" on {paired['n']} {check['unit']}(s): at least {MIN_PROMPTS} are needed to decide"
+    elif low is None:
+        state, tail = "inconclusive", f", no interval on {paired['n']} {check['unit']}(s)"
+    elif (high <= limit) if lower else (low >= limit):
+        state, tail = "yes", f" {op} {limit:g}"
+    elif (low > limit) if lower else (high < limit):
+        state, tail = "NO", f" {'>' if lower else '<'} {limit:g}"
     else:
-        if reference <= 0:
-            check["why"] = f"the unscaled model scores 0 on {name} at {ref_length}: nothing to keep"
-            check["skip"] = True
-            return check
-        limit = criteria["retained"] * reference
-        check.update(limit=limit, **{"pass": value >= limit})
-        check["why"] = f"{name} {value:.4g} {'>=' if check['pass'] else '<'} {limit:.4g} (unscaled {reference:.4g} @{ref_length})"
+        state = "inconclusive"
+        half, distance = (high - low) / 2, abs(ratio - limit) if ratio is not None else 0
+        more = _more(paired["n"], half, distance)
+        check["more_units"] = more
+        tail = (f" straddles {limit:g}: " + (f"about {more} more {check['unit']}s would likely decide it" if more
+                                             else "the estimate sits on the limit"))
+    check["state"] = state
+    check["why"] = head + interval + tail
     return check
 
 
-def _decide(checks: list[dict]) -> tuple[bool | None, str]:
-    real = [c for c in checks if not c.get("skip")]
-    failed = [c for c in real if c["pass"] is False]
-    if failed:
-        return False, "; ".join(c["why"] for c in failed)
-    missing = [c for c in real if c["pass"] is None]
-    if missing:
-        return None, "; ".join(c["why"] for c in missing)
+def _more(n: int, half: float, distance: float) -> int | None:
+    from ..stats import more_units
+
+    return more_units(n, half, distance)
+
+
+def _decide(checks: list[dict]) -> tuple[str, str]:
+    """The state at one length from its judged checks: NO beats ?, ? beats inconclusive, all yes is yes."""
+    real = [c for c in checks if c["state"] != "skip" and not c["second_look"]]
+    for state in ("NO", "?", "inconclusive"):
+        hit = [c for c in real if c["state"] == state]
+        if hit:
+            return state, "; ".join(c["why"] for c in hit)
     if not real:
-        return None, "; ".join(c["why"] for c in checks) or "nothing judged at this length"
-    return True, "; ".join(c["why"] for c in real)
+        return "?", "; ".join(c["why"] for c in checks if not c["second_look"]) or "nothing judged at this length"
+    return "yes", "; ".join(c["why"] for c in real)
 
 
-def judge(values: dict, declared: dict, reference: Reference | None, trained: int, target: int | None,
+def _as_bool(state: str) -> bool | None:
+    return {"yes": True, "NO": False}.get(state)
+
+
+def judge(measurements: list[dict], declared: dict, reference: Reference | None, trained: int, target: int | None,
           criteria: dict, missing: str | None = None) -> dict:
-    """The verdict of one job: ``values`` its summary, ``declared`` its metric declarations (results.json's
-    ``declared``), ``reference`` the unscaled values (None: ``missing`` says why). Returns
+    """The verdict of one job: ``measurements`` its records (results.json ``measurements``), ``declared`` its metric
+    declarations, ``reference`` the unscaled measurements (None: ``missing`` says why). Returns
     ``{"summary": {...}, "lengths": [per-length rows], "criteria", "target", "trained", "reference"}``."""
     metrics = {name: d for name, d in declared.items()}
     judged = {name: d for name, d in metrics.items() if d.get("verdict")}
-    have = measured(values, metrics)
+    have = {name: rows for name, rows in by_metric(measurements).items() if name in metrics}
     lengths = sorted({L for name in judged for L in have.get(name, {})})
     if not lengths:  # nothing this job measured is judged (an analytic study): no verdict at all
         return {"summary": {}, "lengths": [], "criteria": criteria, "target": target, "trained": trained,
@@ -160,65 +249,70 @@ def judge(values: dict, declared: dict, reference: Reference | None, trained: in
     rows = []
     for L in lengths:
         checks = []
-        for name, metric in judged.items():
-            value = have.get(name, {}).get(L)
-            if value is None:
+        for name, metric in metrics.items():
+            own = have.get(name, {}).get(L)
+            if own is None or (not metric.get("verdict") and not _units(own)):
                 continue
             ref_length = L if L <= trained else trained
-            count = metric.get("count")
-            own_count = values.get(f"{count}@{L}") if count and L <= trained else None
-            ref_count = reference.get(count, L) if count and reference is not None and L <= trained else None
-            ref_value = reference.get(name, ref_length) if reference is not None else None
-            checks.append(_check(metric, value, ref_value, own_count, ref_count, criteria, ref_length))
+            ref = reference.get(name, ref_length) if reference is not None else None
+            checks.append(_check(metric, own, ref, criteria, ref_length, second_look=not metric.get("verdict")))
         rows.append({"length": L, "checks": checks})
     if reference is None:
         why = missing or "no unscaled reference on the same tokens"
         for row in rows:
-            row["verdict"], row["reason"] = None, why
+            row["state"], row["reason"] = "?", why
     else:
         short = [c for row in rows if row["length"] <= trained for c in row["checks"]]
-        kept, kept_why = _decide(short) if short else (None, f"short context not measured: add lengths up to {trained} (1x)")
+        kept, kept_why = _decide(short) if short else ("?", f"short context not measured: add lengths up to {trained} (1x)")
         for row in rows:
-            verdict, reason = _decide(row["checks"])
+            state, reason = _decide(row["checks"])
             if row["length"] > trained:
-                verdict, reason = _both(verdict, reason, kept, kept_why)
-            row["verdict"], row["reason"] = verdict, reason
+                state, reason = _both(state, reason, kept, kept_why)
+            row["state"], row["reason"] = state, reason
     for row in rows:
-        summary[f"verdict@{row['length']}"] = row["verdict"]
-        summary[f"verdict_reason@{row['length']}"] = row["reason"]
+        row["verdict"] = _as_bool(row["state"])
+        L = row["length"]
+        summary[f"verdict@{L}"] = row["verdict"]
+        summary[f"verdict_state@{L}"] = row["state"]
+        summary[f"verdict_reason@{L}"] = row["reason"]
+        for c in row["checks"]:
+            if c.get("ratio") is not None and reference is not None and reference.sources != ["itself"]:
+                summary[f"{c['metric']}_ratio@{L}"] = c["ratio"]
+                summary[f"{c['metric']}_ratio_ci95_low@{L}"], summary[f"{c['metric']}_ratio_ci95_high@{L}"] = c["low"], c["high"]
     summary["target_length"] = target
     at_target = next((row for row in rows if row["length"] == target), None)
     summary["verdict"] = at_target["verdict"] if at_target else None
+    summary["verdict_state"] = at_target["state"] if at_target else "?"
     summary["verdict_reason"] = at_target["reason"] if at_target else (
         f"the target length {target} was not evaluated: add it to the lengths" if target else "no target length")
+    values = {name: {L: measured_value(r) for L, r in by_length.items()} for name, by_length in have.items()}
     for name in metrics:
-        if target in have.get(name, {}):
-            summary[f"{name}@target"] = have[name][target]
+        if values.get(name, {}).get(target) is not None:
+            summary[f"{name}@target"] = values[name][target]
     summary["effective_length"], summary["effective_length_reason"] = _effective(rows, trained)
     if reference is not None and reference.sources != ["itself"]:  # an unscaled run retains itself, trivially
         for name, metric in metrics.items():
-            for L, value in have.get(name, {}).items():
-                base = reference.get(name, L)
-                if L > trained or base is None or (not metric["lower_is_better"] and base <= 0) or value <= 0:
+            for L, value in values.get(name, {}).items():
+                base = reference.value(name, L)
+                if L > trained or base is None or value is None or (not metric["lower_is_better"] and base <= 0) or value <= 0:
                     continue
                 summary[f"{name}_retention@{L}"] = base / value if metric["lower_is_better"] else value / base
     for name, metric in judged.items():
-        if metric["lower_is_better"] and have.get(name):
-            summary[f"{name}_stable_length"] = _stable(have[name], trained, criteria["tolerance"])
+        own = {L: v for L, v in values.get(name, {}).items() if v is not None}
+        if metric["lower_is_better"] and own:
+            summary[f"{name}_stable_length"] = _stable(own, trained, criteria["tolerance"])
     return {"summary": summary, "lengths": rows, "criteria": criteria, "target": target, "trained": trained,
             "reference": None if reference is None else {"sources": reference.sources, "notes": reference.notes},
             "missing": missing if reference is None else None}
 
 
-def _both(at_length: bool | None, why: str, kept: bool | None, kept_why: str) -> tuple[bool | None, str]:
+def _both(at_length: str, why: str, kept: str, kept_why: str) -> tuple[str, str]:
     """A length beyond T: its own checks and the short-context ones together."""
-    if at_length is False or kept is False:
-        parts = [why] if at_length is False else []
-        return False, "; ".join(parts + ([f"short context: {kept_why}"] if kept is False else []))
-    if at_length is None or kept is None:
-        parts = [why] if at_length is None else []
-        return None, "; ".join(parts + ([kept_why] if kept is None else []))
-    return True, f"{why}; short context kept"
+    for state in ("NO", "?", "inconclusive"):
+        if state in (at_length, kept):
+            parts = [why] if at_length == state else []
+            return state, "; ".join(parts + ([f"short context: {kept_why}"] if kept == state else []))
+    return "yes", f"{why}; short context kept"
 
 
 def _effective(rows: list[dict], trained: int) -> tuple[int | None, str | None]:
@@ -227,7 +321,7 @@ def _effective(rows: list[dict], trained: int) -> tuple[int | None, str | None]:
         return None, f"no evaluated length exceeds the trained context ({trained})"
     best = None
     for row in rows:
-        if row["verdict"] is not True:
+        if row["state"] != "yes":
             if best is None:
                 return None, f"not working at {row['length']}: {row['reason']}"
             break
@@ -255,27 +349,37 @@ def multiple(length: int, trained: int) -> str:
     return f"{ratio:.3g}x"
 
 
-def word(verdict: bool | None) -> str:
+def word(verdict) -> str:
+    """A state as printed: ``yes``, ``NO``, ``inconclusive``, ``?`` (a bool or None: yes / NO / ?)."""
+    if isinstance(verdict, str):
+        return verdict
     return {True: "yes", False: "NO", None: "?"}[verdict]
+
+
+RULE = ("yes when the 95% interval of the paired ratio strategy / unscaled lies within the limit, NO when it lies "
+        "beyond, inconclusive when it straddles it")
 
 
 def format_job(title: str, judgement: dict) -> list[str]:
     """The verdict of one job, one line per length: what a user reads at the end of a run."""
     trained, target, criteria = judgement["trained"], judgement["target"], judgement["criteria"]
-    lines = [f"verdict: does {title} keep working? (against the unscaled model on the same tokens; lower-is-better "
-             f"metrics within {criteria['tolerance']:.0%}, higher-is-better ones >= {criteria['retained']:g} x)"]
+    lines = [f"verdict: does {title} keep working? (paired against the unscaled model on the same units; "
+             f"lower-is-better metrics x <= {1 + criteria['tolerance']:g}, higher-is-better ones x >= "
+             f"{criteria['retained']:g}; {RULE})"]
     if judgement.get("missing"):
         lines.append(f"  no answer: {judgement['missing']}")
     for note in (judgement.get("reference") or {}).get("notes", []):
         lines.append(f"  note: {note}")
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
-        lines.append(f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['verdict']):<3}  "
-                     f"{row['reason']}{mark}")
+        looks = [c["why"] for c in row["checks"] if c["second_look"] and c.get("ratio") is not None]
+        lines.append(f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['state']):<12}  "
+                     f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark)
     summary = judgement["summary"]
     if target:
-        lines.append(f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): "
-                     f"{word(summary['verdict'])}" + ("" if summary["verdict"] is not None else f" ({summary['verdict_reason']})"))
+        state = summary.get("verdict_state", word(summary["verdict"]))
+        lines.append(f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
+                     + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})"))
     effective = summary.get("effective_length")
     lines.append(f"  -> effective length: {effective if effective is not None else 'none'}"
                  + (f" ({summary['effective_length_reason']})" if effective is None and summary.get("effective_length_reason") else ""))
@@ -283,7 +387,7 @@ def format_job(title: str, judgement: dict) -> list[str]:
 
 
 def format_table(rows: list[dict], trained: int | None) -> list[str]:
-    """A strategies x lengths table of verdicts (rows: {"strategy", "target", "verdicts": {L: bool|None},
+    """A strategies x lengths table of verdicts (rows: {"strategy", "target", "verdicts": {L: state},
     "effective_length"}), as lm-eval and the yarn scripts print theirs."""
     lengths = sorted({L for row in rows for L in row["verdicts"]})
     head = ["strategy", "target"] + [f"{L}" + (f" ({multiple(L, trained)})" if trained else "") for L in lengths] + ["effective length"]

@@ -39,6 +39,7 @@ from ..core.config import option
 from ..core.errors import UserError
 from ..core.plots import line_plot
 from ..core.progress import progress
+from ..core.measure import Measurement, token_blocks
 from ..core.registry import Metric, register_eval
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
@@ -109,8 +110,9 @@ def check_config(cfg, job=None) -> None:
 
 
 class Accumulator:
-    """Token-weighted NLL per length, per-document means for the t interval, and -- with a single
-    document -- its token NLLs for the block bootstrap."""
+    """Token-weighted NLL per length, per-document means for the t interval, -- with a single document -- its
+    token NLLs for the block bootstrap, and the units the verdict pairs: blocks of token positions per document
+    (evals/core/measure.py)."""
 
     def __init__(self, lengths, cfg, keep_tokens: bool):
         self.lengths, self.cfg, self.keep_tokens = lengths, cfg, keep_tokens
@@ -118,14 +120,17 @@ class Accumulator:
         self.count = defaultdict(int)
         self.doc_means = defaultdict(list)
         self.tokens: dict[int, torch.Tensor] = {}
+        self.units: dict[int, dict] = defaultdict(dict)
         self.skipped = defaultdict(int)
         self.oom: set[int] = set()
 
-    def add(self, length: int, nll: torch.Tensor) -> None:
+    def add(self, length: int, nll: torch.Tensor, document: str, positions: torch.Tensor) -> None:
+        """One document's token NLLs at ``length``, scored at ``positions`` of the document."""
         total = float(nll.double().sum())
         self.sum[length] += total
         self.count[length] += len(nll)
         self.doc_means[length].append(total / len(nll))
+        self.units[length].update(token_blocks(document, nll, positions, self.cfg.bootstrap_block))
         if self.keep_tokens:
             self.tokens[length] = nll.clone()
 
@@ -218,9 +223,9 @@ def _add_key_tokens(keys, key_acc, doc, model, scored, first: int, full) -> None
     if is_key is None:
         return
     for L, nll in scored.items():
-        picked = nll[is_key[first : first + len(nll)]]
-        if len(picked):
-            key_acc.add(L, picked)
+        chosen = is_key[first : first + len(nll)]
+        if chosen.any():
+            key_acc.add(L, nll[chosen], doc.name, chosen.nonzero().flatten() + first)
 
 
 def reference_config(cfg) -> None:
@@ -231,9 +236,10 @@ def reference_config(cfg) -> None:
 
 def metrics(cfg) -> tuple[Metric, ...]:
     """ppl by length, and LongPPL when it runs."""
-    ppl = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", interval=True, label="perplexity", log=True)
+    ppl = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", interval=True, label="perplexity", log=True,
+                 nll=True, unit="token block")
     longppl = Metric("longppl", lower_is_better=True, verdict=True, count="key_tokens", interval=True, label="LongPPL",
-                     log=True)
+                     log=True, nll=True, unit="token block")
     return (ppl, longppl) if cfg.longppl else (ppl,)
 
 
@@ -294,17 +300,33 @@ def _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, 
                 position_count[: len(nll)] += 1
         else:
             scored = _sliding_document(model, doc.ids[:max_tokens], lengths, acc, cfg, bos)
+        first = 1 if cfg.protocol == "prefix" or bos is None else 0  # the document position NLL[0] scores
         for L, nll in scored.items():
-            acc.add(L, nll)
+            acc.add(L, nll, doc.name, torch.arange(first, first + len(nll)))
         if keys is not None and scored:
-            _add_key_tokens(keys, key_acc, doc, model, scored, 1 if cfg.protocol == "prefix" or bos is None else 0,
-                            scored[max(scored)] if cfg.protocol == "prefix" else None)
+            _add_key_tokens(keys, key_acc, doc, model, scored, first, scored[max(scored)] if cfg.protocol == "prefix" else None)
         rows = _rows(acc, key_acc)
-        ctx.output.summary({f"ppl@{r['length']}": r["ppl"] for r in rows if r["documents"]})  # kept if stopped now
+        ctx.output.measure(*measurements(cfg, rows, acc, key_acc))  # kept if stopped now
         ctx.output.table("perplexity", rows)
         ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows,
                                           **({"longppl": keys.describe()} if keys else {})})
     return _finish(cfg, ctx, _rows(acc, key_acc), position_sum, position_count, max_tokens, keys, excluded)
+
+
+def measurements(cfg, rows: list[dict], acc: Accumulator, key_acc: Accumulator | None) -> list[Measurement]:
+    """ppl (and LongPPL) at each length scored so far, with their units: blocks of token positions per document."""
+    unit = f"{cfg.bootstrap_block}-token block"
+    found = []
+    for row in rows:
+        L = row["length"]
+        if row["documents"] or row["oom"]:
+            found.append(Measurement("ppl", L, row["ppl"], row["tokens"], unit, acc.units.get(L, {}), row["ci95_low"],
+                                     row["ci95_high"], row["ci_method"], "out of memory" if row["oom"] else None))
+        if key_acc is not None and (row["documents"] or row["oom"]):
+            found.append(Measurement("longppl", L, row["longppl"], row["key_tokens"], unit, key_acc.units.get(L, {}),
+                                     row["longppl_ci95_low"], row["longppl_ci95_high"], row["ci_method"],
+                                     None if row["longppl"] is not None else "no key token at this length"))
+    return found
 
 
 def _rows(acc: Accumulator, key_acc: Accumulator | None) -> list[dict]:
@@ -332,16 +354,9 @@ def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
 
 def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None, excluded=()) -> dict:
     trained = ctx.trained_context
-    summary = {f"ppl@{r['length']}": r["ppl"] for r in rows}
-    for r in rows:  # the W&B summary carries how much each number rests on, and its interval
-        summary.update({f"tokens@{r['length']}": r["tokens"], f"ppl_ci95_low@{r['length']}": r["ci95_low"],
-                        f"ppl_ci95_high@{r['length']}": r["ci95_high"]})
-    if keys is not None:  # LongPPL beside ppl: null where a length has no key token
+    summary = ctx.output.flat()  # ppl (LongPPL) by length, counts and intervals: the measurements recorded
+    if keys is not None:
         ctx.output.timing("key_tokens_s", keys.seconds)
-        for r in rows:
-            summary.update({f"longppl@{r['length']}": r["longppl"], f"key_tokens@{r['length']}": r["key_tokens"],
-                            f"longppl_ci95_low@{r['length']}": r["longppl_ci95_low"],
-                            f"longppl_ci95_high@{r['length']}": r["longppl_ci95_high"]})
     bins = _position_bins(position_sum, position_count, cfg.position_bins)
     if bins:
         ctx.output.table("loss_by_position", bins)

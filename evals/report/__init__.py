@@ -50,7 +50,10 @@ from .page import length_chart
 from ..core.output import save_figure
 from ..core.plots import Curve
 from ..core.rundir import SWEEP, load_results, state
-from ..core.verdict import DEFAULTS, AT, Reference, format_table, judge, reference_from, word
+from ..core.measure import by_metric, measured_value
+from ..core.ranking import format_group, rank
+from ..core.ranking import table as ranking_table
+from ..core.verdict import DEFAULTS, Reference, format_table, judge, own_reference, reference_from, word
 from ..search import is_search
 from ..search.outputs import report_section
 
@@ -95,12 +98,6 @@ def _info(job: dict) -> dict:
     return job.get("job") or {}
 
 
-def _measured(job: dict) -> dict:
-    """The summary as measured: without the keys a stored verdict added (judged again here)."""
-    judged = set(((job.get("verdict") or {}).get("summary") or {}))
-    return {k: v for k, v in (job.get("summary") or {}).items() if k not in judged}
-
-
 def _flat(tree, prefix: str = "") -> dict:
     if not isinstance(tree, dict):
         return {prefix.rstrip("."): tree}
@@ -141,10 +138,13 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
         info, declared = _info(job), job.get("declared") or {}
         if job["state"] != "done" or not any(d.get("verdict") for d in declared.values()):
             continue
-        measured, missing = _measured(job), None
+        measured, missing = job.get("measurements") or [], None
+        if not measured:  # a run from before measurements were recorded with their units
+            warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): recorded without per-unit "
+                            f"measurements (an older rope_ext); re-run it to judge it")
+            continue
         if info.get("scaling") == "none":
-            reference = Reference(values={k: v for k, v in measured.items() if isinstance(v, (int, float))},
-                                  sources=["itself"])
+            reference = own_reference(measured)
         else:
             reference = reference_from(unscaled, info.get("compare") or {}, info.get("environment"))
             if reference is None:
@@ -185,15 +185,13 @@ def job_row(job: dict, verdict: dict | None) -> dict:
            "target": info.get("target_length"), "trained": info.get("trained_context"), "role": info.get("role", "job")}
     if verdict is not None:
         summary = verdict["summary"]
-        row["verdict"] = word(summary.get("verdict")) if summary.get("target_length") else ""
+        row["verdict"] = word(summary.get("verdict_state")) if summary.get("target_length") else ""
         row["effective_length"] = summary.get("effective_length")
-        row.update({f"verdict@{r['length']}": word(r["verdict"]) for r in verdict["lengths"]})
-    measured = _measured(job)  # an unfinished run: what it measured before it stopped, as the eval wrote it
-    declared = job.get("declared") or {}
-    for key, value in measured.items():
-        match = AT.match(key)
-        if match and match.group(1) in declared and isinstance(value, (int, float, type(None))):
-            row[key] = value
+        row.update({f"verdict@{r['length']}": word(r["state"]) for r in verdict["lengths"]})
+    declared = job.get("declared") or {}  # an unfinished run: what it measured before it stopped
+    for name, by_length in by_metric(job.get("measurements") or []).items():
+        if name in declared:
+            row.update({f"{name}@{L}": measured_value(r) for L, r in by_length.items()})
     row["compared"] = ",".join(f"{k}:{v[:8]}" for k, v in sorted((info.get("compare") or {}).items()))
     row["elapsed_s"] = (job.get("timings") or {}).get("elapsed_s")
     row["dir"] = str(job["dir"])
@@ -276,8 +274,8 @@ def agreement(jobs: list[dict]) -> list[dict]:
             declared = job["declared"]
             names += [m for m, d in declared.items() if d.get("verdict") or d.get("lower_is_better")]
             merged.setdefault(_info(job).get("scaling"), {}).update(
-                {k: v for k, v in _measured(job).items() if AT.match(k) and AT.match(k).group(1) in declared
-                 and isinstance(v, (int, float)) and not isinstance(v, bool)})
+                {f"{name}@{L}": measured_value(r) for name, by_length in by_metric(job.get("measurements") or []).items()
+                 if name in declared for L, r in by_length.items() if measured_value(r) is not None})
         trained = max((_info(j).get("trained_context") or 0) for j in members)
         names = list(dict.fromkeys(names))
         lengths = sorted({int(k.split("@")[1]) for m in merged.values() for k in m if int(k.split("@")[1]) > trained})
@@ -306,9 +304,9 @@ def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
         summary = verdict["summary"]
         rows.append({"model": info.get("model_label"), "data": info.get("data"), "eval": info.get("eval"),
                      "strategy": info.get("scaling"), "trained": verdict["trained"], "target": verdict["target"],
-                     "verdicts": {r["length"]: r["verdict"] for r in verdict["lengths"]},
+                     "verdicts": {r["length"]: r["state"] for r in verdict["lengths"]},
                      "reasons": {r["length"]: r["reason"] for r in verdict["lengths"]},
-                     "verdict": summary.get("verdict"), "effective_length": summary.get("effective_length"),
+                     "verdict": summary.get("verdict_state"), "effective_length": summary.get("effective_length"),
                      "reference": ", ".join((verdict.get("reference") or {}).get("sources") or []) or verdict.get("missing") or ""})
     return sorted(rows, key=lambda r: (str(r["model"]), str(r["data"]), str(r["eval"]), r["strategy"] != "none", str(r["strategy"])))
 
@@ -343,7 +341,7 @@ def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria:
         if info.get("role", "job") != "job":
             continue
         for name, metric in (job.get("declared") or {}).items():
-            if rows_of(_measured(job), name):
+            if rows_of(job.get("measurements") or [], name):
                 key = (name, info.get("model_label"), (info.get("compare") or {}).get(metric.get("eval")))
                 groups.setdefault(key, []).append(index)
     figures, charts = {}, []
@@ -356,7 +354,7 @@ def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria:
         target = targets.pop() if len(targets) == 1 else None
         curves = []
         for i in members:
-            rows = rows_of(_measured(jobs[i]), name)
+            rows = rows_of(jobs[i].get("measurements") or [], name)
             curves.append(Curve(_label(jobs[i], [jobs[m] for m in members]), (jobs[i].get("config") or {}).get("scaling", {}).get("name", "none"),
                                 rows, reference_of(references.get(i), name, [r["length"] for r in rows], trained)))
         subtitle = describe({metric.get("eval"): (first.get("compare") or {}).get(metric.get("eval")) or {}})
@@ -399,10 +397,10 @@ def _html_table(rows: list[dict], columns: list[str], cls: str = "") -> str:
 
 
 def _cell_class(value) -> str:
-    return {"yes": "yes", "NO": "no", "?": "unknown"}.get(value, "") if isinstance(value, str) else ""
+    return {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "unknown"}.get(value, "") if isinstance(value, str) else ""
 
 
-STYLE = """body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
+STYLE = """.answer{font-size:15px;background:#eef6ee;border-left:4px solid #2a7a2a;padding:6px 10px} body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
 .scroll{overflow-x:auto;max-width:100%;margin:8px 0 20px} table{border-collapse:collapse;font-size:12px}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap} th{background:#f0f0f0;position:sticky;top:0}
 td:first-child,th:first-child{position:sticky;left:0;background:#fafafa;text-align:left}
@@ -438,8 +436,17 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
                     "verdict": word(r["verdict"]) if r["target"] else "", "effective_length": r["effective_length"],
                     "reference": r["reference"]} for r in answer]
     atomic_write(written[3], _csv(flat_answer, list(flat_answer[0]) if flat_answer else ["model"]))
+    ranked = rank(jobs, verdicts)
+    ranking_rows = [row for group in ranked for row in ranking_table(group)]
+    if ranking_rows:
+        written.append(out / "report_ranking.csv")
+        atomic_write(written[-1], _csv(ranking_rows, list(dict.fromkeys(k for r in ranking_rows for k in r))))
+        written.append(out / "report_answer.txt")
+        atomic_write(written[-1], "".join(group["answer"] + "\n" for group in ranked))
     if print_verdict and answer:
         print("\n".join(verdict_text(answer)))
+        for group in ranked:
+            print("\n" + "\n".join(format_group(group)))
         for warning in warnings:
             print(f"warning: {warning}")
 
@@ -448,19 +455,34 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
         sections_md += ["", "## Warnings: what could not be compared", "", *[f"- {w}" for w in warnings]]
         sections_html.append("<h2>Warnings: what could not be compared</h2><div class=warn><ul>"
                              + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
+    if ranked:
+        rule = ("Recommended only when every metric measured is yes at the target (short-context checks included); "
+                "ordered by the first metric, with the paired ratio to the best and its 95% interval on the units both "
+                "measured; strategies whose interval against their group's leader holds 1 share a tie group; cost = "
+                "compute time and peak memory relative to the unscaled job of the same evals.")
+        sections_md += ["", "## The answer: which strategy at the target", "", rule, ""]
+        sections_html.append(f"<h2>The answer: which strategy at the target</h2><p class=note>{html.escape(rule)}</p>")
+        for group in ranked:
+            rows_ = ranking_table(group)
+            cols = list(dict.fromkeys(k for r in rows_ for k in r))
+            sections_md += [f"**{group['answer']}**", "", *_md_table(rows_, cols), ""]
+            sections_html.append(f"<p class=answer><b>{html.escape(group['answer'])}</b></p>" + _html_table(rows_, cols, "ranking"))
     if answer:
         cols = list(flat_answer[0])
-        explain = (f"Each strategy at each length against the unscaled model on the same tokens: lower-is-better "
-                   f"metrics (ppl, LongPPL) at most {1 + criteria['tolerance']:g} x the unscaled value (at the same length "
-                   f"up to the trained context, at the trained context beyond it), higher-is-better ones (retrieval, "
-                   f"RULER) at least {criteria['retained']:g} x; beyond the trained context the short-context checks "
-                   f"must hold too. verdict = the answer at the target length; effective_length = the largest length "
-                   f"up to which every answer is yes. ? = a reference or a length is missing (see the reason).")
+        explain = (f"Each strategy at each length paired against the unscaled model on the same units (token blocks "
+                   f"of each document, prompts, samples): the ratio strategy / unscaled with its 95% interval; lower-is-"
+                   f"better metrics (ppl, LongPPL) pass at most {1 + criteria['tolerance']:g}, higher-is-better ones "
+                   f"(retrieval, RULER) at least {criteria['retained']:g} (at the same length up to the trained context, "
+                   f"at the trained context beyond it; beyond it the short-context checks must hold too). yes = the "
+                   f"whole interval within the limit, NO = beyond it, inconclusive = it straddles the limit (the reason "
+                   f"says how many more units would likely decide it). verdict = the answer at the target length; "
+                   f"effective_length = the largest length up to which every answer is yes. ? = a reference or a "
+                   f"length is missing (see the reason).")
         sections_md += ["", "## Verdict: does each strategy keep the model working?", "", explain, "",
                         *_md_table(flat_answer, cols)]
         reasons = "".join(f"<li><b>{html.escape(str(r['strategy']))}</b> ({html.escape(str(r['eval']))}) at {L}: "
                           f"{html.escape(r['reasons'][L])}</li>" for r in answer for L in sorted(r["reasons"])
-                          if r["verdicts"][L] is not True)
+                          if r["verdicts"][L] != "yes")
         sections_html.append(f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"
                              f"</p>{_html_table(flat_answer, cols, 'verdict')}"
                              + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
@@ -567,13 +589,18 @@ def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
     if tracker.run is None:
         return
     by_name = {p.name: p for p in written}
-    for name in ("report_verdict.csv", "report.csv"):
+    for name in ("report_ranking.csv", "report_verdict.csv", "report.csv"):
         if name in by_name:
             with open(by_name[name]) as handle:
                 rows = list(csv.DictReader(handle))
             tracker.table(name.removesuffix(".csv"), rows)
             if name == "report_verdict.csv":  # the answer per strategy, as summary columns of the group's runs table
                 tracker.summary({f"verdict/{r['eval']}/{r['strategy']}": r["verdict"] for r in rows if r.get("verdict")})
+            if name == "report_ranking.csv":  # the ranked answer: each strategy's place and state at the target
+                tracker.summary({f"rank/{r['model']}@{r['target']}/{r['strategy']}": f"{r['rank']}: {r['answer']}"
+                                 for r in rows})
+    if "report_answer.txt" in by_name:  # the one-line answers, first thing in the report run's summary
+        tracker.summary({"answer": by_name["report_answer.txt"].read_text().strip()})
     for path in written:
         if path.suffix == ".png":
             tracker.image(path.stem, path)

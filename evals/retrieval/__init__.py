@@ -32,6 +32,7 @@ from ..core.config import lengths as context_lengths
 from ..core.config import option
 from ..core.plots import heatmap, heatmaps
 from ..core.progress import progress
+from ..core.measure import Measurement
 from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
 from ..stats import wilson_interval
@@ -246,14 +247,18 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
         nll = -sum(r["tf_logprob"] for r in scored) / sum(r["tf_tokens"] for r in scored) if scored else None
         curve.append({"length": L, "accuracy": by_length[L], "trials": len(trials), "answer_nll": nll, "oom": L in oom,
                       "ci95_low": interval and interval[0], "ci95_high": interval and interval[1]})
+        # the units the verdict pairs: prompts, keyed by depth and trial (the same prompts in every run of the seed)
+        at = [r for r in records if r["length"] == L]
+        note = "out of memory" if L in oom else None
+        ctx.output.measure(Measurement(f"{cfg.name}_acc", L, by_length[L], len(trials), "prompt",
+                                       {prompt_key(r): (float(r[score_key]), 1.0) for r in at},
+                                       interval and interval[0], interval and interval[1], "Wilson", note))
+        if cfg.scoring in ("teacher_forced", "both"):
+            ctx.output.measure(Measurement(f"{cfg.name}_nll", L, nll, len(scored), "prompt",
+                                           {prompt_key(r): (-r["tf_logprob"], float(r["tf_tokens"])) for r in scored},
+                                           note=note))
     passing = [L for L, acc in by_length.items() if acc is not None and acc >= cfg.threshold]
-    summary = {f"{cfg.name}_acc@{L}": acc for L, acc in by_length.items()}
-    for row in curve:  # what each accuracy rests on, and its binomial interval
-        summary.update({f"{cfg.name}_trials@{row['length']}": row["trials"],
-                        f"{cfg.name}_acc_ci95_low@{row['length']}": row["ci95_low"],
-                        f"{cfg.name}_acc_ci95_high@{row['length']}": row["ci95_high"]})
-    if cfg.scoring in ("teacher_forced", "both"):
-        summary.update({f"{cfg.name}_nll@{row['length']}": row["answer_nll"] for row in curve})
+    summary = ctx.output.flat()  # accuracy, answer NLL, trials and intervals by length: the measurements above
     measured = [a for a in by_length.values() if a is not None]
     summary[f"{cfg.name}_mean_acc"] = sum(measured) / len(measured) if measured else None
     summary[f"{cfg.name}_max_length_at_threshold"] = max(passing) if passing else None
@@ -270,10 +275,19 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     return summary
 
 
+def prompt_key(record: dict) -> str:
+    """A prompt as a unit: its depth and trial (its key digits and haystack follow from the seed, in every run)."""
+    return f"d{record['depth']:g}-t{record['trial']}"
+
+
 def _metrics(cfg) -> tuple[Metric, ...]:
-    return (Metric(f"{cfg.name}_acc", verdict=True, count=f"{cfg.name}_trials", interval=True, label=f"{cfg.name} accuracy",
-                   bounds=(0, 1)),
-            Metric(f"{cfg.name}_nll", lower_is_better=True, count=f"{cfg.name}_trials", label=f"{cfg.name} answer NLL"))
+    """Accuracy (judged) and the answer NLL under teacher forcing (shown beside it: the continuous, paired look)."""
+    found = (Metric(f"{cfg.name}_acc", verdict=True, count=f"{cfg.name}_trials", interval=True,
+                    label=f"{cfg.name} accuracy", bounds=(0, 1), unit="prompt"),)
+    if cfg.scoring in ("teacher_forced", "both"):
+        found += (Metric(f"{cfg.name}_nll", lower_is_better=True, count=f"{cfg.name}_trials",
+                         label=f"{cfg.name} answer NLL", nll=True, unit="prompt"),)
+    return found
 
 
 def report_figures(name: str, jobs: list[dict], label) -> dict:

@@ -1,0 +1,59 @@
+"""The peak memory of a job, for the cost column of the ranked answer: on CUDA the allocator's peak since the
+job started; otherwise the process's resident memory sampled every 0.2 s by a daemon thread (Linux
+``/proc/self/statm``; elsewhere ``resource``'s lifetime peak, which a sweep in one process shares)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident() -> int | None:
+    try:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakMemory:
+    """``with PeakMemory() as peak: ...`` then ``peak.bytes`` and ``peak.kind``."""
+
+    def __init__(self, interval: float = 0.2):
+        self.interval, self.bytes, self.kind = interval, None, None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while True:
+            value = _resident()
+            if value is not None:
+                self.bytes = max(self.bytes or 0, value)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
+        if _resident() is not None:
+            self.kind = "resident (sampled)"
+            self._thread = threading.Thread(target=self._sample, daemon=True, name="rope_ext-peak-memory")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            self.bytes, self.kind = int(torch.cuda.max_memory_allocated()), "cuda allocated"
+        elif self.bytes is None:
+            import resource
+
+            self.bytes, self.kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process lifetime peak"

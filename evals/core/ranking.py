@@ -1,0 +1,224 @@
+"""The ranked answer of a sweep: at the target length, which strategy should I use, and is it really better
+than the next one?
+
+For each model and target, every strategy's finished jobs (perplexity, LongPPL, needle, passkey, RULER ...
+each judged by evals/core/verdict.py) are taken together:
+
+- **recommended** only when every metric measured is ``yes`` at the target (beyond the trained context that
+  includes the short-context checks): one ``NO`` anywhere fails it, and the answer names where (``fails
+  passkey``); where one eval says yes and another NO, the answer says they disagree.
+- Ordered by the *primary* metric at the target -- the first lower-is-better NLL metric every strategy
+  measured (perplexity), else the first judged metric: recommended ones first, then inconclusive, missing,
+  failing. For each, the paired ratio to the best (the recommended strategy with the best value) on the units
+  both measured, with its 95% interval (the verdict's method), and **tie groups**: a strategy whose interval
+  against its group's leader holds 1 is tied with it (``dca ≈ self_extend``).
+- Cost: the strategy's compute time (its jobs' elapsed time less model loading) and peak memory relative to
+  the unscaled job of the same sweep on the same evals.
+
+The answer's first line reads e.g. ``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn-factor2;
+lm_infinite fails passkey; string fails perplexity, passkey``.
+"""
+
+from __future__ import annotations
+
+from .measure import by_metric, measured_value
+from .verdict import multiple, paired_ratio
+
+ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3}
+
+
+def _info(job: dict) -> dict:
+    return job.get("job") or {}
+
+
+def _at_target(verdict: dict, target: int) -> dict | None:
+    return next((row for row in verdict.get("lengths") or [] if row["length"] == target), None)
+
+
+def _primary(members: dict[str, list[tuple[dict, dict]]], target: int) -> tuple[str, dict] | None:
+    """(metric, its declaration): the first lower-is-better NLL metric measured at the target by every strategy
+    that measured anything there, else the first judged metric measured by most of them."""
+    counts: dict[str, int] = {}
+    declared: dict[str, dict] = {}
+    for jobs in members.values():
+        names = set()
+        for job, _ in jobs:
+            for name, d in (job.get("declared") or {}).items():
+                record = by_metric(job.get("measurements") or []).get(name, {}).get(target)
+                if d.get("verdict") and measured_value(record) is not None:
+                    names.add(name)
+                    declared[name] = d
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return None
+    prefer = sorted(counts, key=lambda n: (not (declared[n].get("nll") and declared[n]["lower_is_better"]), -counts[n]))
+    return prefer[0], declared[prefer[0]]
+
+
+def _record(jobs: list[tuple[dict, dict]], metric: str, target: int) -> tuple[dict | None, dict | None]:
+    """(the measurement of ``metric`` at the target, the job it came from)."""
+    for job, _ in jobs:
+        record = by_metric(job.get("measurements") or []).get(metric, {}).get(target)
+        if measured_value(record) is not None:
+            return record, job
+    return None, None
+
+
+def _compute_seconds(job: dict) -> float | None:
+    timings = job.get("timings") or {}
+    if timings.get("elapsed_s") is None:
+        return None
+    return max(0.0, float(timings["elapsed_s"]) - float(timings.get("model_load_s") or 0.0))
+
+
+def _cost(jobs: list[tuple[dict, dict]], unscaled: list[tuple[dict, dict]]) -> tuple[float | None, float | None]:
+    """(time, peak memory) of a strategy's jobs relative to the unscaled jobs of the same evals."""
+    base = {_info(j).get("eval"): j for j, _ in unscaled}
+    pairs = [(j, base[_info(j).get("eval")]) for j, _ in jobs if _info(j).get("eval") in base]
+    own_t = [_compute_seconds(j) for j, _ in pairs]
+    ref_t = [_compute_seconds(b) for _, b in pairs]
+    time = sum(own_t) / sum(ref_t) if pairs and None not in own_t + ref_t and sum(ref_t) > 0 else None
+    own_m = [(j.get("timings") or {}).get("peak_memory_bytes") for j, _ in pairs]
+    ref_m = [(b.get("timings") or {}).get("peak_memory_bytes") for _, b in pairs]
+    memory = max(own_m) / max(ref_m) if pairs and None not in own_m + ref_m and max(ref_m) > 0 else None
+    return time, memory
+
+
+def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
+    """The ranked answer for every model and target among ``jobs`` (report entries) judged in ``verdicts``:
+    ``[{"model", "target", "trained", "metric", "answer", "rows": [...]}]``."""
+    groups: dict[tuple, dict[str, list[tuple[dict, dict]]]] = {}
+    for index, verdict in verdicts.items():
+        job = jobs[index]
+        info = _info(job)
+        target = verdict.get("target")
+        if info.get("role", "job") != "job" or not target or not verdict.get("lengths"):
+            continue
+        key = (info.get("model_label"), info.get("weights"), verdict.get("trained"), target)
+        groups.setdefault(key, {}).setdefault(str(info.get("scaling")), []).append((job, verdict))
+    return [_rank_group(model, trained, target, members) for (model, _, trained, target), members in groups.items()
+            if len(members) >= 1]
+
+
+def _rank_group(model: str, trained: int, target: int, members: dict[str, list[tuple[dict, dict]]]) -> dict:
+    primary = _primary(members, target)
+    unscaled = members.get("none", [])
+    rows = []
+    for strategy, jobs in members.items():
+        states, failing, undecided, saying = [], [], [], {}
+        for job, verdict in jobs:
+            row = _at_target(verdict, target)
+            eval_name = _info(job).get("eval")
+            state = row["state"] if row else "?"
+            states.append(state)
+            saying[eval_name] = state
+            if state == "NO":
+                failing.append(eval_name)
+            elif state != "yes":
+                undecided.append(eval_name)
+        overall = max(states, key=lambda s: ORDER[s]) if states else "?"
+        value = record = None
+        if primary:
+            record, _ = _record(jobs, primary[0], target)
+            value = measured_value(record)
+        time, memory = _cost(jobs, unscaled) if strategy != "none" else (1.0 if unscaled else None, 1.0 if unscaled else None)
+        said = set(saying.values())
+        disagree = ", ".join(f"{e} {s}" for e, s in saying.items()) if "yes" in said and "NO" in said else None
+        rows.append({"strategy": strategy, "state": overall, "recommended": overall == "yes", "failing": failing,
+                     "undecided": undecided, "evals": saying, "value": value, "_record": record, "time": time,
+                     "memory": memory, "disagree": disagree})
+    lower = bool(primary and primary[1]["lower_is_better"])
+    missing_value = float("inf")
+    rows.sort(key=lambda r: (ORDER[r["state"]], (r["value"] if lower else -r["value"]) if r["value"] is not None
+                             else missing_value, r["strategy"]))
+    best = next((r for r in rows if r["recommended"] and r["value"] is not None), None) or next(
+        (r for r in rows if r["value"] is not None), None)
+    group, leader = 0, None
+    for r in rows:
+        r["vs_best"] = _versus(primary, r, best)
+        if r["value"] is None:
+            r["tie_group"] = None
+            continue
+        versus = _versus(primary, r, leader) if leader is not None else None
+        tied = versus is not None and versus["low"] is not None and versus["low"] <= 1 <= versus["high"] and \
+            r["state"] == leader["state"]
+        if not tied:
+            group, leader = group + 1, r
+        r["tie_group"] = group
+    for r in rows:
+        r.pop("_record", None)
+    return {"model": model, "trained": trained, "target": target, "metric": primary[0] if primary else None,
+            "answer": answer_line(model, trained, target, rows), "rows": rows}
+
+
+def _versus(primary, row: dict, other: dict | None) -> dict | None:
+    """The paired ratio of ``row`` to ``other`` on the primary metric at the target (the units both hold)."""
+    if primary is None or other is None or row["_record"] is None or other["_record"] is None:
+        return None
+    if row is other:
+        return {"ratio": 1.0, "low": 1.0, "high": 1.0}
+    paired = paired_ratio(primary[1], row["_record"], other["_record"])
+    if not paired["shared"]:  # other tokens, other prompts: nothing to pair
+        return None
+    return {"ratio": paired["ratio"], "low": paired["low"], "high": paired["high"]}
+
+
+def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
+    """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...``."""
+    head = f"at {target} ({multiple(target, trained)}) on {model}: "
+    recommended = [r for r in rows if r["recommended"]]
+    parts = []
+    if recommended:
+        tiers: list[list[str]] = []
+        for r in recommended:
+            if tiers and r["tie_group"] is not None and r["tie_group"] == recommended[recommended.index(r) - 1]["tie_group"]:
+                tiers[-1].append(r["strategy"])
+            else:
+                tiers.append([r["strategy"]])
+        parts.append(", then ".join(" ≈ ".join(t) + (" (tied)" if len(t) > 1 else "") for t in tiers))
+    else:
+        parts.append("no strategy is yes on every metric")
+    for r in rows:
+        if r["state"] == "NO":
+            parts.append(f"{r['strategy']} fails {', '.join(r['failing'])}"
+                         + (f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)" if r["disagree"] else ""))
+        elif not r["recommended"]:
+            word = "undecided" if r["state"] == "inconclusive" else "not answered"
+            parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
+    return head + "; ".join(parts)
+
+
+def table(group: dict) -> list[dict]:
+    """The rows of one group as a flat table (csv, markdown, W&B)."""
+    metric = group["metric"] or "value"
+    found = []
+    for place, r in enumerate(group["rows"], 1):
+        versus = r["vs_best"] or {}
+        found.append({"model": group["model"], "target": group["target"], "rank": place, "strategy": r["strategy"],
+                      "answer": "recommended" if r["recommended"] else r["state"], "tie_group": r["tie_group"],
+                      f"{metric}@target": r["value"], "vs_best": versus.get("ratio"), "vs_best_ci95_low": versus.get("low"),
+                      "vs_best_ci95_high": versus.get("high"),
+                      "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
+                      "time_vs_unscaled": r["time"], "memory_vs_unscaled": r["memory"],
+                      "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else ""})
+    return found
+
+
+def format_group(group: dict) -> list[str]:
+    """The answer as printed: its line, then one line per strategy."""
+    lines = [f"answer: {group['answer']}"]
+    metric = group["metric"]
+    for row in table(group):
+        ratio = row["vs_best"]
+        versus = "" if ratio is None else (
+            f" x{ratio:.4g} vs best" + (f" [{row['vs_best_ci95_low']:.4g}, {row['vs_best_ci95_high']:.4g}]"
+                                       if row["vs_best_ci95_low"] is not None else ""))
+        value = row[f"{metric or 'value'}@target"]
+        cost = " ".join(f"{name} x{row[key]:.2f}" for name, key in (("time", "time_vs_unscaled"), ("memory", "memory_vs_unscaled"))
+                        if row[key] is not None)
+        lines.append(f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
+                     + (f"{metric} {value:.4g}" if value is not None else f"{metric} -") + versus
+                     + (f"  (group {row['tie_group']})" if row["tie_group"] else "") + (f"  cost: {cost}" if cost else "")
+                     + (f"  [{row['note']}]" if row["note"] else ""))
+    return lines
