@@ -3,6 +3,7 @@ checked in a real headless browser), never compares runs on other text silently,
 and its command line."""
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -124,7 +125,10 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
 
     failing = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())  # a strategy that breaks at 4096
     failing["job"].update(key="f" * 16, scaling="yarn-broken")
-    failing["summary"]["ppl@4096"] *= 3
+    for record in failing["measurements"]:  # three times the perplexity at 4096: every block's NLL + log 3
+        if (record["metric"], record["length"]) == ("ppl", 4096):
+            record["value"] *= 3
+            record["units"] = {k: [nll + math.log(3) * n, n] for k, (nll, n) in record["units"].items()}
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "results.json").write_text(json.dumps(failing))
     write_report([runs / "sweep", runs / "other", tmp_path / "broken"], tmp_path)

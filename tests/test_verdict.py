@@ -11,6 +11,7 @@ from evals.core.errors import UserError
 from evals.core.job import parse_job
 from evals.core.registry import Metric
 import math
+import re
 
 import numpy as np
 
@@ -246,3 +247,29 @@ def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the
     assert "| yarn-factor2   | 4096   |" in table and "| linear-factor2 | 4096   |" in table
     verdicts = (sweep_dir / "report_verdict.csv").read_text().splitlines()
     assert verdicts[0].startswith("model,data,eval,strategy,trained,target,verdict@256") and len(verdicts) == 4
+
+
+def test_a_verdict_metric_the_eval_never_measures_fails_the_job_and_an_undeclared_one_is_refused(tmp_path, compose):
+    """A key typo (``ppl@265`` returned, nothing measured) used to run to the end without a verdict."""
+    from dataclasses import replace
+
+    from evals.core.errors import EvalDefect
+    from evals.core.runner import ModelCache, execute
+
+    def typo(cfg, ctx):
+        ctx.model()
+        return {"ppl@265": 3.0}
+
+    def undeclared(cfg, ctx):
+        ctx.output.measure(Measurement("pplx", 256, 3.0))
+        return {}
+
+    cfg = compose(*TINY, *BOOKS, "verdict.baseline=false", "resume_from=[]")
+    for name, run, message in (("typo", typo, "declares ppl for the verdict but reported no measurement of it"),
+                               ("undeclared", undeclared, r"pplx is not among the metrics this job declares \(ppl\)")):
+        job = parse_job(cfg, tmp_path / name)
+        with pytest.raises(EvalDefect, match=message):
+            execute(replace(job, eval=replace(job.eval, run=run)), ModelCache())
+        results = read(tmp_path / name / "results.json")
+        assert results["status"] == "failed" and "traceback" not in results["error"]
+        assert results["error"]["message"].count("\n") == 0 and re.search(message, results["error"]["message"])

@@ -20,6 +20,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from .errors import EvalDefect
 from .files import atomic_write
 from .measure import Measurement, summary_keys
 from .rundir import this_process
@@ -139,7 +140,7 @@ class Output:
         records = self.record.data["measurements"]
         for m in measurements:
             if m.metric not in declared:
-                raise ValueError(f"measurement {m.metric}@{m.length}: {m.metric} is not among the metrics this job "
+                raise EvalDefect(f"measurement {m.metric}@{m.length}: {m.metric} is not among the metrics this job "
                                  f"declares ({', '.join(sorted(declared)) or 'none'}); declare it in the eval's "
                                  f"registration (evals/core/registry.py Metric)")
             record = m.record()

@@ -24,7 +24,7 @@ import torch
 
 from .files import atomic_write
 from .context import EvalContext
-from .errors import ConfigError, UserError
+from .errors import ConfigError, EvalDefect, UserError
 from .config import length_fields
 from .job import Job, parse_job, parts
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
@@ -130,7 +130,7 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     except KeyboardInterrupt as err:
         status, error = "interrupted", _error(err, with_traceback=False)
         raise
-    except UserError as err:
+    except (UserError, EvalDefect) as err:
         error = _error(err, with_traceback=False)
         raise
     except Exception as err:
@@ -179,7 +179,7 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
             ctx.output.summary(job.eval.run(job.eval_cfg, ctx) or {})
             unreported = ctx.output.unreported()
             if unreported:  # a key typo or a forgotten measure() would otherwise leave the job without a verdict
-                raise RuntimeError(f"the eval {job.eval.name} declares {', '.join(unreported)} for the verdict but "
+                raise EvalDefect(f"the eval {job.eval.name} declares {', '.join(unreported)} for the verdict but "
                                    f"reported no measurement of it: a defect in the eval (evals/core/measure.py)")
             measurements = ctx.output.measurements
             reference = own_reference(measurements) if job.scaling.name == "none" else reference
@@ -333,6 +333,10 @@ def run_hydra(cfg) -> dict | None:
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
+    except EvalDefect as err:  # recorded too: one line, and the job has failed
+        print(f"error: job {job.name} failed: {err}", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
     except Exception as err:
         if not multirun:
             raise

@@ -397,7 +397,7 @@ def _html_table(rows: list[dict], columns: list[str], cls: str = "") -> str:
 
 
 def _cell_class(value) -> str:
-    return {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "unknown"}.get(value, "") if isinstance(value, str) else ""
+    return {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "inconclusive", "recommended": "yes"}.get(value, "") if isinstance(value, str) else ""
 
 
 STYLE = """.answer{font-size:15px;background:#eef6ee;border-left:4px solid #2a7a2a;padding:6px 10px} body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
@@ -406,7 +406,7 @@ th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}
 td:first-child,th:first-child{position:sticky;left:0;background:#fafafa;text-align:left}
 tr.failed td,tr.dead td,tr.interrupted td,tr.unreadable td{background:#fde2e2} tr.running td{background:#fff6d6}
 td.yes{background:#dff3df;color:#14601a;font-weight:600} td.no{background:#fbdcdc;color:#9b1c1c;font-weight:600}
-td.unknown{background:#eee;color:#666} img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px} h2{margin-top:28px}
+td.unknown{background:#eee;color:#666} td.inconclusive{background:#fff1cc;color:#7a5a00} img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px} h2{margin-top:28px}
 .note{color:#555;font-size:13px;max-width:1100px} .warn{background:#fff4e5;border:1px solid #f0b070;padding:8px 12px;
 font-size:13px} .warn li{margin:3px 0}""" + CHART_STYLE
 
