@@ -262,13 +262,16 @@ def by_length(output: dict, lengths: list[int]) -> tuple[list, dict]:
             length = _sample_length(sample.get("doc"), lengths)
             if length is not None:
                 groups.setdefault(length, []).append(sample)
-        for metric in means:
+        filters = list(dict.fromkeys(str(s.get("filter") or "none") for group in groups.values() for s in group))
+        for metric, filter_name in [(m, f) for m in means for f in filters]:
+            # one sample per document and filter: each filter is its own metric (as lm-eval names them)
             values = {L: {f"{task}/{s.get('doc_id', i)}": float(s[metric]) for i, s in enumerate(group)
-                          if isinstance(s.get(metric), (int, float))} for L, group in groups.items()}
+                          if isinstance(s.get(metric), (int, float)) and str(s.get("filter") or "none") == filter_name}
+                      for L, group in groups.items()}
             values = {L: v for L, v in values.items() if v}
             if not values:
                 continue
-            name, unit = f"{task}_{metric}", all(0 <= x <= 1 for v in values.values() for x in v.values())
+            name, unit = _name(task, metric, filter_name), all(0 <= x <= 1 for v in values.values() for x in v.values())
             higher = ((output.get("higher_is_better") or {}).get(task) or {}).get(metric, True)
             declared[name] = Metric(name, lower_is_better=not higher, verdict=True, count=f"{task}_samples",
                                     interval=unit, label=f"{task} {metric}", bounds=(0, 1) if unit else None,

@@ -106,6 +106,7 @@ def test_typos_fail_at_composition(overrides, error, compose):
         (["eval.lengths=[1x,double]"], "eval.lengths='double' is not a length: give tokens (4096) or a multiple of the "
                                        "trained context (8192), e.g. 2x"),
         (["verdict.target=4y"], "verdict.target='4y' is not a length"),
+        (["eval=needle", "scaling=yarn", "eval.lengths=[64]"], "length 64 is below what the needles and question need"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, run_cli):
@@ -113,6 +114,7 @@ def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, run_cli):
     assert result.returncode == 2
     assert message in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+    assert sum(line.startswith("error:") for line in result.stderr.splitlines()) == 1, result.stderr[-2000:]
 
 
 def test_help_lists_the_groups_a_user_chooses_from(run_cli):

@@ -56,7 +56,8 @@ def sweep() -> list[dict]:
             ppl_job("self_extend", 26.21, 2, seconds=115.0), passkey_job("self_extend", 24, seconds=55.0),
             ppl_job("yarn", 27.40, 3), passkey_job("yarn", 23),
             ppl_job("lm_infinite", 25.90, 4, seconds=90.0), passkey_job("lm_infinite", 1, seconds=45.0),
-            ppl_job("string", 34.7, 5), passkey_job("string", 0)]
+            ppl_job("string", 34.7, 5), passkey_job("string", 0),
+            ppl_job("ntk_by_parts", 26.0, 6)]  # the best perplexity of all, and passkey never run
 
 
 def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_cost():
@@ -79,6 +80,9 @@ def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_co
     assert group["answer"].startswith("at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; ")
     assert "lm_infinite fails passkey (though perplexity yes)" in group["answer"]
     assert "string fails perplexity, passkey" in group["answer"]
+    unmeasured = next(r for r in group["rows"] if r["strategy"] == "ntk_by_parts")
+    assert not unmeasured["recommended"] and unmeasured["evals"]["passkey"] == "?"
+    assert "ntk_by_parts not answered on passkey" in group["answer"]
     printed = "\n".join(format_group(group))
     assert printed.startswith("answer: at 16384") and "cost: time x1.14 memory x1.00" in printed
     rows = table(group)
@@ -104,8 +108,10 @@ def test_merged_runs_pair_only_the_units_they_share():
     jobs = [reference_a, reference_b, strategy]
     verdicts, references, _ = judge_all(jobs, dict(DEFAULTS))
     assert references[2].sources == ["first/none-perplexity", "second/none-perplexity"]
-    check = next(r for r in verdicts[2]["lengths"] if r["length"] == 4096)["checks"][0]
-    assert check["state"] in ("yes", "inconclusive", "NO") and check["low"] is not None
+    same_length = next(r for r in verdicts[2]["lengths"] if r["length"] == 4096)["checks"][0]
+    assert same_length["state"] == "?" and "not the same test" in same_length["why"]  # 4 documents against 6
+    beyond = next(r for r in verdicts[2]["lengths"] if r["length"] == 16384)["checks"][0]
+    assert beyond["reference_length"] == 8192 and beyond["low"] is not None  # the 4 shared documents' blocks
     own = strategy["measurements"][0]
     paired = paired_ratio(PPL, own, reference_a["measurements"][0])
     assert paired["shared"] == 4 * 16  # the four documents' blocks, not the other two's

@@ -268,6 +268,8 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
             part_spec.check(part, with_eval(job, part_spec, part))
     if spec.parts is not None and spec.check:
         spec.check(cfg.eval, job)
+    for warning in setting_warnings(scaling, model.trained_context, max(lengths, default=0)):
+        print(f"warning: {warning}", file=sys.stderr)
     if job.target and lengths and job.target not in lengths and job.needs_reference():
         print(f"warning: the verdict's target {job.target} is not among the lengths evaluated {sorted(set(lengths))}: "
               f"the job will answer at those lengths but not at the target; add it (e.g. eval.lengths=[...,"
@@ -277,8 +279,8 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
 
 def parse_reference(cfg, job: Job) -> Job | None:
     """The unscaled job the verdict compares a scaled one with (LongRoPE2, arXiv 2502.20082, for short-context
-    retention): the same model, evals and data without scaling, at the job's lengths up to the trained context
-    and at the trained context itself. Run first when no finished twin is found and ``verdict.baseline`` is
+    retention): the same model, evals and data without scaling, at the lengths the verdict compares with
+    (:func:`reference_lengths_for`). Run first when no finished twin is found and ``verdict.baseline`` is
     on; its directory is the sweep's ``baseline/<key>/`` (a single run's own), so a sweep computes it once."""
     if job.scaling.name == "none" or not cfg.verdict.baseline or not job.needs_reference():
         return None
@@ -291,13 +293,48 @@ def parse_reference(cfg, job: Job) -> Job | None:
     for part_spec, part, _ in parts(job.eval, node.eval):
         for name in length_fields(part_spec.config):
             if part.get(name) is not None:
-                part[name] = sorted({int(L) for L in part[name] if int(L) <= trained} | {trained})
+                part[name] = reference_lengths_for([int(L) for L in part[name]], trained)
         if part_spec.reference:
             part_spec.reference(part)
     root = job.out_dir.parent if job.multirun else job.out_dir
     provisional = parse_job(node, root / "baseline", job.multirun, model=job.model)
     # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
     return replace(provisional, out_dir=root / "baseline" / provisional.key[:12], role="reference")
+
+
+def setting_warnings(scaling: rope_ext.Scaling, trained: int, longest: int) -> list[str]:
+    """Settings that run but cannot do what they are for at the longest length evaluated, said before the model
+    loads: a static frequency strategy whose factor covers less than that length, an attention-level rule whose
+    last query sees relative positions beyond what the model was trained on (Self-Extend's group size against its
+    own rule, a DCA chunk larger than the trained context ...), read from the rule itself."""
+    found = []
+    factor = scaling.factor or 1.0
+    if longest <= trained or scaling.name == "none":
+        return found
+    if scaling.scales_frequencies and not scaling.dynamic and scaling.factor and longest > trained * factor * (1 + 1e-9):
+        found.append(f"scaling '{scaling.label}' covers {round(trained * factor)} tokens ({trained} x factor {factor:g}), "
+                     f"the longest length evaluated is {longest}: positions beyond are extrapolated; scaling.factor="
+                     f"{longest / trained:g} covers it")
+    rule = scaling.position_rule()
+    if rule is not None:
+        import torch
+
+        position, seen = rule.relative(torch.tensor(longest - 1), torch.arange(longest))
+        reach = float(position[seen].max()) if bool(seen.any()) else 0.0
+        if reach > trained * factor:  # LM-Infinite's global tokens at distance L itself are by design
+            found.append(f"scaling '{scaling.label}': at {longest} tokens the last query sees relative positions up to "
+                         f"{reach:.0f}, beyond the {round(trained * factor)} the model covers (trained {trained}"
+                         + (f" x factor {factor:g}" if factor != 1 else "") + "); choose its parameters for this "
+                         f"length (python run.py --cfg job scaling={scaling.name} lists them)")
+    return found
+
+
+def reference_lengths_for(lengths: list[int], trained: int) -> list[int]:
+    """The unscaled lengths a verdict on ``lengths`` compares with: each length up to the trained context, and the
+    trained context itself only when some length lies beyond it (nothing else: an unneeded reference length
+    costs a forward and can clash with the job's own settings, e.g. a sliding ``max_tokens``)."""
+    beyond = any(L > trained for L in lengths)
+    return sorted({L for L in lengths if L <= trained} | ({trained} if beyond else set()))
 
 
 def with_eval(job: Job, spec: EvalSpec, cfg) -> Job:

@@ -36,24 +36,26 @@ def _at_target(verdict: dict, target: int) -> dict | None:
 
 
 def _primary(members: dict[str, list[tuple[dict, dict]]], target: int) -> tuple[str, dict] | None:
-    """(metric, its declaration): the first lower-is-better NLL metric measured at the target by every strategy
-    that measured anything there, else the first judged metric measured by most of them."""
-    counts: dict[str, int] = {}
+    """(metric, its declaration): of the judged metrics measured at the target, those measured by the most
+    strategies; among them a lower-is-better NLL metric (perplexity) first, then the order the evals declare them."""
+    counts: dict[str, int] = {}  # insertion order: the order of the jobs and of their declarations
     declared: dict[str, dict] = {}
     for jobs in members.values():
-        names = set()
+        names = {}
         for job, _ in jobs:
             for name, d in (job.get("declared") or {}).items():
                 record = by_metric(job.get("measurements") or []).get(name, {}).get(target)
                 if d.get("verdict") and measured_value(record) is not None:
-                    names.add(name)
-                    declared[name] = d
+                    names[name] = None
+                    declared.setdefault(name, d)
         for name in names:
             counts[name] = counts.get(name, 0) + 1
     if not counts:
         return None
-    prefer = sorted(counts, key=lambda n: (not (declared[n].get("nll") and declared[n]["lower_is_better"]), -counts[n]))
-    return prefer[0], declared[prefer[0]]
+    order = list(counts)
+    best = sorted(order, key=lambda n: (-counts[n], not (declared[n].get("nll") and declared[n]["lower_is_better"]),
+                                        order.index(n)))[0]
+    return best, declared[best]
 
 
 def _record(jobs: list[tuple[dict, dict]], metric: str, target: int) -> tuple[dict | None, dict | None]:
@@ -95,18 +97,23 @@ def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
         target = verdict.get("target")
         if info.get("role", "job") != "job" or not target or not verdict.get("lengths"):
             continue
-        key = (info.get("model_label"), info.get("weights"), verdict.get("trained"), target)
+        key = (info.get("model_label"), info.get("weights"), info.get("data"), verdict.get("trained"), target)
         groups.setdefault(key, {}).setdefault(str(info.get("scaling")), []).append((job, verdict))
-    return [_rank_group(model, trained, target, members) for (model, _, trained, target), members in groups.items()
-            if len(members) >= 1]
+    return [_rank_group(model, trained, target, members) for (model, _, _, trained, target), members in groups.items()]
 
 
 def _rank_group(model: str, trained: int, target: int, members: dict[str, list[tuple[dict, dict]]]) -> dict:
     primary = _primary(members, target)
     unscaled = members.get("none", [])
+    every_eval = list(dict.fromkeys(_info(job).get("eval") for jobs in members.values() for job, _ in jobs))
     rows = []
     for strategy, jobs in members.items():
         states, failing, undecided, saying = [], [], [], {}
+        for eval_name in every_eval:  # an eval the others ran and this one did not: not recommended on it
+            if eval_name not in {_info(job).get("eval") for job, _ in jobs}:
+                states.append("?")
+                saying[eval_name] = "?"
+                undecided.append(eval_name)
         for job, verdict in jobs:
             row = _at_target(verdict, target)
             eval_name = _info(job).get("eval")

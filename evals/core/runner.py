@@ -26,7 +26,7 @@ from .files import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, EvalDefect, UserError
 from .config import length_fields
-from .job import Job, parse_job, parts
+from .job import Job, parse_job, parts, reference_lengths_for
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
 from .output import Output, RunRecord
 from .peak import PeakMemory
@@ -216,14 +216,14 @@ def reference_runs(job: Job) -> list[dict]:
 
 
 def _covered(job: Job, reference: Reference | None) -> bool:
-    """Whether ``reference`` has a judged metric at the trained context and at each of the job's lengths up to it."""
+    """Whether ``reference`` has a judged metric at every length the verdict compares with (job.reference_lengths_for)."""
     if reference is None:
         return False
     declared = job.declared()
     for part_spec, part, _ in parts(job.eval, job.eval_cfg):
         judged = [m.name for m in part_spec.metrics_for(part) if m.verdict]
         lengths = {int(L) for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]}
-        for L in {L for L in lengths if L <= job.trained_context} | {job.trained_context}:
+        for L in reference_lengths_for(sorted(lengths), job.trained_context):
             if judged and not any(reference.value(name, L) is not None for name in judged if name in declared):
                 return False
     return True

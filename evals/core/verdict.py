@@ -122,12 +122,11 @@ def _fmt(x: float | None) -> str:
     return "?" if x is None else f"{x:.4g}"
 
 
-def paired_ratio(metric: dict, own: dict, ref: dict) -> dict:
+def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> dict:
     """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
-    ``{"ratio", "low", "high", "n", "method", "shared"}`` (low/high None: no interval)."""
-    import numpy as np
-
-    from ..stats import paired_bootstrap, paired_proportion_ratio
+    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval).
+    ``itself``: an unscaled job judged against its own run (the ratio is 1 by definition)."""
+    from ..stats import paired_log_ratio, paired_proportion_ratio
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
@@ -139,7 +138,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict) -> dict:
         found["ratio"] = math.exp(mean(a) - mean(b))  # the perplexity ratio: exp of the mean NLL difference
     elif value is not None and reference:
         found["ratio"] = value / reference
-    if a and a == b:  # the same units with the same values (an unscaled job against itself): exactly 1
+    if itself or (metric.get("nll") and a and a == b):  # the same units with the same NLLs: exactly 1
         found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="identical units")
         return found
     bounds = metric.get("bounds")
@@ -149,19 +148,36 @@ def paired_ratio(metric: dict, own: dict, ref: dict) -> dict:
         low, high, _ = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
         found.update(low=low, high=high, method="Fieller, Agresti-Min adjusted", n=len(a))
         return found
-    statistic = (lambda x, y: np.exp(x - y)) if metric.get("nll") else (lambda x, y: x / y)
-    interval = paired_bootstrap(a, b, statistic) if a and b else None
+    # NLL units: the log ratio is the mean NLL difference; other means: log(mean_a / mean_b)
+    log_ratio = (lambda x, y: x - y) if metric.get("nll") else (lambda x, y: _log(x) - _log(y))
+    interval = paired_log_ratio(a, b, log_ratio) if a and b else None
     if interval:
-        found.update(low=interval[0], high=interval[1], n=interval[2], clustered=interval[3],
-                     method="paired two-stage bootstrap")
+        found.update(low=math.exp(interval[0]), high=math.exp(interval[1]), n=interval[2], clustered=interval[3],
+                     method="t over paired documents" if interval[3] else "paired bootstrap")
     return found
+
+
+def _log(x):
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(x)
 
 
 def _units(record: dict) -> dict:
     return {k: (float(v[0]), float(v[1])) for k, v in ((record or {}).get("units") or {}).items()}
 
 
-def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length: int, second_look: bool) -> dict:
+def _same_units(own: dict, ref: dict) -> bool:
+    """Whether two measurements at one length rest on the same units with the same weights (the same tokens,
+    prompts, samples): a partial run (out of memory after some documents), other documents or another block size
+    is not the same test."""
+    a, b = _units(own), _units(ref)
+    return set(a) == set(b) and all(math.isclose(a[k][1], b[k][1], rel_tol=1e-6) for k in a)
+
+
+def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length: int, second_look: bool,
+           itself: bool = False) -> dict:
     """One metric at one length against the reference (at ``ref_length``): its state and why."""
     name, lower = metric["name"], metric["lower_is_better"]
     value = measured_value(own)
@@ -173,23 +189,23 @@ def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length
     if value is None:
         check["why"] = f"{name} not measured ({own.get('note') or 'no value'})"
         return check
-    if own["length"] == ref_length and _units(own) and _units(ref) and not set(_units(own)) & set(_units(ref)):
-        check["why"] = (f"{name} rests on other {check['unit']}s here ({own.get('count'):g}) than in the reference "
-                        f"({ref.get('count'):g}): not the same test")
+    if own["length"] == ref_length and not itself and (_units(own) or _units(ref)) and not _same_units(own, ref):
+        check["why"] = (f"{name} rests on other {check['unit']}s here ({own.get('count') or 0:g}) than in the "
+                        f"reference ({ref.get('count') or 0:g}): not the same test")
         return check
     if not lower and check["reference"] <= 0:
         check.update(state="skip", why=f"the unscaled model scores 0 on {name} at {ref_length}: nothing to keep")
         return check
     limit = 1 + criteria["tolerance"] if lower else criteria["retained"]
-    paired = paired_ratio(metric, own, ref)
+    paired = paired_ratio(metric, own, ref, itself)
     ratio, low, high = paired["ratio"], paired["low"], paired["high"]
     check.update(limit=limit, ratio=ratio, low=low, high=high, n=paired["n"], method=paired["method"])
-    if paired["clustered"]:  # what the interval resamples at the top: the documents (or groups) of units
-        check["unit"] = "document" if "block" in check["unit"] else "group"
+    if paired["clustered"] and "block" in check["unit"]:  # what the interval rests on: the documents
+        check["unit"] = "document"
     head = f"{name} {_fmt(value)} vs {_fmt(check['reference'])} unscaled @{ref_length}: x{_fmt(ratio)}"
     interval = f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else " [no interval]"
     op = "<=" if lower else ">="
-    few = metric.get("bounds") and not lower and paired["n"] < MIN_PROMPTS
+    few = metric.get("bounds") and not lower and paired["n"] < MIN_PROMPTS and not itself
     if few:
         state = "inconclusive"
         tail = f" on {paired['n']} {check['unit']}(s): at least {MIN_PROMPTS} are needed to decide"
@@ -201,7 +217,9 @@ def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length
         state, tail = "NO", f" {'>' if lower else '<'} {limit:g}"
     else:
         state = "inconclusive"
-        half, distance = (high - low) / 2, abs(ratio - limit) if ratio is not None else 0
+        point = ratio if ratio is not None else (low + high) / 2
+        half = (high - point) if limit > point else (point - low)  # the side of the interval facing the limit
+        distance = abs(point - limit)
         more = _more(paired["n"], half, distance)
         check["more_units"] = more
         tail = (f" straddles {limit:g}: " + (f"about {more} more {check['unit']}s would likely decide it" if more
@@ -255,7 +273,10 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
                 continue
             ref_length = L if L <= trained else trained
             ref = reference.get(name, ref_length) if reference is not None else None
-            checks.append(_check(metric, own, ref, criteria, ref_length, second_look=not metric.get("verdict")))
+            if measured_value(own) is None and measured_value(ref) is None and not own.get("note") == "out of memory":
+                continue  # measured on neither side (LongPPL where no token is a key token): nothing to judge
+            checks.append(_check(metric, own, ref, criteria, ref_length, second_look=not metric.get("verdict"),
+                                 itself=reference is not None and reference.sources == ["itself"] and L == ref_length))
         rows.append({"length": L, "checks": checks})
     if reference is None:
         why = missing or "no unscaled reference on the same tokens"

@@ -67,7 +67,7 @@ class PerplexityConfig:
     documents: Optional[int] = option(None, minimum=1)  # how many documents to evaluate (None: all)
     chunk_tokens: int = option(2048, minimum=1, compare=False)  # LM head + cross-entropy over this many positions at a time
     position_bins: int = option(64, minimum=1, compare=False)  # bins of the loss-by-position curve
-    bootstrap_block: int = option(256, minimum=1, compare=False)  # one document: CI by resampling blocks of this many tokens
+    bootstrap_block: int = option(256, minimum=1)  # the units: blocks of this many token positions (the verdict pairs them)
     bootstrap_samples: int = option(1000, minimum=100, compare=False)
     seed: int = option(0, compare=False)  # bootstrap resampling
     longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
@@ -319,13 +319,15 @@ def measurements(cfg, rows: list[dict], acc: Accumulator, key_acc: Accumulator |
     found = []
     for row in rows:
         L = row["length"]
+        oom = "out of memory" if row["oom"] else None  # a length cut short is no value, not a partial one
         if row["documents"] or row["oom"]:
-            found.append(Measurement("ppl", L, row["ppl"], row["tokens"], unit, acc.units.get(L, {}), row["ci95_low"],
-                                     row["ci95_high"], row["ci_method"], "out of memory" if row["oom"] else None))
+            found.append(Measurement("ppl", L, None if oom else row["ppl"], row["tokens"], unit, acc.units.get(L, {}),
+                                     row["ci95_low"], row["ci95_high"], row["ci_method"], oom))
         if key_acc is not None and (row["documents"] or row["oom"]):
-            found.append(Measurement("longppl", L, row["longppl"], row["key_tokens"], unit, key_acc.units.get(L, {}),
-                                     row["longppl_ci95_low"], row["longppl_ci95_high"], row["ci_method"],
-                                     None if row["longppl"] is not None else "no key token at this length"))
+            found.append(Measurement("longppl", L, None if oom else row["longppl"], row["key_tokens"], unit,
+                                     key_acc.units.get(L, {}), row["longppl_ci95_low"], row["longppl_ci95_high"],
+                                     row["ci_method"], oom or (None if row["longppl"] is not None else
+                                                               "no key token at this length")))
     return found
 
 

@@ -87,6 +87,15 @@ def check_config(cfg, job=None) -> None:
                                 f"{{key}}: {err}") from None
     if "{key}" not in cfg.needle:
         raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
+    if job is not None:
+        # every prompt of the shortest length fits its needles and question: said now, not after a reference ran
+        from ..core.runner import MODEL_CACHE
+
+        shortest = min(int(L) for L in cfg.lengths)
+        builder = PromptBuilder(cfg, MODEL_CACHE.tokenizer(job.model), torch.zeros(shortest + 1, dtype=torch.long))
+        for depth in cfg.depths:
+            for trial in range(cfg.trials):
+                builder.build(shortest, depth, trial)
 
 
 def _needs(cfg) -> tuple[str, ...]:
