@@ -292,3 +292,16 @@ def test_a_trial_whose_worker_dies_is_a_failed_trial_and_the_search_goes_on(tmp_
     study = trials(sweep_dir)
     assert [t.state.name for t in study] == ["FAIL", "COMPLETE", "COMPLETE"]
     assert study[2].user_attrs["retry_of"] == 0 and study[2].params == study[0].params
+
+
+def test_a_damaged_study_file_is_one_line_and_exit_2(tmp_path, run_cli):
+    """A truncated optuna.db (a full disk, a copy cut short) was a SQLAlchemy traceback on the re-run."""
+    sweep_dir = tmp_path / "search"
+    sweep_dir.mkdir()
+    (sweep_dir / "optuna.db").write_bytes(b"SQLite format 3\x00" + b"\x00" * 40)
+    result = run_cli(*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", "objective=ppl@512",
+                     env=ENV)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "is damaged: move it away to start the search anew" in lines[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

@@ -173,8 +173,15 @@ class Search:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         storage = self.conf.storage or f"sqlite:///{(self.sweep_dir / 'optuna.db').resolve()}"
         directions = [t.direction for t in self.objectives]
-        study = optuna.create_study(study_name=self.conf.study_name, storage=storage, directions=directions,
-                                    load_if_exists=True)
+        try:
+            study = optuna.create_study(study_name=self.conf.study_name, storage=storage, directions=directions,
+                                        load_if_exists=True)
+        except Exception as err:  # noqa: BLE001 -- SQLAlchemy's DatabaseError on a truncated or foreign file
+            if "DatabaseError" not in type(err).__name__ and "database" not in str(err).lower():
+                raise
+            raise ConfigError(f"the study {storage.removeprefix('sqlite:///')} cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:120]}); it is damaged: move it away to start the search "
+                              f"anew (its finished trials' jobs are reused), or give another hydra.sweep.dir") from None
         stored = study.user_attrs.get("search")
         if stored is None:
             study.set_user_attr("search", self.signature)
