@@ -89,4 +89,20 @@ def main() -> int:
     except KeyboardInterrupt:
         print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)
         return 130
+    except OSError as err:
+        if not _making_hydra_dir(err):
+            raise
+        print(f"error: the run directory {err.filename} cannot be created ({err.strerror or type(err).__name__}); "
+              f"choose a writable hydra.run.dir (hydra.sweep.dir with -m)", file=sys.stderr)
+        return 2
     return 0
+
+
+def _making_hydra_dir(err: OSError) -> bool:
+    """Whether ``err`` is Hydra failing to create its run or sweep directory (before any job of ours ran)."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    in_hydra = any("/hydra/" in f.filename and f.name in ("run_job", "launch", "sweep", "run") for f in frames)
+    ours = any("/evals/" in f.filename and f.name not in ("main", "app") for f in frames)
+    return bool(err.filename) and in_hydra and not ours and frames[-1].name in ("mkdir", "makedirs")

@@ -107,6 +107,7 @@ def test_typos_fail_at_composition(overrides, error, compose):
                                        "trained context (8192), e.g. 2x"),
         (["verdict.target=4y"], "verdict.target='4y' is not a length"),
         (["eval=needle", "scaling=yarn", "eval.lengths=[64]"], "length 64 is below what the needles and question need"),
+        (["hydra.run.dir=/proc/1/rope"], "the run directory /proc/1/rope cannot be created"),  # even root cannot
     ],
 )
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, run_cli):

@@ -305,3 +305,21 @@ def test_a_damaged_study_file_is_one_line_and_exit_2(tmp_path, run_cli):
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "is damaged: move it away to start the search anew" in lines[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow  # two searches at once (~40 s)
+def test_two_identical_searches_started_together_share_the_studys_budget(tmp_path, run_cli):
+    """Each process used to spend the whole n_trials: 3 + 3 = 6 complete trials."""
+    import optuna
+
+    sweep_dir = tmp_path / "search"
+    args = [*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", "objective=ppl@512",
+            "hydra.sweeper.n_trials=3", "verdict.baseline=false"]
+    first = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1.0)  # the first creates the study; the second joins it
+    second = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outputs
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) == 3, [(t.number, t.state.name, t.user_attrs.get("outcome")) for t in study.trials]

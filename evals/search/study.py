@@ -260,9 +260,16 @@ class Search:
               + f"; {self.sampler_name}, {max(0, goal - done)} trial(s) to run; {self.sweep_dir}")
         for line in (s.describe() for s in self.space):
             print(f"  {line}")
-        returns, launcher_failures = [], 0
-        while done < goal:
-            batch = [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - done))]
+        returns, launcher_failures, lost = [], 0, 0
+        while True:
+            # the budget is the study's: trials that finished or run now, in any process searching it, count
+            taken = len(self.spent(study)) + lost
+            if taken >= goal:
+                break
+            batch = self.within_budget(study, [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - taken))],
+                                       goal - lost)
+            if not batch:
+                break
             jobs = []
             for trial in batch:
                 values = {s.key: s.suggest(trial) for s in self.space}
@@ -275,7 +282,7 @@ class Search:
                 error = f"the launcher failed: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
                 for trial in batch:  # failed now; a re-run tries them again (reusing the jobs that finished)
                     self.fail(study, trial, error, outcome=LAUNCHER_FAILED)
-                done += len(batch)
+                lost += len(batch)
                 launcher_failures += 1
                 if launcher_failures == 2:  # twice in a row: the launcher, not a setting, is at fault
                     outputs.write(self, study)
@@ -287,7 +294,6 @@ class Search:
             for trial, result in zip(batch, results):
                 self.tell(study, trial, result)
             returns.append(results)
-            done += len(batch)
         written = outputs.write(self, study)
         complete = [t for t in study.trials if t.state.name == "COMPLETE"]
         if not complete:
@@ -296,6 +302,26 @@ class Search:
         for path in written:
             print(f"search: {path}")
         return returns
+
+    @staticmethod
+    def spent(study) -> list[int]:
+        """The numbers of the trials that take a place in the budget: finished (done or failed) or running."""
+        return sorted(t.number for t in study.get_trials(deepcopy=False)
+                      if t.user_attrs.get("outcome") in ("done", "failed") or t.state.name == "RUNNING")
+
+    def within_budget(self, study, batch: list, goal: int) -> list:
+        """The asked trials that fit the budget: two processes searching one study may ask at once, so the first
+        ``goal`` places go by trial number, and a trial past them is pruned unrun (another process runs its place)."""
+        import optuna
+
+        allowed = set(self.spent(study)[:goal])
+        for trial in batch:
+            if trial.number not in allowed:
+                trial.set_user_attr("outcome", "over budget")
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                print(f"search: trial {trial.number} not run: the study's {goal} trials are taken (another process "
+                      f"searches the same study)")
+        return [t for t in batch if t.number in allowed]
 
     def tell(self, study, trial, result) -> None:
         error, summary = None, None
