@@ -128,8 +128,9 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
 
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, shared = run_job(tmp_path / "self", *overrides(text_file))
+    # no unscaled reference first: it would find the spans with the same evaluator, and this job read them cached
     cfg = compose(*TINY, "force=true", f"output_dir={tmp_path / 'other'}", *overrides(text_file),
-                  "scaling=yarn", "scaling.factor=2.0")
+                  "scaling=yarn", "scaling.factor=2.0", "verdict.baseline=false")
     cfg.eval.key_tokens.evaluator = OmegaConf.to_container(cfg.model)
     rope_run.run(cfg)
     results = json.loads((tmp_path / "other" / "results.json").read_text())
