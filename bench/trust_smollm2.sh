@@ -20,7 +20,7 @@ for step in $steps; do
   case $step in
     ppl_core) /usr/bin/time -v $PY run.py -m scaling=none,dca,lm_infinite $P hydra.sweep.dir=$OUT/ppl resume_from=$ALL ;;
     ppl_yarn) /usr/bin/time -v $PY run.py -m scaling=yarn $P hydra.sweep.dir=$OUT/ppl_rest/yarn resume_from=$ALL ;;
-    passkey_core) /usr/bin/time -v $PY run.py -m scaling=dca,lm_infinite $K hydra.sweep.dir=$OUT/passkey resume_from=$ALL ;;
+    passkey_core) /usr/bin/time -v $PY run.py -m scaling=lm_infinite,dca $K hydra.sweep.dir=$OUT/passkey resume_from=$ALL ;;
     ppl_rest)
       /usr/bin/time -v $PY run.py -m scaling=string $P hydra.sweep.dir=$OUT/ppl_rest resume_from=$ALL
       /usr/bin/time -v $PY run.py -m $SE $P hydra.sweep.dir=$OUT/ppl_rest/self_extend resume_from=$ALL ;;
