@@ -310,8 +310,10 @@ def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path, r
     result = run_cli("-m", *SMALL, "logger=wandb", "logger.mode=online", "logger.init_timeout=5",
                      f"hydra.sweep.dir={tmp_path / 'sweep'}", "resume_from=[]", "scaling=none,linear,ntk", env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    # skipped without a wait: the unscaled reference the scaled jobs run first, linear, ntk, and the sweep's report
-    assert (result.stdout + result.stderr).count("W&B skipped: it could not start earlier in this process") == 4
+    # skipped without a wait: linear, ntk and the sweep's report (the sweep's own none job is their reference: every
+    # length is within the trained context, so no other unscaled run is needed)
+    assert (result.stdout + result.stderr).count("W&B skipped: it could not start earlier in this process") == 3
+    assert not (tmp_path / "sweep" / "baseline").exists()
     assert all(j["state"] == "done" for j in load_jobs([tmp_path / "sweep"]))
     assert (result.stdout + result.stderr).count("W&B start failed") == 1  # one wait for the whole sweep
 
