@@ -261,6 +261,9 @@ def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, pl
     process = run_cli(*args, f"output_dir={tmp_path / 'int'}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                       text=True)
     wait_for_status(tmp_path / "int" / "results.json", "running")
+    deadline = time.time() + 120  # the eval writes its table, then sleeps: Ctrl-C lands in the eval, not in imports
+    while not (tmp_path / "int" / "first_tokens.csv").is_file() and time.time() < deadline:
+        time.sleep(0.1)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130 and "Traceback" not in stderr and "interrupted" in stderr

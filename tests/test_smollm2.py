@@ -68,7 +68,9 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose
     assert none["verdict"] is False and none["effective_length"] == 8192 and none["target_length"] == 16384
     for scaling in ("yarn", "ntk"):
         assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
-        assert results[scaling]["verdict"] is True and results[scaling]["effective_length"] == 16384
+        # on one document (the default) the paired interval is wide: yes, or inconclusive -- never NO -- and it says so
+        assert results[scaling]["verdict_state"] in ("yes", "inconclusive"), results[scaling]["verdict_reason"]
+        assert results[scaling]["ppl_ratio@16384"] < 1.1 and results[scaling]["ppl_ratio_ci95_low@16384"] < 1.1
         verdict = json.loads((tmp_path / scaling / "results.json").read_text())["verdict"]
         assert verdict["reference"]["sources"] == [str(tmp_path / "none")] and not (tmp_path / scaling / "baseline").exists()
 
