@@ -11,8 +11,8 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). The check is a *paired* comparison
   on the units both runs share (evals/core/measure.py: token blocks of each document, prompts, samples): the
   ratio strategy / unscaled with its 95% interval (evals/stats.py) -- for NLL metrics exp of the paired mean
-  NLL difference by a two-stage bootstrap over documents and blocks; for scores in a bounded range Fieller's
-  interval on Agresti-Min-adjusted means. A lower-is-better metric (ppl, LongPPL) passes when the whole
+  NLL difference, a Student-t over the paired per-document differences (or a paired bootstrap of the blocks of
+  one document); for scores in a bounded range Fieller's interval on Agresti-Min-adjusted means. A lower-is-better metric (ppl, LongPPL) passes when the whole
   interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
   limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- with how many more units would
@@ -28,8 +28,8 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   metrics and value / reference otherwise (1 = nothing lost). ``<metric>_stable_length`` keeps the old,
   self-referenced quantity for lower-is-better metrics (flatness, not quality).
 - Only units that are the same are paired: a unit one side lacks is resampled on its own side; two runs at
-  the same length with no unit in common are not the same test and are not compared; a reference computed
-  with other code or package versions is used with a visible note.
+  the same length that do not rest on the same units (and weights) are not the same test and are not
+  compared; a reference computed with other code or package versions is used with a visible note.
 """
 
 from __future__ import annotations
