@@ -258,8 +258,10 @@ def wait_for_status(path: Path, wanted: str, timeout: float = 120) -> dict:
 def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, plugin, run_cli, searchpath):
     plug, env = plugin
     args = [*TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=60"]
+    # Ctrl-C as a terminal sends it: a job started from a background shell inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler -- so the child gets SIGINT's default back, whatever ran the tests
     process = run_cli(*args, f"output_dir={tmp_path / 'int'}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True)
+                      text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_status(tmp_path / "int" / "results.json", "running")
     deadline = time.time() + 120  # the eval writes its table, then sleeps: Ctrl-C lands in the eval, not in imports
     while not (tmp_path / "int" / "first_tokens.csv").is_file() and time.time() < deadline:
