@@ -80,6 +80,11 @@ def cluster_of(key: str) -> str:
     return key.rsplit("/", 1)[0] if "/" in key else key
 
 
+def units_mean(units: Units) -> float:
+    """sum(sums) / sum(weights): a side's statistic (a token-weighted mean NLL, an accuracy)."""
+    return sum(t for t, _ in units.values()) / sum(w for _, w in units.values())
+
+
 def _clusters(units: Units) -> dict[str, dict[str, tuple[float, float]]]:
     found: dict[str, dict] = {}
     for key, (total, weight) in units.items():
@@ -123,10 +128,10 @@ def paired_log_ratio(a: Units, b: Units, log_statistic, samples: int = 2000, see
 
     ca, cb = _clusters(a), _clusters(b)
     shared = [c for c in ca if c in cb]
-    mean = lambda u: sum(t for t, _ in u.values()) / sum(w for _, w in u.values())  # noqa: E731
+
     if len(shared) >= 2 and len(shared) == len(ca) == len(cb):
-        d = np.array([log_statistic(mean(ca[c]), mean(cb[c])) for c in shared])
-        estimate = log_statistic(mean(a), mean(b))
+        d = np.array([log_statistic(units_mean(ca[c]), units_mean(cb[c])) for c in shared])
+        estimate = log_statistic(units_mean(a), units_mean(b))
         half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
         return estimate - half, estimate + half, len(d), True
     if len(a) < 2 or len(b) < 2:

@@ -126,7 +126,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
     ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval).
     ``itself``: an unscaled job judged against its own run (the ratio is 1 by definition)."""
-    from ..stats import paired_log_ratio, paired_proportion_ratio
+    from ..stats import paired_log_ratio, paired_proportion_ratio, units_mean
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
@@ -134,8 +134,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
              "clustered": False}
     value, reference = measured_value(own), measured_value(ref)
     if metric.get("nll") and a and b:
-        mean = lambda u: sum(t for t, _ in u.values()) / sum(w for _, w in u.values())  # noqa: E731
-        found["ratio"] = math.exp(mean(a) - mean(b))  # the perplexity ratio: exp of the mean NLL difference
+        found["ratio"] = math.exp(units_mean(a) - units_mean(b))  # the perplexity ratio: exp of the mean NLL difference
     elif value is not None and reference:
         found["ratio"] = value / reference
     if itself or (metric.get("nll") and a and a == b):  # the same units with the same NLLs: exactly 1
@@ -220,19 +219,15 @@ def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length
         point = ratio if ratio is not None else (low + high) / 2
         half = (high - point) if limit > point else (point - low)  # the side of the interval facing the limit
         distance = abs(point - limit)
-        more = _more(paired["n"], half, distance)
+        from ..stats import more_units
+
+        more = more_units(paired["n"], half, distance)
         check["more_units"] = more
         tail = (f" straddles {limit:g}: " + (f"about {more} more {check['unit']}s would likely decide it" if more
                                              else "the estimate sits on the limit"))
     check["state"] = state
     check["why"] = head + interval + tail
     return check
-
-
-def _more(n: int, half: float, distance: float) -> int | None:
-    from ..stats import more_units
-
-    return more_units(n, half, distance)
 
 
 def _decide(checks: list[dict]) -> tuple[str, str]:
