@@ -79,7 +79,13 @@ def main() -> int:
     load_evals()
     register_configs()
     try:
+        for line in _sweep_preflight(sys.argv[1:]):
+            print(line, flush=True)
         app()
+        shown = _derived_for_cfg(sys.argv[1:])
+        if shown:
+            print("\n".join(["# set up for the target (derived when the job runs; an explicit scaling.<key>= wins):",
+                              *[f"# {line}" for line in shown]]))
     except (HydraException, OmegaConfBaseException) as err:
         print(f"error: {composition_error(err)}", file=sys.stderr)
         return 2
@@ -96,6 +102,50 @@ def main() -> int:
               f"choose a writable hydra.run.dir (hydra.sweep.dir with -m)", file=sys.stderr)
         return 2
     return 0
+
+
+def _sweep_preflight(argv: list[str]) -> list[str]:
+    """Before a sweep (``-m``, not a search) starts: its first job's config composed, checked and its budget said
+    (:func:`evals.report.target_preflight`); raises a UserError for what would fail every job."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+
+    args = get_args_parser().parse_args(argv)
+    if not args.multirun or args.cfg or any(o.startswith(("hydra/sweeper=", "target=")) and "," in o for o in args.overrides) \
+            or any(o.startswith("hydra/sweeper=") for o in args.overrides):
+        return []
+    from .report import target_preflight
+
+    single = [o.split(",")[0] if "=" in o and "," in o.split("=", 1)[1] and not o.split("=", 1)[1].startswith("[")
+              else o for o in args.overrides]
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=single, return_hydra_config=True)
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = list(args.overrides)
+    GlobalHydra.instance().clear()
+    return target_preflight(cfg)
+
+
+def _derived_for_cfg(argv: list[str]) -> list[str]:
+    """After ``--cfg job`` (or ``all``) printed the composed config of a single run: what ``target=`` derives there
+    (:func:`evals.core.job.target_setup`), which Hydra cannot show since it is computed from the model."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+
+    args = get_args_parser().parse_args(argv)
+    if args.cfg not in ("job", "all") or args.multirun or not any(o.split("=")[0] == "target" for o in args.overrides):
+        return []
+    from .core.job import target_setup
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(str(config_dir()), version_base="1.3"):
+        cfg = compose("config", overrides=args.overrides)
+    return target_setup(cfg)
 
 
 def _making_hydra_dir(err: OSError) -> bool:

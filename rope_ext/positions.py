@@ -123,7 +123,23 @@ def _log_n(trained: int) -> Positions:
     return lambda m: (torch.log(m.double() + 1) / math.log(trained)).clamp(min=1.0)
 
 
-@register("self_extend", kind="attention", params={
+def eighth_window(p: dict, trained: int, target: int) -> tuple[int, str]:
+    # W = L/8: the neighbour window (1024 on an 8k model; bojone/rerope's 512 on LLaMA-2's 4096)
+    return trained // 8, f"trained / 8 = {trained} / 8"
+
+
+def group_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
+    """Self-Extend's group size for a target N: the smallest G with W + (N - W) / G <= 2L/3, the upper end of
+    the LongLM README's rule (1/2 to 2/3) L > W + (N - W) / G (datamllab/LongLM)."""
+    window, usable = p["window"], 2 * trained / 3
+    if window >= usable:
+        raise ScalingError(f"scaling 'self_extend': window={window} leaves no group size that reaches {target} tokens: "
+                           f"the rule W + (N - W) / G <= 2L/3 = {usable:.0f} needs W < {usable:.0f}")
+    group = max(1, math.ceil((target - window) / (usable - window) - 1e-9))
+    return group, f"smallest G with W + (N - W) / G <= 2L/3: {window} + {target - window} / {group} <= {usable:.0f}"
+
+
+@register("self_extend", kind="attention", targets={"window": eighth_window, "group_size": group_for_target}, params={
     "group_size": Param(8, int, "group size G: positions beyond the window are floor-divided by G", minimum=1,
                         search=(2, 32), log=True),
     "window": Param(1024, int, "neighbour window W (pairs closer than W keep their positions)", minimum=1,
@@ -156,7 +172,15 @@ def dca_sizes(p: dict) -> tuple[int, int]:
     return chunk, local
 
 
-@register("dca", kind="attention", check=check_dca, params={
+def _dca_chunk(p: dict, trained: int, target: int) -> tuple[int, str]:
+    return trained * 3 // 4, f"3L/4 = 3 x {trained} / 4 (ChunkLlama's; relative positions stay below it at any length)"
+
+
+def _dca_local(p: dict, trained: int, target: int) -> tuple[int, str]:
+    return trained // 16, f"L/16 = {trained} / 16 (ChunkLlama's)"
+
+
+@register("dca", kind="attention", check=check_dca, targets={"chunk_size": _dca_chunk, "local_window": _dca_local}, params={
     "chunk_size": Param(None, int, "chunk size s (default 3L/4); chunks hold s - local_window tokens", minimum=2),
     "local_window": Param(None, int, "local window w (default L/16)", minimum=0),
     "original_max_position": TRAINED,
@@ -187,7 +211,7 @@ def dca(p) -> PositionRule:
 LOGN = Param(True, bool, "scale the query by max(1, log(m+1)/log L) (the reference's log-n)")
 
 
-@register("rerope", kind="attention", params={
+@register("rerope", kind="attention", targets={"window": eighth_window}, params={
     "window": Param(512, int, "window W: beyond it every pair sees relative position W", minimum=1,
                     search=(128, 4096), log=True),
     "logn": LOGN, "original_max_position": TRAINED,
@@ -202,7 +226,18 @@ def rerope(p) -> PositionRule:
     ), _log_n(p["original_max_position"]) if p["logn"] else None)
 
 
-@register("leaky_rerope", kind="attention", params={
+def leak_for_target(p: dict, trained: int, target: int) -> tuple[float, str]:
+    """Leaky ReRoPE's k for a target N: the smallest (to 0.01) with W + (N - 1 - W) / k <= L - 1, so the farthest
+    pair sees a position the model was trained on."""
+    window = p["window"]
+    if window >= trained - 1:
+        raise ScalingError(f"scaling 'leaky_rerope': window={window} must be < {trained - 1} (the trained context "
+                           f"{trained} - 1) to reach {target} tokens")
+    leak = max(1.01, math.ceil(100 * (target - 1 - window) / (trained - 1 - window)) / 100)
+    return leak, f"smallest k with W + (N - 1 - W) / k <= L - 1: {window} + {target - 1 - window} / {leak:g} <= {trained - 1}"
+
+
+@register("leaky_rerope", kind="attention", targets={"window": eighth_window, "leak": leak_for_target}, params={
     "window": Param(512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1,
                     search=(128, 4096), log=True),
     "leak": Param(16.0, float, "k > 1: beyond W the relative position is W + (m - n - W) / k", above=1.0,
@@ -230,7 +265,23 @@ def check_string(p: dict) -> None:
                            "see m - n - offset + local_window, which must stay below the offset)")
 
 
-@register("string", kind="attention", check=check_string, params={
+def offset_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
+    """STRING's offset S for a target N: the reference's int(0.33 L) where that keeps every relative position
+    below L (N - 1 - S + W <= L - 1), else the smallest S that does; none when it would exceed L (the near
+    pairs then see distances up to S - 1 >= L): STRING reaches at most 2L - W."""
+    local, default = p["local_window"], int(0.33 * trained)
+    needed = target - trained + local
+    if needed > trained:
+        raise ScalingError(f"scaling 'string' cannot reach {target} tokens on a model trained on {trained}: with "
+                           f"local_window={local} its relative positions stay below {trained} only up to "
+                           f"{2 * trained - local} tokens (2L - W); choose a target <= {2 * trained - local} or a "
+                           f"smaller scaling.local_window")
+    if needed <= default:
+        return default, f"int(0.33 L) = int(0.33 x {trained}) (the reference's; N - 1 - S + W <= L - 1 holds)"
+    return needed, f"smallest S with N - 1 - S + W <= L - 1: {target} - {trained} + {local}"
+
+
+@register("string", kind="attention", check=check_string, targets={"offset": offset_for_target}, params={
     "offset": Param(None, int, "shifted offset S (default int(0.33 L)): pairs at m - n >= S are shifted", minimum=1),
     "local_window": Param(128, int, "small local value W: shifted pairs see m - n - S + W", minimum=0),
     "attention_factor": Param(0.1 * math.log(2) + 1, float, "cos/sin factor (the reference's 0.1 ln 2 + 1)",
@@ -246,7 +297,11 @@ def string(p) -> PositionRule:
     ), None, float(p["attention_factor"]))
 
 
-@register("lm_infinite", kind="attention", params={
+def _span_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
+    return trained, f"the trained context {trained} (LM-Infinite's n_local = L: every distance seen was trained on)"
+
+
+@register("lm_infinite", kind="attention", targets={"local_span": _span_for_target}, params={
     "global_tokens": Param(10, int, "the first tokens every query sees (at distance local_span)", minimum=0),
     "local_span": Param(None, int, "the last keys seen at their own distance (default L)", minimum=1),
     "original_max_position": TRAINED,

@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 StrategyFn = Callable[[dict, int, float, "int | None"], "tuple[torch.Tensor, float]"]
+TargetFn = Callable[[dict, int, int], "tuple[Any, str]"]
 
 
 class ScalingError(ValueError):
@@ -136,6 +137,9 @@ class Strategy:
     check: Callable[[dict], None] = field(default=lambda p: None)
     dynamic: Callable[[dict], bool] = field(default=lambda p: False)
     kind: str = "frequencies"
+    # how parameters follow from a target length: {key: fn(params so far, trained L, target N) -> (value, why)},
+    # applied in order to the keys a config leaves unset (rope_ext.targets.for_target)
+    targets: Mapping[str, TargetFn] = field(default_factory=dict)
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -147,16 +151,22 @@ PATCH_KEYS = {"layer_types": "auto"}
 KINDS = ("frequencies", "query", "attention")
 
 
-def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies"):
+def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies",
+             targets: Mapping[str, TargetFn] | None = None):
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry, or
     with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors`` (positions: a LongTensor of
     0-based query positions; factors: a float tensor of the same shape), or with ``kind="attention"`` a
-    ``fn(params) -> PositionRule`` (:mod:`rope_ext.positions`)."""
+    ``fn(params) -> PositionRule`` (:mod:`rope_ext.positions`). ``targets``: how some of its parameters follow
+    from a target length (:mod:`rope_ext.targets`); each must be a declared parameter."""
     if kind not in KINDS:
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
+    undeclared = sorted(set(targets or {}) - set(params))
+    if undeclared:
+        raise ValueError(f"strategy '{name}': targets names undeclared parameters {undeclared}")
 
     def deco(fn: StrategyFn) -> StrategyFn:
-        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind)
+        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind,
+                                    dict(targets or {}))
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -179,6 +189,14 @@ FACTOR = Param(2.0, float, "scale s = target length / trained length", minimum=1
 TRAINED = Param(None, int, "trained context L (default: the model's)", minimum=1, required=True)
 
 
+def factor_for_target(p: dict, trained: int, target: int) -> tuple[float, str]:
+    # s = N / L: the positions up to the target map into the trained range
+    return target / trained, f"target / trained = {target} / {trained}"
+
+
+FACTOR_TARGET = {"factor": factor_for_target}
+
+
 @register("none", params={"factor": Param(None, float, "accepted and ignored, so a factor sweep can include the baseline")})
 def none(p, dim, base, seq_len):
     """The model's own RoPE: theta_i = b^(-2i/d). ``factor`` is accepted and ignored, so a sweep over
@@ -186,7 +204,7 @@ def none(p, dim, base, seq_len):
     return default_inv_freq(dim, base), 1.0
 
 
-@register("linear", params={"factor": FACTOR}, aliases=("pi",))
+@register("linear", params={"factor": FACTOR}, targets=FACTOR_TARGET, aliases=("pi",))
 def linear(p, dim, base, seq_len):
     """Positional interpolation: positions / s, i.e. theta_i / s."""
     return default_inv_freq(dim, base) / p["factor"], 1.0
@@ -197,7 +215,7 @@ def ntk_base(base: float, factor: float, dim: int) -> float:
     return base * factor ** (dim / (dim - 2))
 
 
-@register("ntk", params={"factor": FACTOR})
+@register("ntk", params={"factor": FACTOR}, targets=FACTOR_TARGET)
 def ntk(p, dim, base, seq_len):
     """NTK-aware scaling: base enlarged to b * s^(d/(d-2))."""
     return default_inv_freq(dim, ntk_base(base, p["factor"], dim)), 1.0
@@ -209,7 +227,8 @@ def base_enlargement(p, dim, base, seq_len):
     return default_inv_freq(dim, p["base"]), 1.0
 
 
-@register("dynamic_ntk", params={"factor": FACTOR, "original_max_position": TRAINED}, dynamic=lambda p: True)
+@register("dynamic_ntk", params={"factor": FACTOR, "original_max_position": TRAINED}, dynamic=lambda p: True,
+          targets=FACTOR_TARGET)
 def dynamic_ntk(p, dim, base, seq_len):
     """Dynamic NTK: at length n > L, b' = b * ((s*n/L) - (s-1))^(d/(d-2)); below L the original."""
     s, trained = p["factor"], p["original_max_position"]
@@ -265,7 +284,7 @@ def _by_parts(p, dim, base, factor):
     return theta / factor * ramp + theta * (1 - ramp)
 
 
-@register("ntk_by_parts", params=YARN_PARAMS, check=check_betas)
+@register("ntk_by_parts", params=YARN_PARAMS, check=check_betas, targets=FACTOR_TARGET)
 def ntk_by_parts(p, dim, base, seq_len):
     """NTK-by-parts: interpolate long-wavelength pairs, keep short ones, linear ramp between."""
     return _by_parts(p, dim, base, p["factor"]), 1.0
@@ -282,6 +301,7 @@ def ntk_by_parts(p, dim, base, seq_len):
     },
     check=check_betas,
     dynamic=lambda p: bool(p["dynamic"]),
+    targets=FACTOR_TARGET,
 )
 def yarn(p, dim, base, seq_len):
     """YaRN: NTK-by-parts frequencies + cos/sin scaled by 0.1*ln(s) + 1.
@@ -309,12 +329,14 @@ def check_llama3(p: dict) -> None:
 
 @register(
     "llama3",
-    params={"factor": Param(8.0, float, "scale s", minimum=1.0), "original_max_position": TRAINED,
+    params={"factor": Param(2.0, float, "scale s = target / L (Llama-3.1 ships 8: 8192 -> 131072)", minimum=1.0),
+            "original_max_position": TRAINED,
             "low_freq_factor": Param(1.0, float, "wavelengths above L/low are interpolated by s", above=0.0,
                                      search=(0.25, 2.0), log=True),
             "high_freq_factor": Param(4.0, float, "wavelengths below L/high are kept", above=0.0,
                                       search=(2.5, 32.0), log=True)},
     check=check_llama3,
+    targets=FACTOR_TARGET,
 )
 def llama3(p, dim, base, seq_len):
     """Llama-3.1: lambda > L/low -> theta/s; lambda < L/high -> theta; smooth blend between."""
@@ -350,12 +372,13 @@ def check_longrope(p: dict) -> None:
     params={
         "short_factor": Param(None, list, "d/2 factors used up to L", required=True, search="monotone"),
         "long_factor": Param(None, list, "d/2 factors used beyond L", required=True, search="monotone"),
-        "factor": Param(None, float, "target length / L (sets the attention factor)", minimum=1.0),
+        "factor": Param(2.0, float, "target length / L (sets the attention factor)", minimum=1.0),
         "original_max_position": TRAINED,
         "attention_factor": Param(None, float, "cos/sin factor (default sqrt(1 + ln s / ln L))", above=0.0),
     },
     check=check_longrope,
     dynamic=lambda p: True,
+    targets=FACTOR_TARGET,
 )
 def longrope(p, dim, base, seq_len):
     """LongRoPE: theta_i / f_i with f = short list when n <= L, long list beyond; attention sqrt(1+ln s/ln L)."""

@@ -43,16 +43,26 @@ def test_a_key_of_another_strategy_fails_at_composition_naming_this_ones_paramet
     assert result.stderr.strip() == "error: scaling 'linear' does not take beta_fast. Its parameters: factor, layer_types."
 
 
-def test_cfg_job_shows_the_registry_defaults(compose, run_cli):
+def test_cfg_job_shows_the_registry_defaults_and_what_a_target_derives(compose, run_cli):
     result = run_cli("--cfg", "job", "scaling=yarn")
     assert result.returncode == 0, result.stderr
     scaling = result.stdout[result.stdout.index("scaling:"):result.stdout.index("eval:")]
-    for line in ("name: yarn", "factor: 2.0", "beta_fast: 32.0", "beta_slow: 1.0", "truncate: true", "dynamic: false",
+    # factor is what a target sets: unset (null) in the config, the registry's 2 when no target is given
+    for line in ("name: yarn", "factor: null", "beta_fast: 32.0", "beta_slow: 1.0", "truncate: true", "dynamic: false",
                  "layer_types: auto"):
         assert f"  {line}\n" in scaling, scaling
-    llama3 = compose("scaling=llama3").scaling  # the YAML sets the factor only
-    assert (llama3.factor, llama3.low_freq_factor, llama3.high_freq_factor) == (2.0, 1.0, 4.0)
-    assert rope_ext.STRATEGIES["llama3"].params["low_freq_factor"].default == 1.0
+    assert "set up for the target" not in result.stdout
+    llama3 = compose("scaling=llama3").scaling
+    assert (llama3.factor, llama3.low_freq_factor, llama3.high_freq_factor) == (None, 1.0, 4.0)
+    assert rope_ext.resolve(llama3, 8192).params["factor"] == 2.0
+    derived = run_cli("--cfg", "job", "scaling=self_extend", "target=4x")
+    assert derived.returncode == 0, derived.stderr
+    assert "# target: 32768 tokens (4x smollm2's trained 8192)" in derived.stdout
+    assert "scaling.window=1024" in derived.stdout and "scaling.group_size=8" in derived.stdout
+    assert "1024 + 31744 / 8 <= 5461" in derived.stdout  # the rule it was derived by
+    explicit = run_cli("--cfg", "job", "scaling=self_extend", "target=4x", "scaling.window=3072")
+    assert "scaling.window" not in explicit.stdout.split("set up for the target")[1]
+    assert "scaling.group_size=13" in explicit.stdout  # G follows the window given: 3072 + 29696 / 13 <= 5461
 
 
 def test_a_job_is_validated_once(tmp_path, monkeypatch, compose):

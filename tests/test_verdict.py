@@ -303,11 +303,13 @@ def test_the_reference_runs_only_the_lengths_the_verdict_compares_with(tmp_path,
 def test_plausible_but_wrong_settings_are_said_in_one_line_before_the_model_loads(tmp_path, compose, capsys):
     """The tiny model is trained at 2048; 8192 is evaluated (4x)."""
     common = [*TINY, "data.books=[persuasion]", "eval.lengths=[1024,8192]", "verdict.target=8192"]
-    cases = {"scaling=yarn scaling.factor=1.2": "covers 2458 tokens (2048 x factor 1.2), the longest length evaluated "
-                                                "is 8192",
+    cases = {"scaling=yarn scaling.factor=1.2": "covers 2458 tokens (2048 x factor 1.2), not 8192: positions beyond "
+                                                "are extrapolated; scaling.factor=4 covers it",
              "scaling=self_extend scaling.group_size=2 scaling.window=256": "sees relative positions up to 4223, beyond "
                                                                             "the 2048 the model covers",
-             "scaling=dca scaling.chunk_size=4096 scaling.local_window=128": "beyond the 2048 the model covers"}
+             "scaling=dca scaling.chunk_size=4096 scaling.local_window=128": "beyond the 2048 the model covers (trained "
+                                                                             "2048); choose its parameters for this length "
+                                                                             "(target=8192 sets them"}
     for overrides, message in cases.items():
         capsys.readouterr()
         parse_job(compose(*common, *overrides.split()), tmp_path)

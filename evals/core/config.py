@@ -96,8 +96,9 @@ LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[x×]\s*$")
 
 
 def lengths(default: list, *, minimum: int = 1):
-    """A list of context lengths: tokens (``4096``) or multiples of the model's trained context (``2x``,
-    ``0.5x``), mixable; resolved to tokens per model when the job is parsed (:func:`resolve_lengths`).
+    """A list of context lengths: tokens (``4096``), multiples of the model's trained context (``2x``, ``0.5x``) or
+    ``target`` (the run's ``target=``), mixable; resolved to tokens per model when the job is parsed
+    (:func:`resolve_lengths`).
     Lengths never take part in comparing runs: runs are compared length by length."""
     from rope_ext import Param
 
@@ -105,8 +106,14 @@ def lengths(default: list, *, minimum: int = 1):
         "lengths": True, "accepts": Param(minimum=minimum), "nonempty": True, "compare": False, "key": True})
 
 
-def parse_length(value, trained: int, where: str) -> int:
-    """``4096`` -> 4096; ``"2x"`` -> 2 * trained (rounded to a whole token); anything else a ConfigError."""
+def parse_length(value, trained: int, where: str, target: int | None = None) -> int:
+    """``4096`` -> 4096; ``"2x"`` -> 2 * trained (rounded to a whole token); ``"target"`` -> ``target`` (the run's
+    ``target=``); anything else a ConfigError."""
+    if isinstance(value, str) and value.strip() == "target":
+        if target is None:
+            raise ConfigError(f"{where} has 'target', but no target= is set: give one (e.g. target=4x) or lengths in "
+                              f"tokens or multiples of the trained context ({trained})")
+        return target
     if isinstance(value, bool):
         raise ConfigError(f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
                           f"context ({trained}), e.g. 2x")
@@ -125,13 +132,14 @@ def length_fields(schema: type) -> list[str]:
     return [f.name for f in fields(schema) if f.metadata.get("lengths")]
 
 
-def resolve_lengths(node, schema: type, trained: int, path: str) -> None:
+def resolve_lengths(node, schema: type, trained: int, path: str, target: int | None = None) -> None:
     """Every length field of ``node`` (an eval config) in tokens, in place: ``[1x, 2x, 4x]`` on a model trained
-    at 8192 is ``[8192, 16384, 32768]``; each is then checked against the field's minimum."""
+    at 8192 is ``[8192, 16384, 32768]``, ``[1x, target]`` with target=4x ``[8192, 32768]``; each is then checked
+    against the field's minimum."""
     for name in length_fields(schema):
         if name not in node or node[name] is None:
             continue
-        resolved = [parse_length(v, trained, f"{path}.{name}") for v in node[name]]
+        resolved = [parse_length(v, trained, f"{path}.{name}", target) for v in node[name]]
         node[name] = list(dict.fromkeys(resolved))  # 1x and 8192 on a model trained at 8192 are one length
 
 
@@ -243,6 +251,10 @@ class Config:
     # refuses them (a search without -m)
     objective: Any = None
     constraints: List[str] = field(default_factory=list)
+    # the length the user wants the model to work at: tokens (32768) or a multiple of the trained context (4x);
+    # every strategy's parameters that follow from it are derived (rope_ext.targets; an explicit scaling.<key>=
+    # wins) and the verdict answers for it; null: parameters as given, the verdict's target from verdict.target
+    target: Any = None
 
 
 _PYTHON_TYPES = {float: Optional[float], int: Optional[int], bool: Optional[bool], list: Optional[List[Any]],
@@ -261,7 +273,8 @@ def scaling_schema(strategy) -> type:
 
     specs = [("name", str, field(default=strategy.name))]
     for key, param in strategy.params.items():
-        default = param.default if param.type is not list else None
+        # a parameter a target sets stays unset (null: derived from target=, else the registered default)
+        default = param.default if param.type is not list and key not in strategy.targets else None
         specs.append((key, _PYTHON_TYPES[param.type], field(default=default)))
     specs += [(key, Any, field(default=value)) for key, value in PATCH_KEYS.items()]
     class_name = scaling_schema_name(strategy.name)
@@ -306,8 +319,16 @@ def register_configs() -> None:
 
 
 
-def _factor_suffix(factor) -> str:
-    """``_x2`` for a scaling factor of 2 (run and sweep directory names say the factor); nothing without one."""
+def _factor_suffix(name, factor, target=None) -> str:
+    """``_x2`` for a scaling factor of 2 (given, or the strategy's registered default), ``_to4x`` for target=4x
+    (run and sweep directory names say what the scaling extends to); nothing for a strategy without a factor."""
+    if target not in (None, "") and factor in (None, ""):
+        return f"_to{target}"
+    if factor in (None, ""):
+        from rope_ext import ALIASES, STRATEGIES
+
+        param = STRATEGIES.get(ALIASES.get(name, name))
+        factor = param.params["factor"].default if param and "factor" in param.params and name != "none" else None
     return "" if factor in (None, "") else f"_x{float(factor):g}"
 
 

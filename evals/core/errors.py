@@ -27,6 +27,15 @@ class ScalingConfigError(UserError):
     """A scaling config rope_ext rejects (its ScalingError, raised again as a user error)."""
 
 
+class TargetUnreachable(ScalingConfigError):
+    """A strategy that cannot be set up for the target length (``target=``): a user error for one run; in a sweep
+    an outcome the answer reports ("cannot reach"), not a failed job. ``job``: what the report groups it by."""
+
+    def __init__(self, message: str, job: dict | None = None):
+        super().__init__(message)
+        self.job = job or {}
+
+
 @contextlib.contextmanager
 def scaling_errors_as_user_errors():
     """rope_ext knows nothing of evals: its ScalingError becomes a ScalingConfigError at this boundary."""

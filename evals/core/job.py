@@ -26,10 +26,12 @@ from typing import Any
 import rope_ext
 from omegaconf import OmegaConf
 
-from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options, identity_fields,
-                     length_fields, parse_length, resolve_lengths)
+from rope_ext.targets import set_up, shortfalls
+
+from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options,
+                     identity_fields, length_fields, parse_length, resolve_lengths)
 from .data import data_identity
-from .errors import ConfigError, scaling_errors_as_user_errors
+from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
 from .files import cache_dir, unwritable
 from .models import ResolvedModel, check_attention_hook, resolve_model
 from .registry import EVALS, EvalSpec
@@ -56,7 +58,8 @@ class Job:
     resume_from: tuple[str, ...]
     multirun: bool = False
     verdict: Any = None  # how results are judged (verdict.tolerance, .retained, .baseline): not in the key
-    target: int | None = None  # the length the question is about (verdict.target; trained x factor; the longest)
+    target: int | None = None  # the length the question is about (target=; verdict.target; trained x factor; the longest)
+    derived: dict = field(default_factory=dict)  # {scaling parameter: (value, why)} set up for target=
     compare: dict = field(default_factory=dict)  # {eval: its comparison key} -- what must match a reference's
     compare_fields: dict = field(default_factory=dict)  # {eval: the compared fields}, to say what differs
     environment: str = ""  # versions and code: results of another environment are compared with a warning
@@ -95,20 +98,48 @@ def _container(node) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def parse_scaling(cfg, model: ResolvedModel, longest: int | None) -> tuple[rope_ext.Scaling, tuple | None]:
-    """The scaling resolved once against the model, the slots it patches selected once (handed to the
-    patcher), and its frequencies computed on each (at the trained length and, for dynamic strategies,
-    beyond it) so any bad value fails now."""
+def parse_target(cfg, trained: int | None = None) -> int | None:
+    """``target=`` in tokens (``4x`` -> 4 x the trained context), None when unset; a ConfigError for anything that is
+    not a positive length, or one that disagrees with ``verdict.target``. Without ``trained``: the syntax only."""
+    value = cfg.get("target")
+    if value in (None, ""):
+        return None
+    target = parse_length(value, trained or 1, "target")
+    if target < 1:
+        raise ConfigError(f"target={value} is not a positive length: give tokens (32768) or a multiple of the trained "
+                          f"context, e.g. target=4x")
+    if trained is None:
+        return None
+    given = cfg.verdict.get("target")
+    if given is not None and parse_length(given, trained, "verdict.target") != target:
+        raise ConfigError(f"target={value} ({target} tokens) and verdict.target={given} disagree: the verdict answers "
+                          f"for the target; give one of them")
+    return target
+
+
+def parse_scaling(cfg, model: ResolvedModel, longest: int | None, target: int | None = None
+                  ) -> tuple[rope_ext.Scaling, tuple | None, dict]:
+    """The scaling resolved once against the model (set up for ``target`` when given: :mod:`rope_ext.targets`;
+    the derived values and why), the slots it patches selected once (handed to the patcher), and its frequencies
+    computed on each (at the trained length and, for dynamic strategies, beyond it) so any bad value fails now."""
+    derived = {}
     with scaling_errors_as_user_errors():
-        scaling = rope_ext.resolve(_container(cfg), model.trained_context)
+        if target is None:
+            scaling = rope_ext.resolve(_container(cfg), model.trained_context)
+        else:
+            try:
+                scaling, setup = set_up(_container(cfg), model.trained_context, target)
+            except rope_ext.ScalingError as err:
+                raise TargetUnreachable(str(err)) from None
+            derived = setup.why
         if model.slots is None or scaling.name == "none":  # nothing to patch
-            return scaling, None
+            return scaling, None, derived
         scaled = tuple(rope_ext.select_slots(model.slots, scaling.layer_types))
         for shape in scaled:
             scaling.frequencies(shape.dim, shape.base)
             if scaling.dynamic:
-                scaling.frequencies(shape.dim, shape.base, max(longest or 0, 2 * model.trained_context))
-    return scaling, scaled
+                scaling.frequencies(shape.dim, shape.base, max(longest or 0, target or 0, 2 * model.trained_context))
+    return scaling, scaled, derived
 
 
 @functools.lru_cache(maxsize=None)
@@ -161,23 +192,26 @@ def eval_identity(spec: EvalSpec, cfg, role: str = "key") -> Any:
     return {part_spec.name: identity_fields(part_spec.config, part, role) for part_spec, part, _ in parts(spec, cfg)}
 
 
-def resolved_config(cfg, spec: EvalSpec, scaling: rope_ext.Scaling) -> dict:
-    """The composed config, its scaling replaced by the resolved one (with its label; ``none`` without the
-    factor it ignores); a suite with the evals it runs only."""
+def resolved_config(cfg, spec: EvalSpec, scaling: rope_ext.Scaling, derived: dict | None = None) -> dict:
+    """The composed config, its scaling replaced by the resolved one (with its label, and what ``target=`` derived
+    and why; ``none`` without the factor it ignores); a suite with the evals it runs only."""
     config = _container(cfg)
     if spec.parts is not None:
         names = {part_spec.name for part_spec, _, _ in parts(spec, cfg.eval)}
         config["eval"] = {k: v for k, v in config["eval"].items() if k not in EVALS or k in names}
     config["scaling"] = {"label": scaling.label, **({"name": "none", "layer_types": scaling.layer_types}
                                                     if scaling.name == "none" else scaling.to_dict())}
+    if derived:
+        config["scaling"]["derived"] = {key: why for key, (value, why) in derived.items()}
     return config
 
 
-def _resolve_lengths(spec: EvalSpec, cfg, trained: int) -> list[int]:
-    """Every eval's lengths in tokens (``2x`` -> 2 x trained), each eval's ``resolve`` applied; all of them."""
+def _resolve_lengths(spec: EvalSpec, cfg, trained: int, target: int | None = None) -> list[int]:
+    """Every eval's lengths in tokens (``2x`` -> 2 x trained, ``target`` -> the target), each eval's ``resolve``
+    applied; all of them."""
     found = []
     for part_spec, part, path in parts(spec, cfg):
-        resolve_lengths(part, part_spec.config, trained, path)
+        resolve_lengths(part, part_spec.config, trained, path, target)
         check_lengths(part, part_spec.config, path)
         if part_spec.resolve:
             part_spec.resolve(part)
@@ -186,9 +220,9 @@ def _resolve_lengths(spec: EvalSpec, cfg, trained: int) -> list[int]:
 
 
 def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[int], factor=None) -> int | None:
-    """The length the verdict answers for: ``verdict.target``, else trained x the scaling's factor (``none``
-    ignores its factor, but in a factor sweep it still names the question), else the longest length evaluated
-    (None when the eval has no lengths)."""
+    """The length the verdict answers for (``cfg``: the verdict config; ``target=`` already made it its target):
+    ``verdict.target``, else trained x the scaling's factor (``none`` ignores its factor, but in a factor sweep it
+    still names the question), else the longest length evaluated (None when the eval has no lengths)."""
     if cfg.target is not None:
         target = parse_length(cfg.target, trained, "verdict.target")
         if target < 1:
@@ -227,14 +261,24 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     check_options(cfg.verdict, VerdictConfig, "verdict")
     for part_spec, part, path in parts(spec, cfg.eval):
         check_options(part, part_spec.config, path)
+    parse_target(cfg)  # the syntax, before the model's geometry is read
     needs = spec.needs_for(cfg.eval)
     with scaling_errors_as_user_errors():
         strategy = rope_ext.STRATEGIES[rope_ext.strategies.resolve_name(cfg.scaling.get("name"))]
     geometry = "geometry" in needs or strategy.name != "none"
     if model is None or (geometry and model.slots is None):
         model = resolve_model(cfg.model, geometry=geometry, weights="model" in needs)
-    lengths = _resolve_lengths(spec, cfg.eval, model.trained_context)
-    scaling, scaled = parse_scaling(cfg.scaling, model, max(lengths, default=None))
+    target = parse_target(cfg, model.trained_context)
+    if target is not None:
+        cfg.verdict.target = target  # the verdict answers for the target
+    lengths = _resolve_lengths(spec, cfg.eval, model.trained_context, target)
+    try:
+        scaling, scaled, derived = parse_scaling(cfg.scaling, model, max(lengths, default=None), target)
+    except TargetUnreachable as err:  # what the sweep's answer lists it under
+        err.job.update({"model": model.name, "model_label": model.label, "weights": model.cfg.weights,
+                        "scaling": strategy.name, "eval": spec.name, "data": cfg.data.get("name"),
+                        "trained_context": model.trained_context, "target_length": target, "role": "job"})
+        raise
     if scaling.scales_attention:
         check_attention_hook(model, f"scaling '{scaling.label}' sets the relative positions inside attention",
                              rotation=True)
@@ -257,12 +301,14 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
                                           "eval": {"name": part_spec.name, **identity_fields(part_spec.config, part, "compare")},
                                           "seed": cfg.seed}
     job = Job(name=f"{model.label}-{scaling.label}-{spec.name}", model=model, scaling=scaling, scaled=scaled, eval=spec,
-              eval_cfg=cfg.eval, data_cfg=cfg.data, seed=cfg.seed, config=resolved_config(cfg, spec, scaling),
+              eval_cfg=cfg.eval, data_cfg=cfg.data, seed=cfg.seed, config=resolved_config(cfg, spec, scaling, derived),
               identity=identity, key=_hash(identity), out_dir=Path(out_dir), logger=cfg.logger, force=bool(cfg.force),
               resume_from=tuple(cfg.resume_from), multirun=multirun, verdict=cfg.verdict,
               target=target_length(cfg.verdict, scaling, model.trained_context, lengths, cfg.scaling.get("factor")),
               compare={name: _hash(fields) for name, fields in compare_fields.items()}, compare_fields=compare_fields,
-              environment=_hash({"versions": identity["versions"], "code": identity["code"]}))
+              environment=_hash({"versions": identity["versions"], "code": identity["code"]}), derived=derived)
+    for line in describe_target(job):
+        print(line)
     for part_spec, part, _ in parts(spec, cfg.eval):
         if part_spec.check:
             part_spec.check(part, with_eval(job, part_spec, part))
@@ -289,6 +335,7 @@ def parse_reference(cfg, job: Job) -> Job | None:
     base["scaling"] = {"name": "none"}
     base["force"] = False  # reused whenever its key matches: one reference per sweep
     base["verdict"] = {**base["verdict"], "target": None}  # it answers nothing itself: its longest length
+    base["target"] = None
     node = OmegaConf.create(base)
     for part_spec, part, _ in parts(job.eval, node.eval):
         for name in length_fields(part_spec.config):
@@ -304,29 +351,44 @@ def parse_reference(cfg, job: Job) -> Job | None:
 
 def setting_warnings(scaling: rope_ext.Scaling, trained: int, longest: int) -> list[str]:
     """Settings that run but cannot do what they are for at the longest length evaluated, said before the model
-    loads: a static frequency strategy whose factor covers less than that length, an attention-level rule whose
-    last query sees relative positions beyond what the model was trained on (Self-Extend's group size against its
-    own rule, a DCA chunk larger than the trained context ...), read from the rule itself."""
-    found = []
-    factor = scaling.factor or 1.0
-    if longest <= trained or scaling.name == "none":
-        return found
-    if scaling.scales_frequencies and not scaling.dynamic and scaling.factor and longest > trained * factor * (1 + 1e-9):
-        found.append(f"scaling '{scaling.label}' covers {round(trained * factor)} tokens ({trained} x factor {factor:g}), "
-                     f"the longest length evaluated is {longest}: positions beyond are extrapolated; scaling.factor="
-                     f"{longest / trained:g} covers it")
-    rule = scaling.position_rule()
-    if rule is not None:
-        import torch
+    loads (:func:`rope_ext.targets.shortfalls`: a static factor that covers less, an attention-level rule whose last
+    query sees relative positions beyond what the model was trained on), with where to look."""
+    return [problem if problem.endswith("covers it") else
+            f"{problem}; choose its parameters for this length (target={longest} sets them, python run.py --cfg job "
+            f"scaling={scaling.name} target={longest} shows them)" for problem in shortfalls(scaling, trained, longest)]
 
-        position, seen = rule.relative(torch.tensor(longest - 1), torch.arange(longest))
-        reach = float(position[seen].max()) if bool(seen.any()) else 0.0
-        if reach > trained * factor:  # LM-Infinite's global tokens at distance L itself are by design
-            found.append(f"scaling '{scaling.label}': at {longest} tokens the last query sees relative positions up to "
-                         f"{reach:.0f}, beyond the {round(trained * factor)} the model covers (trained {trained}"
-                         + (f" x factor {factor:g}" if factor != 1 else "") + "); choose its parameters for this "
-                         f"length (python run.py --cfg job scaling={scaling.name} lists them)")
-    return found
+
+def target_setup(cfg) -> list[str]:
+    """What ``target=`` sets up for a composed config, as :func:`describe_target` prints it at a job's start, for
+    ``python run.py --cfg job target=4x scaling=...`` (which shows the config before anything is derived); a
+    UserError (one line) when the target is bad or cannot be reached. Empty without a target."""
+    if parse_target(cfg) is None and cfg.get("target") in (None, ""):
+        return []
+    model = resolve_model(cfg.model, geometry=False, weights=False)
+    target = parse_target(cfg, model.trained_context)
+    with scaling_errors_as_user_errors():
+        try:
+            scaling, setup = set_up(_container(cfg.scaling), model.trained_context, target)
+        except rope_ext.ScalingError as err:
+            raise TargetUnreachable(str(err)) from None
+    job = Job(name="", model=model, scaling=scaling, scaled=None, eval=None, eval_cfg=None, data_cfg=None, seed=0,
+              config={"target": cfg.get("target")}, identity={}, key="", out_dir=Path("."), logger=None, force=False,
+              resume_from=(), target=target, derived=setup.why)
+    return describe_target(job)
+
+
+def describe_target(job: "Job") -> list[str]:
+    """What ``target=`` set up, one line each: the target, then every derived parameter with why."""
+    if not job.derived and job.config.get("target") in (None, ""):
+        return []
+    trained = job.trained_context
+    lines = [f"target: {job.target} tokens ({job.target / trained:g}x {job.model.label}'s trained {trained}); "
+             f"{job.scaling.name}: " + ("nothing derived (explicit or no target rule)" if not job.derived else
+                                        "set up for it")]
+    lines += [f"  scaling.{key}={value:g}" if isinstance(value, float) else f"  scaling.{key}={value}" for key, (value, _)
+              in job.derived.items()]
+    lines = lines[:1] + [f"{line:<34} # {why}" for line, (_, (_, why)) in zip(lines[1:], job.derived.items())]
+    return lines
 
 
 def reference_lengths_for(lengths: list[int], trained: int) -> list[int]:

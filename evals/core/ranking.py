@@ -24,7 +24,7 @@ from __future__ import annotations
 from .measure import by_metric, measured_value
 from .verdict import multiple, paired_ratio
 
-ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3}
+ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
 
 
 def _info(job: dict) -> dict:
@@ -99,10 +99,20 @@ def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
             continue
         key = (info.get("model_label"), info.get("weights"), info.get("data"), verdict.get("trained"), target)
         groups.setdefault(key, {}).setdefault(str(info.get("scaling")), []).append((job, verdict))
-    return [_rank_group(model, trained, target, members) for (model, _, _, trained, target), members in groups.items()]
+    unreachable: dict[tuple, dict[str, str]] = {}  # strategies a target= sweep could not set up (run_hydra records them)
+    for job in jobs:
+        info = _info(job)
+        if job.get("state") == "unreachable" and info.get("target_length"):
+            key = (info.get("model_label"), info.get("weights"), info.get("data"), info.get("trained_context"),
+                   info["target_length"])
+            groups.setdefault(key, {})
+            unreachable.setdefault(key, {})[str(info.get("scaling"))] = (job.get("error") or {}).get("message", "")
+    return [_rank_group(model, trained, target, members, unreachable.get((model, w, d, trained, target), {}))
+            for (model, w, d, trained, target), members in groups.items()]
 
 
-def _rank_group(model: str, trained: int, target: int, members: dict[str, list[tuple[dict, dict]]]) -> dict:
+def _rank_group(model: str, trained: int, target: int, members: dict[str, list[tuple[dict, dict]]],
+                unreachable: dict[str, str] | None = None) -> dict:
     primary = _primary(members, target)
     unscaled = members.get("none", [])
     every_eval = list(dict.fromkeys(_info(job).get("eval") for jobs in members.values() for job, _ in jobs))
@@ -135,6 +145,11 @@ def _rank_group(model: str, trained: int, target: int, members: dict[str, list[t
         rows.append({"strategy": strategy, "state": overall, "recommended": overall == "yes", "failing": failing,
                      "undecided": undecided, "evals": saying, "value": value, "_record": record, "time": time,
                      "memory": memory, "disagree": disagree})
+    for strategy, why in (unreachable or {}).items():
+        if strategy not in members:
+            rows.append({"strategy": strategy, "state": "cannot reach", "recommended": False, "failing": [], "undecided": [],
+                         "evals": {}, "value": None, "_record": None, "time": None, "memory": None, "disagree": None,
+                         "why": why})
     lower = bool(primary and primary[1]["lower_is_better"])
     missing_value = float("inf")
     rows.sort(key=lambda r: (ORDER[r["state"]], (r["value"] if lower else -r["value"]) if r["value"] is not None
@@ -190,6 +205,8 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
         if r["state"] == "NO":
             parts.append(f"{r['strategy']} fails {', '.join(r['failing'])}"
                          + (f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)" if r["disagree"] else ""))
+        elif r["state"] == "cannot reach":
+            parts.append(f"{r['strategy']} cannot reach {target}")
         elif not r["recommended"]:
             word = "undecided" if r["state"] == "inconclusive" else "not answered"
             parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
@@ -208,7 +225,7 @@ def table(group: dict) -> list[dict]:
                       "vs_best_ci95_high": versus.get("high"),
                       "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
                       "time_vs_unscaled": r["time"], "memory_vs_unscaled": r["memory"],
-                      "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else ""})
+                      "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", "")})
     return found
 
 

@@ -24,7 +24,7 @@ import torch
 
 from .files import atomic_write
 from .context import EvalContext
-from .errors import ConfigError, EvalDefect, UserError
+from .errors import ConfigError, EvalDefect, TargetUnreachable, UserError
 from .config import length_fields
 from .job import Job, parse_job, parts, reference_lengths_for
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
@@ -193,9 +193,25 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
                                             job.trained_context, job.target, criteria_of(job.verdict),
                                             describe(job.compare_fields)).items():
                 ctx.output.figure(name, figure)
+    deploy(job, run_dir)
     print_summary(job, summary, run_dir)
     print_verdict(job, judgement)
     return summary
+
+
+def deploy(job: Job, run_dir: Path) -> None:
+    """The finished job's ``deploy/`` folder (:mod:`evals.core.deploy`); the job is done whatever happens here."""
+    if job.scaling.name == "none" or not job.model.slots or job.role != "job":
+        return
+    from rope_ext.export import geometry
+
+    from .deploy import write_deploy
+
+    try:
+        write_deploy(job.scaling, geometry(job.model.config, job.scaling, job.model.slots, job.trained_context),
+                     job.model.config.to_dict(), run_dir)
+    except Exception as err:  # noqa: BLE001 -- an export defect must not undo a finished measurement
+        print(f"warning: {run_dir / 'deploy'} not written: {type(err).__name__}: {err}", file=sys.stderr)
 
 
 def reference_runs(job: Job) -> list[dict]:
@@ -304,12 +320,15 @@ def run(cfg) -> dict:
 
 
 def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
-    """A job rejected before it started still leaves a record, so a sweep's report can list it."""
+    """A job rejected before it started still leaves a record, so a sweep's report can list it: ``failed``, or
+    ``unreachable`` for a strategy that cannot be set up for the sweep's target (an answer, not a failure)."""
     from omegaconf import OmegaConf
 
     config = OmegaConf.to_container(cfg, resolve=False)
+    unreachable = isinstance(err, TargetUnreachable)
     with claim(out_dir, "invalid") as run_dir:
-        data = {"status": "failed", "job": {"name": Path(run_dir).name, "key": None}, "config": config,
+        data = {"status": "unreachable" if unreachable else "failed",
+                "job": {"name": Path(run_dir).name, "key": None, **(err.job if unreachable else {})}, "config": config,
                 "process": this_process(), "error": _error(err, with_traceback=False)}
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
@@ -322,7 +341,10 @@ def run_hydra(cfg) -> dict | None:
     try:
         job = parse_job(cfg, out_dir, multirun)
     except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
+        if multirun and isinstance(err, TargetUnreachable):
+            print(f"unreachable: {err} (recorded; the sweep's answer lists it)", file=sys.stderr)
+        else:
+            print(f"error: {err}", file=sys.stderr)
         if not multirun:
             sys.exit(2)
         _record_invalid(cfg, out_dir, err)

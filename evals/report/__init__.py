@@ -488,7 +488,7 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
                              + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
     search_md, search_html = report_section(dirs)  # a search's best setting and figures (evals/search)
     sections_md, sections_html = sections_md + search_md, sections_html + search_html
-    failed = [r for r in rows if r["state"] != "done"]
+    failed = [r for r in rows if r["state"] not in ("done", "unreachable")]  # unreachable: in the answer
     if failed:
         sections_md += ["", f"## Not finished: {len(failed)} of {len(rows)} jobs", ""]
         sections_md += [f"- {r['state']}: {r['dir']}: {r['error'] or '(no error recorded)'}" for r in failed]
@@ -568,12 +568,57 @@ class ReportCallback(Callback):
                 print(f"report: {path}")
         log_report(config, sweep_dir, written)
         ours = os.environ.get(SWEEP)
-        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable")
+        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable", "unreachable")
                   and (j.get("process") or {}).get("sweep") == ours]  # another sweep's running job is not ours
         if failed and not is_search(config):  # a search's failed jobs are failed trials; the search says how it ended
             print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
                   file=sys.stderr)
             raise SystemExit(1)
+
+
+def _uses_target(node) -> bool:
+    from omegaconf import DictConfig, ListConfig
+
+    if isinstance(node, DictConfig):
+        return any(_uses_target(node.get(k)) for k in node)
+    if isinstance(node, ListConfig):
+        return any(_uses_target(v) for v in node)
+    return isinstance(node, str) and node.strip() == "target"
+
+
+def _sweep_size(config) -> int:
+    """How many jobs a basic sweep launches: the product of its swept values (the command line's and the sweeper's)."""
+    overrides = [o for o in config.hydra.overrides.task if "," in o.split("=", 1)[-1] and not o.split("=", 1)[-1].startswith("[")]
+    swept = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
+    for key, value in (config.hydra.sweeper.get("params") or {}).items():
+        swept.setdefault(key, str(value))
+    size = 1
+    for value in swept.values():
+        size *= len([v for v in value.split(",") if v.strip()])
+    return size
+
+
+def target_preflight(config) -> list[str]:
+    """Before a sweep's first job (``config``: its first job's, with Hydra's; ``evals.cli`` calls this): a sweep whose
+    lengths say ``target`` without ``target=`` is one line and exit 2 (not one failure per job); with a target,
+    what the sweep will cost (:mod:`evals.core.budget`)."""
+    from ..core.budget import describe, forwards, measured_seconds
+    from ..core.errors import ConfigError
+    from ..core.job import parse_target
+    from ..core.models import resolve_model
+
+    if config.get("target") in (None, ""):
+        if _uses_target(config.eval):
+            raise ConfigError("this sweep's eval lengths include 'target' but no target= is given: add one, e.g. "
+                              "python run.py -m experiment=compare target=2x")
+        return []
+    parse_target(config)
+    model = resolve_model(config.model, geometry=False, weights=False)
+    target = parse_target(config, model.trained_context)
+    books = len(config.data.get("books") or []) or 1
+    work = forwards(config.eval, model.trained_context, target, books)
+    roots = [*config.get("resume_from", []), config.hydra.sweep.dir]
+    return describe(_sweep_size(config), work, measured_seconds(roots, model.name)) if work else []
 
 
 def log_report(config, sweep_dir: Path, written: list[Path]) -> None:

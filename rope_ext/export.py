@@ -1,0 +1,285 @@
+"""A scaling as the engines that serve models take it: transformers' ``config.json``, vLLM, SGLang and llama.cpp.
+
+Each engine gets the exact settings that reproduce the strategy, or, where it cannot express one, a one-line
+reason (:class:`Unsupported`) instead of an approximation. Sources of every key:
+
+- transformers ``rope_parameters`` (``modeling_rope_utils.py``, the installed version's ``ROPE_INIT_FUNCTIONS``:
+  ``default`` with its ``rope_theta``, ``linear``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``); per layer type
+  where the model has layer types (Gemma-3: ``{"full_attention": {...}, "sliding_attention": {...}}``).
+- vLLM: ``--hf-overrides '{"rope_parameters": {...}}' --max-model-len N`` (docs.vllm.ai, "Context Extension";
+  the older ``--rope-scaling`` flag is gone); its ``dynamic`` rope computes the NTK base once for the maximum length
+  (``DynamicNTKScalingRotaryEmbedding``): static, so dynamic NTK is not exported there; DCA as Qwen2.5-1M's
+  ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``, ``original_max_position_embeddings``) with
+  ``VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN``, on the Qwen2 family only.
+- SGLang: ``--json-model-override-args '{"rope_scaling": {...}}' --context-length N`` (docs.sglang.ai, server
+  arguments; Qwen2.5/Qwen3 model cards); DCA with ``--attention-backend dual_chunk_flash_attn``.
+- llama.cpp: ``--rope-scaling {none,linear,yarn} --rope-scale s --rope-freq-base b --yarn-orig-ctx L
+  --yarn-ext-factor --yarn-attn-factor --yarn-beta-fast --yarn-beta-slow -c N`` (tools/main README, ``common/arg.cpp``),
+  and the same as ``llama_cpp.Llama(...)`` arguments (``rope_scaling_type``, ``rope_freq_base``, ``rope_freq_scale``,
+  ``yarn_orig_ctx``, ``yarn_ext_factor``, ``yarn_attn_factor``, ``yarn_beta_fast``, ``yarn_beta_slow``, ``n_ctx``).
+  llama.cpp multiplies YaRN's cos/sin by ``yarn_attn_factor * (1 + 0.1 ln s)`` itself (``rope_yarn`` in ggml), and
+  rounds the ramp's ends to whole dimensions (transformers' ``truncate``). Self-Extend is ``--grp-attn-n G
+  --grp-attn-w W`` (its own KV-cache implementation; W a multiple of G).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from .strategies import Scaling, ntk_base, yarn_mscale
+
+ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
+QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
+
+
+class Unsupported(ValueError):
+    """An engine that cannot express a scaling: the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What an export needs to know of the model: its type, trained context, rotary dim, base and layer types
+    (None: one shared rotary), and the layer types the scaling applies to."""
+
+    model_type: str
+    trained: int
+    dim: int
+    base: float
+    layer_types: tuple[str, ...] | None = None
+    scaled_types: tuple[str, ...] | None = None
+
+
+def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None = None) -> Geometry:
+    """The :class:`Geometry` of a transformers model (or its config with ``slots``, as a job resolves them): the
+    rotary dim and base of the slots the scaling patches (Gemma-3: the global layers')."""
+    from .slots import find_rotary_slots, select_slots, trained_context
+
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    slots = list(slots if slots is not None else find_rotary_slots(model_or_config))
+    scaled = select_slots(slots, scaling.layer_types) if scaling.name != "none" else slots
+    types = sorted({s.layer_type for s in slots if s.layer_type is not None}) or None
+    scaled_types = sorted({s.layer_type for s in scaled if s.layer_type is not None}) or None
+    return Geometry(config.model_type, int(trained or trained_context(config)), scaled[0].dim, float(scaled[0].base),
+                    tuple(types) if types else None, tuple(scaled_types) if scaled_types else None)
+
+
+def covered(scaling: Scaling, trained: int) -> int:
+    """The context the scaled model is set up for: trained x factor (the trained context without a factor)."""
+    factor = scaling.factor or 1.0
+    return round(trained * factor)
+
+
+def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
+    """The ``rope_parameters`` of one scaled layer type, as the installed transformers reads them; Unsupported where
+    transformers has no rope type that computes the same frequencies."""
+    p, name, L = scaling.params, scaling.name, geo.trained
+    if name == "none":
+        return {"rope_type": "default", "rope_theta": geo.base}
+    if name == "linear":
+        return {"rope_type": "linear", "rope_theta": geo.base, "factor": p["factor"]}
+    if name == "ntk":  # NTK-aware: the default rope at the enlarged base b * s^(d/(d-2))
+        return {"rope_type": "default", "rope_theta": ntk_base(geo.base, p["factor"], geo.dim)}
+    if name == "base":
+        return {"rope_type": "default", "rope_theta": p["base"]}
+    if name == "dynamic_ntk":
+        return {"rope_type": "dynamic", "rope_theta": geo.base, "factor": p["factor"]}
+    if name in ("yarn", "ntk_by_parts"):
+        if p.get("dynamic"):
+            raise Unsupported("transformers has no dynamic YaRN (the factor following the length); export the static one")
+        attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
+        return {"rope_type": "yarn", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
+                "beta_fast": p["beta_fast"], "beta_slow": p["beta_slow"], "truncate": p["truncate"],
+                "attention_factor": attention}
+    if name == "llama3":
+        return {"rope_type": "llama3", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
+                "low_freq_factor": p["low_freq_factor"], "high_freq_factor": p["high_freq_factor"]}
+    if name == "longrope":
+        return {"rope_type": "longrope", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
+                "short_factor": list(p["short_factor"]), "long_factor": list(p["long_factor"]),
+                "attention_factor": scaling.frequencies(geo.dim, geo.base, L + 1)[1]}
+    raise Unsupported(f"transformers cannot express '{scaling.label}': {_why_not(scaling)}")
+
+
+def _why_not(scaling: Scaling) -> str:
+    kind = scaling.strategy.kind
+    if scaling.name == "compose":
+        return "a composition of stages has no rope type"
+    if kind == "attention":
+        return "an attention-level method changes which relative position each pair sees, not the frequencies"
+    if kind == "query":
+        return "query scaling inside attention has no config key"
+    return f"no rope type computes '{scaling.name}' frequencies"
+
+
+def _scaled_types(scaling: Scaling, geo: Geometry) -> tuple[str, ...] | None:
+    if geo.layer_types is None:
+        return None
+    return geo.scaled_types if geo.scaled_types is not None else geo.layer_types
+
+
+def transformers_config(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
+    """The keys of ``config.json`` to set: ``rope_parameters`` (nested per layer type where the model has them; the
+    unscaled types keep the model's own) and ``max_position_embeddings`` (what the scaling covers; the trained
+    context for dynamic NTK, which transformers grows from it)."""
+    scaled = rope_parameters(scaling, geo)
+    longest = geo.trained if scaling.name == "dynamic_ntk" else covered(scaling, geo.trained)
+    types = _scaled_types(scaling, geo)
+    own = dict((model_config or {}).get("rope_parameters") or {})
+    if types is not None and scaled.get("truncate") is False:
+        # _compute_yarn_parameters reads config.rope_parameters.get("truncate", True): the top level, never a layer type's
+        raise Unsupported("transformers reads YaRN's truncate from the top level of rope_parameters only, so a "
+                          "per-layer-type truncate=false would be read as true")
+    if types is None:
+        return {"rope_parameters": {**_kept(own), **scaled}, "max_position_embeddings": longest}
+    nested = {t: ({**_kept(own.get(t) or {}), **scaled} if t in types else
+                  own.get(t, {"rope_type": "default", "rope_theta": geo.base})) for t in geo.layer_types}
+    return {"rope_parameters": nested, "max_position_embeddings": longest}
+
+
+def _kept(own: dict) -> dict:
+    # what a model's rope parameters say that is not the scaling (GPT-NeoX's partial rotary)
+    return {k: v for k, v in own.items() if k == "partial_rotary_factor"}
+
+
+def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str) -> tuple[dict, int]:
+    """(the rope parameters, the context length) a vLLM-style engine reads from the HF config it is given."""
+    if scaling.name == "dynamic_ntk":
+        raise Unsupported(f"{engine}'s 'dynamic' rope computes the NTK base once for max_model_len (static), not per "
+                          "length: it would not be the dynamic NTK measured here")
+    try:
+        config = transformers_config(scaling, geo, model_config)
+    except Unsupported as err:
+        raise Unsupported(str(err).replace("transformers", engine, 1)) from None
+    return config["rope_parameters"], config["max_position_embeddings"]
+
+
+def vllm(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
+    """``{"command": ..., "hf_overrides": ..., "env": ...}`` for ``vllm serve``."""
+    if scaling.name == "dca":
+        overrides, env, longest = _dca(scaling, geo, "vLLM"), {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN"}, None
+    else:
+        rope, longest = _served(scaling, geo, model_config, "vLLM")
+        overrides, env = {"rope_parameters": rope}, {}
+    command = ["vllm", "serve", "MODEL", "--hf-overrides", json.dumps(overrides)]
+    if longest:
+        command += ["--max-model-len", str(longest)]
+    return {"command": _shell(command, env), "hf_overrides": overrides, "env": env}
+
+
+def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
+    """``{"command": ..., "json_model_override_args": ...}`` for ``python -m sglang.launch_server``."""
+    extra = []
+    if scaling.name == "dca":
+        overrides, longest = _dca(scaling, geo, "SGLang"), None
+        extra = ["--attention-backend", "dual_chunk_flash_attn"]
+    else:
+        rope, longest = _served(scaling, geo, model_config, "SGLang")
+        overrides = {"rope_scaling": rope}
+    command = ["python", "-m", "sglang.launch_server", "--model-path", "MODEL", "--json-model-override-args",
+               json.dumps(overrides), *extra]
+    if longest:
+        command += ["--context-length", str(longest)]
+    return {"command": _shell(command, {}), "json_model_override_args": overrides}
+
+
+def _dca(scaling: Scaling, geo: Geometry, engine: str) -> dict:
+    from .positions import dca_sizes
+
+    if geo.model_type not in QWEN2_FAMILY:
+        raise Unsupported(f"{engine} runs dual chunk attention on the Qwen2 family only ({', '.join(QWEN2_FAMILY)}), "
+                          f"not {geo.model_type}")
+    chunk, local = dca_sizes(scaling.params)
+    return {"dual_chunk_attention_config": {"chunk_size": chunk, "local_size": local,
+                                            "original_max_position_embeddings": geo.trained}}
+
+
+LLAMA_CPP_SCALING_TYPE = {"none": 0, "linear": 1, "yarn": 2}  # llama.h's LLAMA_ROPE_SCALING_TYPE_*
+
+
+def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
+    """``{"command": ..., "flags": [...], "llama_cpp_python": {...}}``: llama-cli/llama-server flags and the same
+    settings as ``llama_cpp.Llama(...)`` arguments."""
+    p, name = scaling.params, scaling.name
+    if geo.layer_types is not None and geo.scaled_types is not None and \
+            any("sliding" in t for t in geo.scaled_types):
+        raise Unsupported("llama.cpp scales the global layers only (its *_swa rope settings are the GGUF's): sliding "
+                          "layers cannot be scaled with flags")
+    n_ctx = covered(scaling, geo.trained)
+    if name == "none":
+        args = {"rope_scaling_type": 0}
+    elif name == "linear":
+        args = {"rope_scaling_type": 1, "rope_freq_scale": 1 / p["factor"]}
+    elif name in ("ntk", "base"):
+        base = ntk_base(geo.base, p["factor"], geo.dim) if name == "ntk" else p["base"]
+        args = {"rope_scaling_type": 0, "rope_freq_base": base}
+    elif name in ("yarn", "ntk_by_parts"):
+        if p.get("dynamic"):
+            raise Unsupported("llama.cpp has no dynamic YaRN (the factor following the length)")
+        if not p["truncate"]:
+            raise Unsupported("llama.cpp rounds YaRN's ramp ends to whole dimensions (truncate=true); this setting "
+                              "has truncate=false")
+        attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
+        # llama.cpp multiplies by yarn_attn_factor * (1 + 0.1 ln s) itself
+        args = {"rope_scaling_type": 2, "rope_freq_scale": 1 / p["factor"], "yarn_orig_ctx": geo.trained,
+                "yarn_ext_factor": 1.0, "yarn_attn_factor": attention / yarn_mscale(p["factor"]),
+                "yarn_beta_fast": p["beta_fast"], "yarn_beta_slow": p["beta_slow"]}
+    elif name == "self_extend":
+        group, window = p["group_size"], p["window"]
+        if window % group:
+            raise Unsupported(f"llama.cpp's group attention needs the window a multiple of the group size: "
+                              f"window={window}, group_size={group}")
+        n_ctx = max(n_ctx, (geo.trained - window) * group + window)  # the context Self-Extend's positions cover
+        flags = ["--grp-attn-n", str(group), "--grp-attn-w", str(window), "-c", str(n_ctx)]
+        return {"command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}), "flags": flags, "llama_cpp_python": None,
+                "note": "llama-cli's group attention (KV-cache position shifts) is llama.cpp's own Self-Extend; "
+                        "llama-cpp-python has no such argument"}
+    elif name == "dynamic_ntk":
+        raise Unsupported("llama.cpp has no dynamic NTK")
+    elif name == "llama3":
+        raise Unsupported("llama.cpp reads Llama-3.1 scaling from the GGUF's rope_freqs tensor (set at conversion), "
+                          "not from flags")
+    elif name == "longrope":
+        raise Unsupported("llama.cpp reads LongRoPE factors from the GGUF (rope_factors_long/short), not from flags")
+    else:
+        raise Unsupported(f"llama.cpp cannot express '{scaling.label}': {_why_not(scaling)}")
+    args["n_ctx"] = n_ctx
+    flags = _llama_flags(args)
+    return {"command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}), "flags": flags, "llama_cpp_python": args}
+
+
+_FLAG = {"rope_freq_scale": "--rope-freq-scale", "rope_freq_base": "--rope-freq-base", "yarn_orig_ctx": "--yarn-orig-ctx",
+         "yarn_ext_factor": "--yarn-ext-factor", "yarn_attn_factor": "--yarn-attn-factor",
+         "yarn_beta_fast": "--yarn-beta-fast", "yarn_beta_slow": "--yarn-beta-slow", "n_ctx": "-c"}
+
+
+def _llama_flags(args: dict) -> list[str]:
+    kind = {v: k for k, v in LLAMA_CPP_SCALING_TYPE.items()}[args["rope_scaling_type"]]
+    flags = ["--rope-scaling", kind]
+    for key, flag in _FLAG.items():
+        if key in args:
+            value = args[key]
+            flags += [flag, f"{value:.10g}" if isinstance(value, float) else str(value)]
+    return flags
+
+
+def _shell(command: list[str], env: dict) -> str:
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    return (prefix + " " if prefix else "") + " ".join(shlex.quote(part) for part in command)
+
+
+def export(scaling: Scaling, geo: Geometry, engine: str, model_config: dict | None = None) -> dict:
+    """The settings ``engine`` needs for ``scaling`` on a model of geometry ``geo``; Unsupported (one line) where it
+    cannot express them."""
+    if engine == "transformers":
+        return {"config": transformers_config(scaling, geo, model_config)}
+    if engine == "vllm":
+        return vllm(scaling, geo, model_config)
+    if engine == "sglang":
+        return sglang(scaling, geo, model_config)
+    if engine == "llama.cpp":
+        return llama_cpp(scaling, geo)
+    raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+
