@@ -206,7 +206,8 @@ class Cost:
     def announce(self, what: str, length: int, new: int | None = None, forwards: int = 1) -> None:
         """One line in the log before the work: expected time and memory on this device."""
         seconds, peak = self.expected(length, new, forwards)
-        when = f"about {_duration(seconds)}" if seconds is not None else "time known after the first forward"
+        when = f"about {_duration(seconds)} at the rate measured so far" if seconds is not None else \
+            "time known after the first forward"
         many = f" ({forwards} forwards)" if forwards > 1 else ""
         print(f"{what}: {length} tokens{many}: {when}, about {peak / 2**30:.2f} GiB on {self.device.type}",
               file=sys.stderr, flush=True)

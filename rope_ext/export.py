@@ -51,15 +51,17 @@ class Geometry:
     scaled_types: tuple[str, ...] | None = None
 
 
-def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None = None) -> Geometry:
-    """The :class:`Geometry` of a transformers model (or its config with ``slots``, as a job resolves them): the
-    rotary dim and base of the slots the scaling patches (Gemma-3: the global layers')."""
+def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None = None, scaled=None) -> Geometry:
+    """The :class:`Geometry` of a transformers model (or its config with ``slots``, and the ``scaled`` ones, as a job
+    resolves and selects them): the rotary dim and base of the slots the scaling patches (Gemma-3: the global
+    layers')."""
     from .slots import find_rotary_slots, select_slots, trained_context
 
     config = getattr(model_or_config, "config", model_or_config)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     slots = list(slots if slots is not None else find_rotary_slots(model_or_config))
-    scaled = select_slots(slots, scaling.layer_types) if scaling.name != "none" else slots
+    if scaled is None:
+        scaled = select_slots(slots, scaling.layer_types) if scaling.name != "none" else slots
     types = sorted({s.layer_type for s in slots if s.layer_type is not None}) or None
     scaled_types = sorted({s.layer_type for s in scaled if s.layer_type is not None}) or None
     return Geometry(config.model_type, int(trained or trained_context(config)), scaled[0].dim, float(scaled[0].base),

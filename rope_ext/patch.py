@@ -52,6 +52,7 @@ class RopePatch:
         self._saved: list[tuple] = []
         self._hooks: list = []
         self.applied: list[dict] = []
+        self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         if scaling.scales_frequencies:
             self._apply()
         if scaling.scales_query or scaling.scales_attention:
@@ -67,6 +68,10 @@ class RopePatch:
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
 
+    def attention_slots(self) -> set | None:
+        """The slots whose layers the query/attention hook changes; None: every layer (the model has no other)."""
+        return self._attention_slots
+
     def _selected(self, call) -> bool:
         return self._attention_slots is None or call.slot() in self._attention_slots
 
@@ -74,6 +79,7 @@ class RopePatch:
         """The attention output of the position rule for this call, or None where the rule changes nothing."""
         if not self._selected(call):
             return None
+        self.reached.add(call.name)
         k_len = call.key.shape[-2]
         query_positions = call.positions
         # the cached keys precede the queries: key i is at the last query's position - (k_len - 1 - i)
@@ -100,6 +106,7 @@ class RopePatch:
     def _scale_query(self, call):
         if not self._selected(call):
             return None
+        self.reached.add(call.name)
         factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 

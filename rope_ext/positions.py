@@ -180,7 +180,8 @@ def _dca_local(p: dict, trained: int, target: int) -> tuple[int, str]:
     return trained // 16, f"L/16 = {trained} / 16 (ChunkLlama's)"
 
 
-@register("dca", kind="attention", check=check_dca, targets={"chunk_size": _dca_chunk, "local_window": _dca_local}, params={
+@register("dca", kind="attention", check=check_dca, targets={"chunk_size": _dca_chunk, "local_window": _dca_local},
+          context_defaults=lambda p: dict(zip(("chunk_size", "local_window"), dca_sizes(p))), params={
     "chunk_size": Param(None, int, "chunk size s (default 3L/4); chunks hold s - local_window tokens", minimum=2),
     "local_window": Param(None, int, "local window w (default L/16)", minimum=0),
     "original_max_position": TRAINED,
@@ -281,7 +282,8 @@ def offset_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
     return needed, f"smallest S with N - 1 - S + W <= L - 1: {target} - {trained} + {local}"
 
 
-@register("string", kind="attention", check=check_string, targets={"offset": offset_for_target}, params={
+@register("string", kind="attention", check=check_string, targets={"offset": offset_for_target},
+          context_defaults=lambda p: {"offset": string_offset(p)}, params={
     "offset": Param(None, int, "shifted offset S (default int(0.33 L)): pairs at m - n >= S are shifted", minimum=1),
     "local_window": Param(128, int, "small local value W: shifted pairs see m - n - S + W", minimum=0),
     "attention_factor": Param(0.1 * math.log(2) + 1, float, "cos/sin factor (the reference's 0.1 ln 2 + 1)",
@@ -301,7 +303,8 @@ def _span_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
     return trained, f"the trained context {trained} (LM-Infinite's n_local = L: every distance seen was trained on)"
 
 
-@register("lm_infinite", kind="attention", targets={"local_span": _span_for_target}, params={
+@register("lm_infinite", kind="attention", targets={"local_span": _span_for_target},
+          context_defaults=lambda p: {"local_span": p["original_max_position"]}, params={
     "global_tokens": Param(10, int, "the first tokens every query sees (at distance local_span)", minimum=0),
     "local_span": Param(None, int, "the last keys seen at their own distance (default L)", minimum=1),
     "original_max_position": TRAINED,

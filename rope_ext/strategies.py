@@ -140,6 +140,9 @@ class Strategy:
     # how parameters follow from a target length: {key: fn(params so far, trained L, target N) -> (value, why)},
     # applied in order to the keys a config leaves unset (rope_ext.targets.for_target)
     targets: Mapping[str, TargetFn] = field(default_factory=dict)
+    # defaults that follow from the trained context (DCA's chunk 3L/4 ...), filled in by resolve so that a run
+    # records and labels the values it used: fn(params) -> {key: value}
+    context_defaults: Callable[[dict], dict] = field(default=lambda p: {})
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -152,7 +155,7 @@ KINDS = ("frequencies", "query", "attention")
 
 
 def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies",
-             targets: Mapping[str, TargetFn] | None = None):
+             targets: Mapping[str, TargetFn] | None = None, context_defaults: Callable[[dict], dict] | None = None):
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry, or
     with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors`` (positions: a LongTensor of
     0-based query positions; factors: a float tensor of the same shape), or with ``kind="attention"`` a
@@ -166,7 +169,7 @@ def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None
 
     def deco(fn: StrategyFn) -> StrategyFn:
         STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind,
-                                    dict(targets or {}))
+                                    dict(targets or {}), context_defaults or (lambda p: {}))
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -712,6 +715,8 @@ def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) ->
         strategy.check(params)
     except ScalingError as err:
         raise ScalingError(str(err).replace("scaling:", f"scaling '{name}':", 1)) from None
+    if params.get("original_max_position") is not None:  # the values used, not null, in results and labels
+        params.update({k: v for k, v in strategy.context_defaults(params).items() if params.get(k) is None})
     return Scaling(name, params, layer_types, bool(strategy.dynamic(params)))
 
 

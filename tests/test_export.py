@@ -189,7 +189,7 @@ def test_export_reads_a_run_directory_or_overrides(finished_run):
                                     "sglang, llama.cpp"),
     (["{unfinished}", "--to", "vllm"], "is not a finished run (status running)"),
     (["/nonexistent/run", "--to", "vllm"], "/nonexistent/run does not exist"),
-    (["scaling=dca", "--to", "transformers"], "transformers cannot express 'dca'"),
+    (["scaling=dca", "--to", "transformers"], "transformers cannot express 'dca-chunk_size6144-local_window512'"),
     (["scaling=yran", "--to", "vllm"], "scaling=yran is not an option"),
 ])
 def test_bad_export_input_is_one_line_and_exit_2(args, message, finished_run, tmp_path):

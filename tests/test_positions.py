@@ -204,7 +204,7 @@ def test_decoding_with_the_kv_cache_equals_recomputing(method, implementation):
             cache = out.past_key_values
             steps = [out.logits[:, -1]]
             for t in range(20, 36):
-                out = model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+                out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True)
                 cache = out.past_key_values
                 steps.append(out.logits[:, -1])
     decoded = torch.stack(steps[:-1], 1)

@@ -46,7 +46,11 @@ def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys, compose, 
 def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"
     command = ["-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=none,linear"]
-    assert run_cli(*command).returncode == 0
+    first = run_cli(*command)
+    assert first.returncode == 0
+    # where the sweep is, after each job
+    assert "sweep: job 1/2 finished; about " in first.stdout and " left at the rate measured so far (" in first.stdout
+    assert "sweep: job 2/2 finished\n" in first.stdout
     before = {p: p.read_bytes() for p in sweep_dir.glob("*/results.json")}
     again = run_cli(*command)
     assert again.returncode == 0 and again.stdout.count("skip: the same job finished") == 2
@@ -412,3 +416,24 @@ def test_two_identical_sweeps_into_one_directory_compute_each_job_once_and_both_
     assert len(jobs) == 3 and all(j["status"] == "done" for j in jobs)
     waited = "".join(stdout for stdout, _ in outputs)
     assert "wait: " in waited or "skip: the same job finished in" in waited
+
+
+def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_readable(tmp_path, plugin, run_cli,
+                                                                                     searchpath):
+    plug, env = plugin
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=2",
+            "scaling=none,linear,ntk", f"hydra.sweep.dir={sweep}", "resume_from=[]"]
+    process = run_cli(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_status(sweep / "1_tinyllama_linear_x2" / "results.json", "running")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in stderr
+    assert read(sweep / "0_tinyllama_none" / "results.json")["status"] == "done"
+    assert read(sweep / "1_tinyllama_linear_x2" / "results.json")["status"] == "interrupted"
+    assert not (sweep / "2_tinyllama_ntk_x2").exists()
+    states = sorted(line.split(":")[0] for line in _report_lines(sweep) if line.split(":")[0] in ("interrupted", "done"))
+    assert states == ["interrupted"]  # the report reads every file; only the unfinished one is listed as such
+    rerun = run_cli(*args, env=env)
+    assert rerun.returncode == 0 and rerun.stdout.count("skip: the same job finished") == 1
+    assert read(sweep / "2_tinyllama_ntk_x2" / "results.json")["status"] == "done"

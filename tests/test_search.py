@@ -192,6 +192,10 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
     assert given[0]["reported"]["ppl@512"] == values[1] and "ppl_retention@256" in given[0]["reported"]
     assert (f"against a setting given (hydra.sweeper.enqueue), trial 1: ppl@512 = {values[1]:.5g}" in report) == (
         best["trial"] != 1)
+    # the terminal says what the search found, against the published default it was given
+    assert f"search: best: trial {best['trial']}, ppl@512 = {best['values']['ppl@512']:.5g}" in result.stdout
+    assert (f"search: against the given setting, trial 1: ppl@512 = {values[1]:.5g}" in result.stdout) == (
+        best["trial"] != 1)
     # the best setting is a ready-to-use scaling option: composed, parsed and equal to the best trial's
     config = sweep_dir / "conf" / "scaling" / "yarn_searched.yaml"
     cfg = compose(*TINY, "model.original_max_position=256", f"hydra.searchpath=[file://{sweep_dir / 'conf'}]",
@@ -323,3 +327,18 @@ def test_two_identical_searches_started_together_share_the_studys_budget(tmp_pat
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 3, [(t.number, t.state.name, t.user_attrs.get("outcome")) for t in study.trials]
+
+
+def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
+    from evals.search.outputs import summary_lines
+
+    closest = {"trial": 2, "reported": {"ppl@4096": 27.5, "ppl_retention@2048": 0.97}, "feasible": False,
+               "scaling": {"factor": 2.0, "beta_fast": 20.0}}
+    lines = summary_lines({"best": [], "closest": closest, "constraints": ["ppl_retention@2048>=0.98"], "given": []})
+    assert lines == ["search: no trial met the constraints (ppl_retention@2048>=0.98); the closest: trial 2, "
+                     "ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"]
+    best = {"trial": 1, "reported": {"ppl@4096": 26.1}, "scaling": {"factor": 2.0}}
+    given = [{**closest, "trial": 0, "feasible": True}]
+    assert summary_lines({"best": [best], "closest": None, "constraints": [], "given": given}) == [
+        "search: best: trial 1, ppl@4096 = 26.1 (factor=2)",
+        "search: against the given setting, trial 0: ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"]

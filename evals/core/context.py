@@ -4,7 +4,8 @@ documents and the patched model.
 Nothing happens on attribute access: ``ctx.tokenizer()``, ``ctx.documents()`` and ``ctx.model()`` are
 calls, made when the eval is ready for them (so an eval can finish its own checks on tokenized data
 before the model loads). ``ctx.model()`` takes the model from the runner's cache and patches it with the
-job's scaling once; the patch is undone when the context closes.
+job's scaling once, after a probe proves the patch changes the model exactly where it should
+(:mod:`rope_ext.check`); the patch is undone when the context closes.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import logging
 import time
 
 import rope_ext
+from rope_ext.check import patch_checked
 
 from .data import Document, load_documents
+from .errors import scaling_errors_as_user_errors
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +84,26 @@ class EvalContext:
         """The model with the job's scaling applied (loaded once per process, re-patched per job)."""
         if self._patch is None:
             loaded = self._loaded()
-            self._patch = rope_ext.patch(loaded.model, self.job.scaling, slots=self.job.scaled)
+            with scaling_errors_as_user_errors():  # a patch that changes the model elsewhere than declared: one line
+                self._patch, checked = patch_checked(loaded.model, self.job.scaling, self.job.scaled, self.trained_context)
+            self._report_check(checked)
             self.output.record.update("rope", {
                 "scaling": self.job.scaling.to_dict(), "label": self.job.scaling.label, "dynamic": self.job.scaling.dynamic,
                 "patched": self._patch.applied, "model_source": loaded.source, "device": str(loaded.device),
                 "dtype": str(loaded.dtype)})
             self._fold_vocabulary(loaded.model)
         return self._patch.model
+
+    def _report_check(self, checked: dict) -> None:
+        """The run-time patch check (:mod:`rope_ext.check`) in results.json, the log and the tracker's summary."""
+        self.output.record.update("patch_check", checked)
+        if self.job.scaling.name == "none":
+            return
+        line = (f"patch check: {self.job.scaling.label} changed {len(checked['changed'])} attention layers (layer types "
+                f"{', '.join(checked['targeted_types'])}), left {len(checked['unchanged'])} unchanged, as declared; "
+                f"seen in {checked['how']}")
+        log.info(line)
+        self.output.summary({"patch_check": f"ok: {len(checked['changed'])} changed, {len(checked['unchanged'])} unchanged"})
 
     def _fold_vocabulary(self, model) -> None:
         """A small random-weight model with a larger tokenizer: fold token ids into its vocabulary."""

@@ -201,14 +201,14 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
 
 def deploy(job: Job, run_dir: Path) -> None:
     """The finished job's ``deploy/`` folder (:mod:`evals.core.deploy`); the job is done whatever happens here."""
-    if job.scaling.name == "none" or not job.model.slots or job.role != "job":
+    if job.scaling.name == "none" or not job.model.slots or not job.scaled or job.role != "job":
         return
     from rope_ext.export import geometry
 
     from .deploy import write_deploy
 
     try:
-        write_deploy(job.scaling, geometry(job.model.config, job.scaling, job.model.slots, job.trained_context),
+        write_deploy(job.scaling, geometry(job.model.config, job.scaling, job.model.slots, job.trained_context, job.scaled),
                      job.model.config.to_dict(), run_dir)
     except Exception as err:  # noqa: BLE001 -- an export defect must not undo a finished measurement
         print(f"warning: {run_dir / 'deploy'} not written: {type(err).__name__}: {err}", file=sys.stderr)

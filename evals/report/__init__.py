@@ -36,6 +36,7 @@ import math
 import os
 import re
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -551,8 +552,22 @@ class ReportCallback(Callback):
     finish -- after every job has run."""
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        """Mark this sweep's jobs (their processes inherit the variable), so its end judges only its own."""
+        """Mark this sweep's jobs (their processes inherit the variable), so its end judges only its own; count them."""
         os.environ[SWEEP] = uuid.uuid4().hex
+        self._jobs = None if is_search(config) else _sweep_size(config)
+        self._finished, self._since = 0, time.monotonic()
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        """Where the sweep is: ``sweep: job 4/6 finished; about 12 min left at the rate measured so far``."""
+        jobs = getattr(self, "_jobs", None)
+        if not jobs:
+            return
+        self._finished += 1
+        per_job = (time.monotonic() - self._since) / self._finished
+        left = jobs - self._finished
+        print(f"sweep: job {self._finished}/{jobs} finished" + (
+            f"; about {_minutes(per_job * left)} left at the rate measured so far ({_minutes(per_job)} per job)"
+            if left > 0 else ""), flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -574,6 +589,10 @@ class ReportCallback(Callback):
             print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
                   file=sys.stderr)
             raise SystemExit(1)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def _uses_target(node) -> bool:

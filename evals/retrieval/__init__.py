@@ -19,6 +19,7 @@ out of memory for that length and the grid goes on.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import time
@@ -118,12 +119,15 @@ class PromptScorer:
         self.cache, self.cached = None, torch.tensor([], dtype=torch.int64)
         self.computed = 0  # tokens actually run through the model (prefill + decode)
         self.cost = cost_of(model)
+        # transformers 5 renamed past_key_values to cache (the old name warns on every call); older ones take the old
+        self.cache_arg = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         self.computed += len(ids)
         cached = self.cache.get_seq_length() if self.cache is not None else 0
         started = time.perf_counter()
-        out = self.model(input_ids=ids[None].to(self.device), past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        out = self.model(input_ids=ids[None].to(self.device), use_cache=True, logits_to_keep=keep,
+                         **{self.cache_arg: self.cache})
         self.cost.record(time.perf_counter() - started, cached + len(ids), len(ids))
         return out.logits[0].float()
 

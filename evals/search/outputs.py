@@ -253,6 +253,25 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
     return md, parts
 
 
+def summary_lines(result: dict) -> list[str]:
+    """What the search found, for the terminal: the best feasible trial against the settings the user gave (the
+    published default, when enqueued), or that no trial met the constraints and the closest one."""
+    given = [g for g in result.get("given") or [] if g["trial"] not in {b["trial"] for b in result["best"]}]
+    lines = []
+    for best in result["best"]:
+        lines.append(f"search: best: trial {best['trial']}, {_values(best['reported'])} ({_setting(best['scaling'])})")
+    if not result["best"] and result.get("closest"):
+        closest = result["closest"]
+        lines.append(f"search: no trial met the constraints ({'; '.join(result['constraints'])}); the closest: trial "
+                     f"{closest['trial']}, {_values(closest['reported'])} ({_setting(closest['scaling'])})")
+    elif not result["best"]:
+        lines.append("search: no feasible finished trial")
+    for g in given:
+        lines.append(f"search: against the given setting, trial {g['trial']}: {_values(g['reported'])} "
+                     f"({_setting(g['scaling'])}){'' if g['feasible'] else ', which misses the constraints'}")
+    return lines
+
+
 def _values(reported: dict | None) -> str:
     return ", ".join(f"{k} = {v:.5g}" for k, v in (reported or {}).items() if v is not None)
 

@@ -15,6 +15,7 @@ budget counts finished trials only.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import warnings
@@ -121,6 +122,24 @@ class Search:
         self.signature = {"strategy": self.strategy.name, "objective": [t.key for t in self.objectives],
                           "constraints": [c.text for c in self.constraints], "space": [s.describe() for s in self.space],
                           "fixed": sorted(self.fixed)}
+
+    def published_default(self) -> list[dict]:
+        """The strategy's registered values of the searched parameters, as one setting to try first (where every
+        searched scalar has a default inside its range); none otherwise. Said in one line."""
+        setting = {}
+        for dim in self.space:
+            param = self.strategy.params.get(dim.key.split(".", 1)[1]) if isinstance(dim, spaces.Scalar) else None
+            default = None if param is None else param.default
+            inside = default in dim.choices if dim.kind == "categorical" else (
+                isinstance(default, (int, float)) and not isinstance(default, bool) and dim.low <= default <= dim.high)
+            if default is None or not inside:
+                return []
+            setting[dim.key] = default
+        shown = ", ".join(f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]}={v}"
+                          for k, v in setting.items())
+        print(f"search: trial 0 is the published default ({shown}), the setting the best is set against "
+              f"(hydra.sweeper.enqueue=[] leaves it out)")
+        return [setting]
 
     def check_enqueue(self) -> None:
         """Every setting in ``hydra.sweeper.enqueue`` names searched values only (a typo would be silently dropped)."""
@@ -238,7 +257,8 @@ class Search:
                 print(f"search: trial {trial.number} was lost with its launcher; it runs again (its job is reused if "
                       f"it finished)")
         if not study.trials:
-            for params in self.conf.enqueue or []:
+            given = self.conf.enqueue if self.conf.enqueue is not None else self.published_default()
+            for params in given:
                 study.enqueue_trial(dict(params))
         elif self.conf.enqueue:
             print(f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
@@ -301,6 +321,8 @@ class Search:
             raise SystemExit(1)
         for path in written:
             print(f"search: {path}")
+        for line in outputs.summary_lines(json.loads((self.sweep_dir / outputs.RESULT).read_text())):
+            print(line)
         return returns
 
     @staticmethod

@@ -16,7 +16,10 @@ class OptunaSweeperConf:
     study_name: str = "rope_ext"
     storage: Optional[str] = None  # default: sqlite:///<sweep dir>/optuna.db
     params: Optional[Dict[str, str]] = None  # ranges in Hydra's sweep syntax, as on the command line
-    enqueue: List[Any] = field(default_factory=list)  # settings tried first, e.g. [{scaling.factor: 2, scaling.beta_fast: 32}]
+    # settings tried first, e.g. [{scaling.factor: 2, scaling.beta_fast: 32}]; null: the strategy's published defaults
+    # (its registered values of the searched parameters, where the ranges hold them), so the best is set against
+    # them; [] tries none
+    enqueue: Optional[List[Any]] = None
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="optuna", node=OptunaSweeperConf, provider="rope_ext")
