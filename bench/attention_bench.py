@@ -119,7 +119,7 @@ def main() -> None:
     plain = [r for r in results if r["method"] == "none"]
     seconds = sum(r["seconds"] for r in plain) / len(plain)
     peak = max(r["peak_gib"] for r in plain)
-    print(f"\n| method | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|")
+    print("\n| method | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|")
     for r in results:
         setting = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "name") or "defaults"
         print(f"| {r['method']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "

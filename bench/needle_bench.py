@@ -73,7 +73,7 @@ def main() -> int:
                              "device": str(next(model.parameters()).device)})
     same = answers[False] == answers[True]
     print(json.dumps({"config": overrides, "rows": rows, "identical_answers": same}))
-    print(f"\n| mode | seconds | tokens computed | mean accuracy |\n|---|---|---|---|")
+    print("\n| mode | seconds | tokens computed | mean accuracy |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['seconds']} | {r['tokens_computed']} | {r['mean_acc']:.3f} |")
     print(f"\nshared / cell-by-cell time: {rows[1]['seconds'] / rows[0]['seconds']:.2f}; identical answers: {same}")

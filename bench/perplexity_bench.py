@@ -22,7 +22,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 MODES = ("body", "forward", "prefix", "per_length", "sliding", "sliding_naive")
 

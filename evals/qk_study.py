@@ -47,7 +47,7 @@ from .core.config import option
 from .core.data import document_count
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.models import check_attention_hook
-from .core.plots import line_plot, matrix_heatmaps, plt
+from .core.plots import matrix_heatmaps, plt
 from .core.registry import register_eval
 from .scoring import layer_progress
 from . import bias as biases

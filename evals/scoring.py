@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import sys
-import time
 
 import torch
 import torch.nn.functional as F

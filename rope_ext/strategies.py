@@ -168,6 +168,10 @@ def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None
         raise ValueError(f"strategy '{name}': targets names undeclared parameters {undeclared}")
 
     def deco(fn: StrategyFn) -> StrategyFn:
+        for taken in (name, *aliases):
+            owner = STRATEGIES.get(ALIASES.get(taken, taken))
+            if owner is not None and where(owner.fn) != where(fn):  # the same module imported again is no conflict
+                raise ValueError(f"strategy name '{taken}' is registered twice: by {where(owner.fn)} and by {where(fn)}")
         STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind,
                                     dict(targets or {}), context_defaults or (lambda p: {}))
         for alias in aliases:
@@ -175,6 +179,12 @@ def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None
         return fn
 
     return deco
+
+
+def where(fn: Callable) -> str:
+    """``file:line`` of a registered function (a registry's duplicate-name error names both)."""
+    code = getattr(fn, "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else repr(fn)
 
 
 def default_inv_freq(dim: int, base: float) -> torch.Tensor:

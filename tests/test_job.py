@@ -157,3 +157,24 @@ def test_pip_install_ships_the_configs_and_a_console_script(tmp_path):
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "name: ntk" in result.stdout and "model_type: llama" in result.stdout
+
+
+def test_a_name_registered_twice_is_an_error_naming_both_places():
+    from evals import load_evals
+    from evals.core.registry import register_eval
+
+    load_evals()
+    with pytest.raises(ValueError, match=r"strategy name 'yarn' is registered twice: by .*rope_ext/strategies.py:\d+ and by "
+                                         r".*test_job.py:\d+"):
+        @rope_ext.register("yarn", params={})
+        def yarn_again(p, dim, base, seq_len):
+            return None
+    with pytest.raises(ValueError, match=r"strategy name 'pi' is registered twice"):  # an alias is a name too
+        @rope_ext.register("my_pi", params={}, aliases=("pi",))
+        def pi_again(p, dim, base, seq_len):
+            return None
+    assert "my_pi" not in rope_ext.STRATEGIES
+    with pytest.raises(ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/__init__.py:\d+"):
+        @register_eval("passkey", config=dict)
+        def passkey_again(cfg, ctx):
+            return {}

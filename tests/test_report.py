@@ -117,12 +117,22 @@ def test_report_cli_help_and_two_directories(runs, tmp_path):
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
-@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="Debian's chromium and chromium-driver are not installed "
-                                                      "(.ci/run installs them: apt-get install chromium chromium-driver)")
-def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_path):
+def _chromium(tmp_path, width: int = 1400, height: int = 1000):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="Debian's chromium and chromium-driver are not installed "
+                                                      "(.ci/run installs them: apt-get install chromium chromium-driver)")
+def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_path):
     failing = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())  # a strategy that breaks at 4096
     failing["job"].update(key="f" * 16, scaling="yarn-broken")
     for record in failing["measurements"]:  # three times the perplexity at 4096: every block's NLL + log 3
@@ -132,13 +142,7 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "results.json").write_text(json.dumps(failing))
     write_report([runs / "sweep", runs / "other", tmp_path / "broken"], tmp_path)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,1000"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = _chromium(tmp_path)
     try:
         driver.get((tmp_path / "report.html").as_uri())
         images = driver.execute_script(
@@ -175,6 +179,61 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     assert "Not finished: 1 of" in text and "yarn-factor2" in text and "Verdict: does each strategy" in text
     assert (tmp_path / "report.png").stat().st_size > 100_000
     shutil.copy(tmp_path / "report.png", runs / "report_screenshot.png")  # to look at
+
+
+def _ppl_at(result: dict, values: dict[int, float]) -> dict:
+    """``result`` with its perplexity at each length set to ``values[length]`` (every block's NLL shifted to
+    match, an interval of +-0.15 around it)."""
+    for record in result["measurements"]:
+        if record["metric"] == "ppl" and record["length"] in values:
+            shift = math.log(values[record["length"]] / record["value"])
+            record["value"] = values[record["length"]]
+            record["low"], record["high"] = record["value"] - 0.15, record["value"] + 0.15
+            record["units"] = {k: [nll + shift * n, n] for k, (nll, n) in record["units"].items()}
+    return result
+
+
+@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="Debian's chromium and chromium-driver are not installed")
+def test_the_length_chart_tells_five_close_strategies_apart_in_headless_chromium(runs, tmp_path):
+    """Five strategies between 26 and 27 and the unscaled run at 1400 px: the main panel has a linear axis with
+    labelled ticks and an interval band per run, and the ratio panel below puts the five lines apart."""
+    lengths = (256, 512, 2048, 4096)
+    unscaled = json.loads((runs / "sweep" / "none" / "results.json").read_text())
+    (tmp_path / "close" / "none").mkdir(parents=True)
+    (tmp_path / "close" / "none" / "results.json").write_text(
+        json.dumps(_ppl_at(unscaled, dict(zip(lengths, (26.0, 26.1, 26.3, 90.0))))))
+    for k, name in enumerate(("yarn", "ntk", "linear", "longrope", "dynamic_ntk")):
+        result = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())
+        result["job"].update(key=f"{k}" * 16, scaling=name)
+        result["config"]["scaling"]["name"] = name
+        (tmp_path / "close" / name).mkdir()
+        (tmp_path / "close" / name / "results.json").write_text(json.dumps(_ppl_at(
+            result, {L: 26.05 + 0.2 * k + 0.02 * i for i, L in enumerate(lengths)})))
+    write_report([tmp_path / "close"], tmp_path)
+    driver = _chromium(tmp_path)
+    try:
+        driver.get((tmp_path / "report.html").as_uri())
+        chart = driver.find_element("css selector", ".chart")
+        found = driver.execute_script("""
+            const chart = arguments[0], last = pl => {  // the last point of a polyline, in screen pixels
+              const p = pl.points[pl.points.numberOfItems - 1], m = pl.getScreenCTM();
+              return p.x * m.b + p.y * m.d + m.f; };
+            return {ticks: [...chart.querySelectorAll('.values text.ytick')].map(t => t.textContent),
+                    ratio_ticks: chart.querySelectorAll('.ratio text.ytick').length,
+                    bands: chart.querySelectorAll('.values polygon.band').length,
+                    levels: [...chart.querySelectorAll('.ratio line.level')].map(l => l.getAttribute('stroke-dasharray')),
+                    last: Object.fromEntries([...chart.querySelectorAll('.ratio g[data-series]')].map(g =>
+                      [g.getAttribute('data-strategy'), last(g.querySelector('polyline'))])),
+                    width: chart.querySelector('svg').getBoundingClientRect().width};""", chart)
+        chart.screenshot(str(tmp_path / "chart.png"))
+    finally:
+        driver.quit()
+    assert len(found["ticks"]) >= 3 and found["ratio_ticks"] >= 3, found
+    assert found["bands"] == 6 and found["levels"] == ["6,4", "6,4"], found  # 1 and the verdict limit, dashed
+    scaled = [y for name, y in found["last"].items() if name != "none"]
+    assert len(scaled) == 5 and found["width"] > 600, found
+    assert all(abs(a - b) >= 3 for i, a in enumerate(scaled) for b in scaled[i + 1:]), found
+    assert (tmp_path / "chart.png").stat().st_size > 0
 
 
 @pytest.mark.slow  # a CLI run with its reference, and the report CLI (~25 s)

@@ -16,7 +16,6 @@ wrong type already fails at composition).
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from dataclasses import dataclass, field, fields, make_dataclass

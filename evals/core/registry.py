@@ -104,6 +104,10 @@ def register_eval(name: str, *, config: type, error: type[UserError] = UserError
         raise ValueError(f"eval '{name}': needs must be among {sorted(NEEDS)}, got {sorted(needs)}")
 
     def deco(fn: Callable) -> Callable:
+        from rope_ext.strategies import where
+
+        if name in EVALS and where(EVALS[name].run) != where(fn):  # the same module imported again is no conflict
+            raise ValueError(f"eval name '{name}' is registered twice: by {where(EVALS[name].run)} and by {where(fn)}")
         EVALS[name] = EvalSpec(name, fn, config, error, check, needs if callable(needs) else frozenset(needs),
                                metrics if callable(metrics) else tuple(metrics), resolve, reference, parts, report)
         return fn

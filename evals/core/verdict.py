@@ -38,10 +38,11 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from .config import VerdictConfig
 from .measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
-DEFAULTS = {"tolerance": 0.1, "retained": 0.85}
+DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
 MIN_PROMPTS = 4  # an accuracy on fewer units is never yes or NO
 STATES = ("yes", "NO", "inconclusive", "?")
 

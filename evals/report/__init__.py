@@ -364,10 +364,11 @@ def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria:
         figure_name = f"{name}_by_length" + (f"_{counts[name]}" if counts[name] > 1 else "")
         figures[figure_name] = metric_figure(metric, curves, trained=trained, target=target, criteria=criteria, title=title)
         charts.append(length_chart(title.replace("\n", " -- "), [
-            {"label": c.label, "strategy": c.strategy,
+            {"label": c.label, "strategy": c.strategy, "reference": c.reference,
              "points": [(r["length"], r["value"], r.get("ci95_low"), r.get("ci95_high")) for r in c.rows]} for c in curves],
             ylabel=metric["label"], log=bool(metric.get("log")), trained=trained, target=target,
-            bounds=metric.get("bounds")))
+            bounds=metric.get("bounds"), limit=(1 + criteria["tolerance"] if metric["lower_is_better"]
+                                                 else criteria["retained"]) if metric.get("verdict") else None))
     return figures, charts
 
 

@@ -97,8 +97,20 @@ def write_config(search, trial, name: str) -> Path:
     return path
 
 
+# Parameter importances (fANOVA over a random forest of the finished trials) and the parallel-coordinate plot ordered
+# by them describe the sampler's first draws, not the parameters, below this many finished trials -- and below two
+# per searched value
+MIN_TRIALS_FOR_IMPORTANCE = 10
+
+
+def importance_budget(search) -> int:
+    return max(MIN_TRIALS_FOR_IMPORTANCE, 2 * sum(dim.size for dim in search.space))
+
+
 def figures(search, study) -> dict:
-    """Optuna's plots of the study (matplotlib); a plot Optuna cannot draw yet (too few trials) is left out."""
+    """Optuna's plots of the study (matplotlib): the history always; importances and the parallel coordinates from
+    :func:`importance_budget` finished trials on (said in one line when fewer); a plot Optuna cannot draw is left
+    out. Trials that miss the constraints are grey, with a legend entry saying so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,8 +119,15 @@ def figures(search, study) -> dict:
     objective = search.objectives[0]
     kwargs = {} if len(search.objectives) == 1 else {"target": lambda t: t.values[0], "target_name": objective.key}
     found = {}
-    draw = {"search_history": lambda: plots.plot_optimization_history(study, **kwargs),
-            "search_importance": lambda: plots.plot_param_importances(study, **kwargs)}
+    complete = sum(t.state.name == "COMPLETE" for t in study.trials)
+    enough = complete >= importance_budget(search)
+    draw = {"search_history": lambda: plots.plot_optimization_history(study, **kwargs)}
+    if enough:
+        draw["search_importance"] = lambda: plots.plot_param_importances(study, **kwargs)
+    else:
+        print(f"search: no importance or parallel-coordinate figure from {complete} finished trial(s): importances "
+              f"(fANOVA) need at least {importance_budget(search)} ({MIN_TRIALS_FOR_IMPORTANCE}, and 2 per searched "
+              f"value); below that they describe the sampler's first draws, not the parameters")
     if len(search.objectives) > 1:  # the trade-off itself: every trial on the first two objectives, the front marked
         draw["search_pareto"] = lambda: plots.plot_pareto_front(
             study, targets=lambda t: t.values[:2], target_names=[o.key for o in search.objectives[:2]],
@@ -119,11 +138,15 @@ def figures(search, study) -> dict:
         except Exception as err:  # noqa: BLE001 -- e.g. importances need two finished trials
             print(f"search: no {name} figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
     try:
+        if not enough:
+            raise _NotDrawn
         import optuna
 
         important = list(optuna.importance.get_param_importances(study, **{k: v for k, v in kwargs.items()
                                                                              if k == "target"}))[:8]
         found["search_parallel"] = plots.plot_parallel_coordinate(study, params=important, **kwargs)
+    except _NotDrawn:
+        pass
     except Exception as err:  # noqa: BLE001
         print(f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
     for name, axes in found.items():
@@ -131,8 +154,23 @@ def figures(search, study) -> dict:
         retitle(axes, f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
         if name == "search_history":
             log_scale_if_wide(axes)
+        if search.constraints and any(t.state.name == "COMPLETE" and not feasible(t) for t in study.trials):
+            legend_infeasible(axes)
         found[name] = axes.figure
     return found
+
+
+class _NotDrawn(Exception):
+    pass
+
+
+def legend_infeasible(axes) -> None:
+    """A legend entry for the grey points Optuna draws for trials that miss the constraints."""
+    from matplotlib.lines import Line2D
+
+    handles, labels = axes.get_legend_handles_labels()
+    handles.append(Line2D([], [], marker="o", linestyle="", color="#cccccc", label="infeasible (misses a constraint)"))
+    axes.legend(handles=handles, loc="best", fontsize="small")
 
 
 def retitle(axes, title: str) -> None:

@@ -1,6 +1,6 @@
 """The ``hydra/sweeper=optuna`` config (``hydra.sweeper.*``); the objective and constraints are top-level keys."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
