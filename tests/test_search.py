@@ -190,6 +190,7 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
            "at least 10" in result.stdout
     report = (sweep_dir / "report.md").read_text()
     assert "## Search" in report
+    assert report.index("## Search") < report.index("## Verdict")  # the search first, the trials' verdicts after
     given = summary["given"]
     assert [g["trial"] for g in given] == [1] and given[0]["scaling"]["beta_fast"] == 32.0
     assert given[0]["reported"]["ppl@512"] == values[1] and "ppl_retention@256" in given[0]["reported"]

@@ -139,3 +139,26 @@ def test_a_compare_sweep_lists_a_method_that_cannot_reach_the_target_in_its_answ
     assert (sweep / "report_answer.txt").read_text() == ("at 16384 (2x) on smollm2: no strategy is yes on every metric; "
                                                          "string cannot reach 16384\n")
     assert "Not finished" not in (sweep / "report.md").read_text()
+
+
+@pytest.mark.slow  # 13 jobs and a reference on a tiny model (~1.5 min on 2 cores)
+def test_one_command_compares_every_method_at_the_target_and_ends_in_the_ranked_answer(run_cli, tmp_path):
+    import csv
+
+    sweep = tmp_path / "compare"
+    result = run_cli("-m", "experiment=compare", "target=2x", *tinyllama(TINY_ARCHITECTURE, original_max_position=512),
+                     "eval.passkey.trials=1", f"hydra.sweep.dir={sweep}", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "budget: 13 jobs (+ the unscaled reference once), each: perplexity 2 forwards at 1024; passkey 5 " \
+           "forwards at 1024" in result.stdout
+    assert "sweep: job 13/13 finished" in result.stdout
+    ranked = {row["strategy"]: row for row in csv.DictReader((sweep / "report_ranking.csv").open())}
+    # every method at its derived setting, named by the values it used
+    for label in ("linear-factor2", "yarn-factor2", "dynamic_ntk-factor2", "llama3-factor2", "self_extend-group_size4-window64",
+                  "dca-chunk_size384-local_window32", "rerope-window64", "leaky_rerope-window64-leak2.15",
+                  "lm_infinite-local_span512", "none"):
+        assert label in ranked, sorted(ranked)
+    assert ranked["string"]["answer"] == "cannot reach" and "2L - W" in ranked["string"]["note"]
+    assert (sweep / "report_answer.txt").read_text().startswith("at 1024 (2x) on tinyllama[random]: ")
+    assert json.loads((sweep / "4_tinyllama_yarn_to2x" / "deploy" / "transformers.json").read_text())[
+        "rope_parameters"]["factor"] == 2.0

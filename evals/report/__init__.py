@@ -489,7 +489,8 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
                              f"</p>{_html_table(flat_answer, cols, 'verdict')}"
                              + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
     search_md, search_html = report_section(dirs)  # a search's best setting and figures (evals/search)
-    sections_md, sections_html = sections_md + search_md, sections_html + search_html
+    # a search's report leads with the search: its trials' own verdicts (at each trial's own target) come after
+    sections_md, sections_html = search_md + sections_md, search_html + sections_html
     failed = [r for r in rows if r["state"] not in ("done", "unreachable")]  # unreachable: in the answer
     if failed:
         sections_md += ["", f"## Not finished: {len(failed)} of {len(rows)} jobs", ""]
