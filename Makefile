@@ -25,7 +25,7 @@ QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
-QUIET := 2>&1 | { grep -v "is ignored: it is either a non-existing path or lacks a specific scheme" || true; }
+QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
 .PHONY: setup run lint test test-slow test-all clean
 setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)

@@ -5,7 +5,7 @@
 # less with prefix sharing, but would only test distances the model was trained on), every verdict paired against
 # the unscaled model; then the merged report's ranked answer. Steps in order of what the answer needs most; each
 # finds the finished jobs of an earlier run (resume_from), so the script can be stopped and started again.
-#   bash bench/trust_smollm2.sh [step ...]        steps: ppl_core passkey_core ppl_yarn ppl_rest passkey_rest report
+#   bash bench/trust_smollm2.sh [step ...]   steps: ppl_core passkey_core ppl_yarn ppl_rest (= ppl_string ppl_se) passkey_rest report
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -21,6 +21,10 @@ for step in $steps; do
     ppl_core) /usr/bin/time -v $PY run.py -m scaling=none,dca,lm_infinite $P hydra.sweep.dir=$OUT/ppl resume_from=$ALL ;;
     ppl_yarn) /usr/bin/time -v $PY run.py -m scaling=yarn $P hydra.sweep.dir=$OUT/ppl_rest/yarn resume_from=$ALL ;;
     passkey_core) /usr/bin/time -v $PY run.py -m scaling=lm_infinite,dca $K hydra.sweep.dir=$OUT/passkey resume_from=$ALL ;;
+    ppl_se)
+      /usr/bin/time -v $PY run.py -m $SE $P hydra.sweep.dir=$OUT/ppl_rest/self_extend resume_from=$ALL ;;
+    ppl_string)
+      /usr/bin/time -v $PY run.py -m scaling=string $P hydra.sweep.dir=$OUT/ppl_rest resume_from=$ALL ;;
     ppl_rest)
       /usr/bin/time -v $PY run.py -m scaling=string $P hydra.sweep.dir=$OUT/ppl_rest resume_from=$ALL
       /usr/bin/time -v $PY run.py -m $SE $P hydra.sweep.dir=$OUT/ppl_rest/self_extend resume_from=$ALL ;;

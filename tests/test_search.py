@@ -346,3 +346,19 @@ def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
     assert summary_lines({"best": [best], "closest": None, "constraints": [], "given": given}) == [
         "search: best: trial 1, ppl@4096 = 26.1 (factor=2)",
         "search: against the given setting, trial 0: ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"]
+
+
+def test_a_search_trial_runs_only_the_references_its_objective_and_constraints_judge(tmp_path, compose):
+    from evals.core.config import length_fields
+
+    def reference_lengths(*extra):
+        cfg = compose(*TINY, "data.books=[persuasion]", "eval.lengths=[1024,4096]", "scaling=yarn", *extra)
+        job = parse_job(cfg, tmp_path / "job", multirun=True)
+        if job.reference is None:
+            return None
+        return [L for name in length_fields(job.reference.eval.config) for L in job.reference.eval_cfg[name]]
+
+    assert reference_lengths() == [1024, 2048]  # not a search: the verdict's lengths (2048 for the ratio at 4096)
+    assert reference_lengths("objective=ppl@4096") is None  # a plain value needs no unscaled run
+    assert reference_lengths("objective=ppl@4096", 'constraints=["ppl_retention@1024>=0.9"]') == [1024]
+    assert reference_lengths("objective=ppl_ratio@4096") == [2048]

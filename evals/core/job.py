@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from importlib import metadata
@@ -323,6 +324,25 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     return replace(job, reference=parse_reference(cfg, job))
 
 
+def search_reference_lengths(cfg, trained: int) -> set[int] | None:
+    """In a search (``objective=`` set): the unscaled lengths its objective and constraints need -- a retention or
+    ratio at L is judged against the unscaled model at L (up to the trained context) or at the trained context
+    (beyond it); a plain value (ppl@16384) needs none. None outside a search: the verdict's own lengths."""
+    objective = cfg.get("objective")
+    if objective in (None, "", []):
+        return None
+    texts = [str(o) for o in (objective if not isinstance(objective, str) and hasattr(objective, "__iter__")
+                              else [objective])]
+    texts += [re.split(r"[<>]=", str(c))[0] for c in cfg.get("constraints") or []]
+    needed = set()
+    for text in texts:
+        match = re.match(r"^(.+)@(\d+)$", text.strip())
+        if match and match.group(1).endswith(("_retention", "_ratio")) or match and match.group(1).startswith("verdict"):
+            length = int(match.group(2))
+            needed.add(length if length <= trained else trained)
+    return needed
+
+
 def parse_reference(cfg, job: Job) -> Job | None:
     """The unscaled job the verdict compares a scaled one with (LongRoPE2, arXiv 2502.20082, for short-context
     retention): the same model, evals and data without scaling, at the lengths the verdict compares with
@@ -343,6 +363,14 @@ def parse_reference(cfg, job: Job) -> Job | None:
                 part[name] = reference_lengths_for([int(L) for L in part[name]], trained)
         if part_spec.reference:
             part_spec.reference(part)
+    needed = search_reference_lengths(cfg, trained)
+    if needed is not None:  # a search's trial: only the lengths its objective and constraints judge
+        for part_spec, part, _ in parts(job.eval, node.eval):
+            for name in length_fields(part_spec.config):
+                if part.get(name) is not None:
+                    part[name] = [L for L in part[name] if L in needed]
+        if not needed:
+            return None
     root = job.out_dir.parent if job.multirun else job.out_dir
     provisional = parse_job(node, root / "baseline", job.multirun, model=job.model)
     # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
