@@ -154,6 +154,12 @@ def figures(search, study) -> dict:
         retitle(axes, f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
         if name == "search_history":
             log_scale_if_wide(axes)
+        if name == "search_parallel":  # long parameter names side by side: slanted, smaller, so they do not overlap
+            for label in axes.get_xticklabels():
+                label.set_rotation(25)
+                label.set_horizontalalignment("right")
+                label.set_fontsize("small")
+            axes.figure.subplots_adjust(bottom=0.22, left=0.16)
         if search.constraints and any(t.state.name == "COMPLETE" and not feasible(t) for t in study.trials):
             legend_infeasible(axes)
         found[name] = axes.figure
