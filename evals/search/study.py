@@ -130,9 +130,11 @@ class Search:
         for dim in self.space:
             param = self.strategy.params.get(dim.key.split(".", 1)[1]) if isinstance(dim, spaces.Scalar) else None
             default = None if param is None else param.default
+            if default is None:  # a per-dimension list, or a parameter without a published value
+                return []
             inside = default in dim.choices if dim.kind == "categorical" else (
                 isinstance(default, (int, float)) and not isinstance(default, bool) and dim.low <= default <= dim.high)
-            if default is None or not inside:
+            if not inside:
                 return []
             setting[dim.key] = default
         shown = ", ".join(f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]}={v}"
