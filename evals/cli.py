@@ -105,23 +105,37 @@ def main() -> int:
 
 
 def _sweep_preflight(argv: list[str]) -> list[str]:
-    """Before a sweep (``-m``, not a search) starts: its first job's config composed, checked and its budget said
-    (:func:`evals.report.target_preflight`); raises a UserError for what would fail every job."""
+    """Before a sweep (``-m``, not a search) for a target (``target=`` or ``experiment=compare``) starts: its first
+    job's config composed, checked and its budget said (:func:`evals.report.target_preflight`); raises a UserError
+    for what would fail every job. Any sweep it cannot compose alone (Hydra's range()/choice()/glob(), a user config
+    dir) is left to Hydra, unchecked here."""
     from hydra import compose, initialize_config_dir
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     args = get_args_parser().parse_args(argv)
-    if not args.multirun or args.cfg or any(o.startswith(("hydra/sweeper=", "target=")) and "," in o for o in args.overrides) \
-            or any(o.startswith("hydra/sweeper=") for o in args.overrides):
+    keys = [o.split("=", 1)[0] for o in args.overrides]
+    wanted = "target" in keys or "experiment=compare" in args.overrides
+    if not args.multirun or args.cfg or not wanted or args.config_dir or args.config_name or "hydra/sweeper" in keys:
         return []
     from .report import target_preflight
 
-    single = [o.split(",")[0] if "=" in o and "," in o.split("=", 1)[1] and not o.split("=", 1)[1].startswith("[")
-              else o for o in args.overrides]
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(config_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=single, return_hydra_config=True)
+    try:
+        parsed = OverridesParser.create().parse_overrides(args.overrides)
+        first = []
+        for override in parsed:
+            if override.is_sweep_override():
+                value = next(iter(override.sweep_string_iterator()))
+                first.append(f"{override.get_key_element()}={value}")
+            else:
+                first.append(override.input_line)
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=first, return_hydra_config=True)
+    except Exception:  # noqa: BLE001 -- not composable alone: Hydra composes and reports it as usual
+        GlobalHydra.instance().clear()
+        return []
     from omegaconf import open_dict
 
     with open_dict(cfg):

@@ -78,9 +78,15 @@ def patch_checked(model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot
     positions = probe_positions(trained)
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
     before = _observe(model, positions) if scaling.scales_frequencies else None
+    own = {slot: tuple(slot.frequencies(model)) for slot in (slots if slots is not None else find_rotary_slots(model))}
     patch = RopePatch(model, scaling, slots=slots)
     if not changes:
         return patch, {"changed": [], "unchanged": [], "how": "none: nothing to change"}
+    if scaling.scales_frequencies and not scaling.scales_query and not scaling.scales_attention and not scaling.dynamic \
+            and all(torch.equal(slot.frequencies(model)[0], own[slot][0]) and slot.frequencies(model)[1] == own[slot][1]
+                    for slot in patch.slots if slot in own):
+        # a setting that is the model's own RoPE (factor 1, p-RoPE keeping every pair, the model's base): nothing to see
+        return patch, {"changed": [], "unchanged": [], "how": "an identity setting: the frequencies are the model's own"}
     try:
         found = _check(model, patch, positions, before)
     except Exception:

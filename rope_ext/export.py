@@ -74,10 +74,15 @@ def covered(scaling: Scaling, trained: int) -> int:
     return round(trained * factor)
 
 
+def _trained(scaling: Scaling, geo: Geometry) -> int:
+    # the trained context the scaling was resolved with (scaling.original_max_position), else the model's
+    return int(scaling.params.get("original_max_position") or geo.trained)
+
+
 def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
     """The ``rope_parameters`` of one scaled layer type, as the installed transformers reads them; Unsupported where
     transformers has no rope type that computes the same frequencies."""
-    p, name, L = scaling.params, scaling.name, geo.trained
+    p, name, L = scaling.params, scaling.name, _trained(scaling, geo)
     if name == "none":
         return {"rope_type": "default", "rope_theta": geo.base}
     if name == "linear":
@@ -127,7 +132,7 @@ def transformers_config(scaling: Scaling, geo: Geometry, model_config: dict | No
     unscaled types keep the model's own) and ``max_position_embeddings`` (what the scaling covers; the trained
     context for dynamic NTK, which transformers grows from it)."""
     scaled = rope_parameters(scaling, geo)
-    longest = geo.trained if scaling.name == "dynamic_ntk" else covered(scaling, geo.trained)
+    longest = _trained(scaling, geo) if scaling.name == "dynamic_ntk" else covered(scaling, _trained(scaling, geo))
     types = _scaled_types(scaling, geo)
     own = dict((model_config or {}).get("rope_parameters") or {})
     if types is not None and scaled.get("truncate") is False:
@@ -155,7 +160,12 @@ def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: 
         config = transformers_config(scaling, geo, model_config)
     except Unsupported as err:
         raise Unsupported(str(err).replace("transformers", engine, 1)) from None
-    return config["rope_parameters"], config["max_position_embeddings"]
+    rope = config["rope_parameters"]
+    for entry in ([rope] if "rope_type" in rope else rope.values()):
+        if entry.get("rope_type") == "yarn":
+            # vLLM's and SGLang's YaRN read attn_factor (not attention_factor) and multiply it by 0.1 ln s + 1 themselves
+            entry["attn_factor"] = entry["attention_factor"] / yarn_mscale(entry["factor"])
+    return rope, config["max_position_embeddings"]
 
 
 def vllm(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
@@ -209,7 +219,7 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
             any("sliding" in t for t in geo.scaled_types):
         raise Unsupported("llama.cpp scales the global layers only (its *_swa rope settings are the GGUF's): sliding "
                           "layers cannot be scaled with flags")
-    n_ctx = covered(scaling, geo.trained)
+    n_ctx = covered(scaling, _trained(scaling, geo))
     if name == "none":
         args = {"rope_scaling_type": 0}
     elif name == "linear":
@@ -225,7 +235,7 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
                               "has truncate=false")
         attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
         # llama.cpp multiplies by yarn_attn_factor * (1 + 0.1 ln s) itself
-        args = {"rope_scaling_type": 2, "rope_freq_scale": 1 / p["factor"], "yarn_orig_ctx": geo.trained,
+        args = {"rope_scaling_type": 2, "rope_freq_scale": 1 / p["factor"], "yarn_orig_ctx": _trained(scaling, geo),
                 "yarn_ext_factor": 1.0, "yarn_attn_factor": attention / yarn_mscale(p["factor"]),
                 "yarn_beta_fast": p["beta_fast"], "yarn_beta_slow": p["beta_slow"]}
     elif name == "self_extend":

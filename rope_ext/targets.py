@@ -19,6 +19,11 @@ from typing import Mapping
 from .strategies import STRATEGIES, Scaling, ScalingError, resolve, resolve_name
 
 
+class TargetError(ScalingError):
+    """A strategy that cannot be set up for the target: below the trained context, a rule with no valid setting, or
+    an explicit value that does not reach it."""
+
+
 @dataclass(frozen=True)
 class Derived:
     """A scaling config set up for a target: the config (unset keys filled in) and, per derived key, its value
@@ -50,8 +55,8 @@ def for_target(config: Mapping, trained: int, target: int) -> Derived:
     if not strategy.targets:
         return Derived(config, {})
     if target < trained:
-        raise ScalingError(f"target={target} is below the trained context {trained}: '{name}' only extends a model's "
-                           f"context; give a target >= {trained} (e.g. 2x)")
+        raise TargetError(f"target={target} is below the trained context {trained}: '{name}' only extends a model's "
+                          f"context; give a target >= {trained} (e.g. 2x)")
     params = {key: config.get(key) if config.get(key) is not None else param.default
               for key, param in strategy.params.items() if key not in strategy.targets}
     params["original_max_position"] = config.get("original_max_position") or trained
@@ -60,7 +65,12 @@ def for_target(config: Mapping, trained: int, target: int) -> Derived:
         if config.get(key) is not None:
             params[key] = config[key]
             continue
-        value, reason = rule(params, trained, target)
+        try:
+            value, reason = rule(params, trained, target)
+        except TargetError:
+            raise
+        except ScalingError as err:  # a rule with no valid setting for this target
+            raise TargetError(str(err)) from None
         params[key] = config[key] = value
         why[key] = (value, reason)
     return Derived(config, why)
@@ -100,5 +110,5 @@ def set_up(config: Mapping, trained: int, target: int) -> tuple[Scaling, Derived
         given = [k for k in derives(scaling.name) if k not in derived.why]
         hint = (f"; the target sets {', '.join(derives(scaling.name))} when left unset (given: {', '.join(given)})"
                 if given else "")
-        raise ScalingError(f"target={target} cannot be reached: {problems[0]}{hint}")
+        raise TargetError(f"target={target} cannot be reached: {problems[0]}{hint}")
     return scaling, derived

@@ -111,6 +111,20 @@ def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting,
     assert "\n" not in str(err.value)
 
 
+def test_vllm_and_sglang_get_yarns_attention_factor_as_their_own_attn_factor():
+    from rope_ext.strategies import yarn_mscale
+
+    model = family_model("llama")
+    for setting, expected in (({"name": "yarn", "factor": 4}, 1.0), ({"name": "ntk_by_parts", "factor": 4},
+                                                                      1 / yarn_mscale(4.0))):
+        scaling = rope_ext.resolve(setting, TRAINED)
+        vllm = export(scaling, geometry(model, scaling), "vllm", model.config.to_dict())
+        # vLLM and SGLang multiply attn_factor by 0.1 ln s + 1 themselves and never read attention_factor
+        assert vllm["hf_overrides"]["rope_parameters"]["attn_factor"] == pytest.approx(expected)
+        sglang = export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
+        assert sglang["json_model_override_args"]["rope_scaling"]["attn_factor"] == pytest.approx(expected)
+
+
 def test_dca_goes_to_vllm_and_sglang_as_qwen_dual_chunk_attention():
     model = family_model("qwen2")
     scaling = rope_ext.resolve({"name": "dca"}, TRAINED)

@@ -80,3 +80,12 @@ def test_an_attention_layer_that_bypasses_the_hook_is_caught_for_attention_level
     patch, found = patch_checked(model, rope_ext.resolve({"name": "yarn", "factor": 4}, TRAINED), trained=TRAINED)
     assert found["changed"] == ["model.layers.0.self_attn"] and found["unobserved"] == 1
     patch.restore()
+
+
+@pytest.mark.parametrize("setting", [{"name": "linear", "factor": 1}, {"name": "yarn", "factor": 1},
+                                     {"name": "p_rope", "fraction": 1.0}], ids=lambda s: s["name"])
+def test_a_setting_that_is_the_models_own_rope_is_not_a_false_alarm(setting):
+    model = family_model("gemma3")
+    patch, found = patch_checked(model, rope_ext.resolve(setting, TRAINED), trained=TRAINED)
+    assert found["changed"] == [] and "identity setting" in found["how"]
+    patch.restore()

@@ -362,3 +362,12 @@ def test_a_search_trial_runs_only_the_references_its_objective_and_constraints_j
     assert reference_lengths("objective=ppl@4096") is None  # a plain value needs no unscaled run
     assert reference_lengths("objective=ppl@4096", 'constraints=["ppl_retention@1024>=0.9"]') == [1024]
     assert reference_lengths("objective=ppl_ratio@4096") == [2048]
+
+
+def test_a_search_suite_reference_keeps_only_the_evals_whose_lengths_are_judged(tmp_path, compose):
+    cfg = compose(*TINY, "data.books=[persuasion]", "eval=suite", "eval.run=[perplexity,passkey]",
+                  "eval.perplexity.lengths=[1024,4096]", "eval.passkey.lengths=[4096]", "scaling=yarn",
+                  "objective=ppl@4096", 'constraints=["ppl_retention@1024>=0.9"]')
+    job = parse_job(cfg, tmp_path / "job", multirun=True)
+    assert list(job.reference.eval_cfg.run) == ["perplexity"]  # passkey's reference would have no length left
+    assert list(job.reference.eval_cfg.perplexity.lengths) == [1024]

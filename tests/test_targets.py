@@ -111,6 +111,8 @@ def test_a_run_with_a_target_records_its_derivation_and_answers_for_the_target(r
     (["scaling=string", "target=2x"], "scaling 'string' cannot reach 16384 tokens"),
     (["target=2x", "verdict.target=4x"], "target=2x (16384 tokens) and verdict.target=4x disagree"),
     (["eval.lengths=[1x,target]"], "eval.lengths has 'target', but no target= is set"),
+    # a bad setting is a bad setting, not "cannot reach" (which a sweep records as an answer)
+    (["scaling=longrope", "target=2x"], "scaling 'longrope' needs short_factor, long_factor"),
 ])
 def test_a_bad_target_is_one_line_and_exit_2_before_the_model_loads(args, message, run_cli):
     result = run_cli(*args, "logger=none")
@@ -162,3 +164,18 @@ def test_one_command_compares_every_method_at_the_target_and_ends_in_the_ranked_
     assert (sweep / "report_answer.txt").read_text().startswith("at 1024 (2x) on tinyllama[random]: ")
     assert json.loads((sweep / "4_tinyllama_yarn_to2x" / "deploy" / "transformers.json").read_text())[
         "rope_parameters"]["factor"] == 2.0
+
+
+def test_a_fractional_target_passes_the_syntax_check_and_a_sweep_preflight_leaves_hydras_sweeps_alone(compose):
+    from evals.cli import _sweep_preflight
+    from evals.core.job import parse_target
+
+    assert parse_target(compose("target=0.5x")) is None  # the syntax only: 0.5x is a length (4096 on SmolLM2)
+    assert parse_target(compose("target=0.5x"), 8192) == 4096
+    # Hydra's own sweep syntax composes (the first value) and counts as Hydra expands it
+    assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=range(2,5)", "target=2x"])[0].startswith(
+        "budget: 3 jobs (+ the unscaled reference once)")
+    assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=choice(2,4)", "target=2x"])[0].startswith(
+        "budget: 2 jobs")
+    assert _sweep_preflight(["-m", "scaling=glob(yarn*)", "target=2x"]) == []  # not composable alone: Hydra's
+    assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=range(2,5)"]) == []  # no target: not ours

@@ -101,7 +101,8 @@ class EvalContext:
             return
         line = (f"patch check: {self.job.scaling.label} changed {len(checked['changed'])} attention layers (layer types "
                 f"{', '.join(checked['targeted_types'])}), left {len(checked['unchanged'])} unchanged, as declared; "
-                f"seen in {checked['how']}")
+                f"seen in {checked['how']}" if "targeted_types" in checked else
+                f"patch check: {self.job.scaling.label}: {checked['how']}")
         log.info(line)
         self.output.summary({"patch_check": f"ok: {len(checked['changed'])} changed, {len(checked['unchanged'])} unchanged"})
 

@@ -27,7 +27,7 @@ from typing import Any
 import rope_ext
 from omegaconf import OmegaConf
 
-from rope_ext.targets import set_up, shortfalls
+from rope_ext.targets import TargetError, set_up, shortfalls
 
 from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options,
                      identity_fields, length_fields, parse_length, resolve_lengths)
@@ -105,7 +105,7 @@ def parse_target(cfg, trained: int | None = None) -> int | None:
     value = cfg.get("target")
     if value in (None, ""):
         return None
-    target = parse_length(value, trained or 1, "target")
+    target = parse_length(value, trained or 1 << 20, "target")  # without trained: the syntax (0.5x is fine)
     if target < 1:
         raise ConfigError(f"target={value} is not a positive length: give tokens (32768) or a multiple of the trained "
                           f"context, e.g. target=4x")
@@ -130,7 +130,7 @@ def parse_scaling(cfg, model: ResolvedModel, longest: int | None, target: int | 
         else:
             try:
                 scaling, setup = set_up(_container(cfg), model.trained_context, target)
-            except rope_ext.ScalingError as err:
+            except TargetError as err:  # only this is "cannot reach"; any other bad value stays a config error
                 raise TargetUnreachable(str(err)) from None
             derived = setup.why
         if model.slots is None or scaling.name == "none":  # nothing to patch
@@ -365,12 +365,17 @@ def parse_reference(cfg, job: Job) -> Job | None:
             part_spec.reference(part)
     needed = search_reference_lengths(cfg, trained)
     if needed is not None:  # a search's trial: only the lengths its objective and constraints judge
+        left = []
         for part_spec, part, _ in parts(job.eval, node.eval):
-            for name in length_fields(part_spec.config):
-                if part.get(name) is not None:
-                    part[name] = [L for L in part[name] if L in needed]
-        if not needed:
+            fields = [name for name in length_fields(part_spec.config) if part.get(name) is not None]
+            for name in fields:
+                part[name] = [L for L in part[name] if L in needed]
+            if any(part[name] for name in fields):
+                left.append(part_spec.name)
+        if not left:
             return None
+        if job.eval.parts is not None:  # a suite: only its evals that still have a length to judge
+            node.eval.run = [name for name in node.eval.run if name in left]
     root = job.out_dir.parent if job.multirun else job.out_dir
     provisional = parse_job(node, root / "baseline", job.multirun, model=job.model)
     # one directory per reference, named by its key: every job of a sweep (any model, data) finds its own
@@ -397,7 +402,7 @@ def target_setup(cfg) -> list[str]:
     with scaling_errors_as_user_errors():
         try:
             scaling, setup = set_up(_container(cfg.scaling), model.trained_context, target)
-        except rope_ext.ScalingError as err:
+        except TargetError as err:
             raise TargetUnreachable(str(err)) from None
     job = Job(name="", model=model, scaling=scaling, scaled=None, eval=None, eval_cfg=None, data_cfg=None, seed=0,
               config={"target": cfg.get("target")}, identity={}, key="", out_dir=Path("."), logger=None, force=False,

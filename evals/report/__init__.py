@@ -556,7 +556,7 @@ class ReportCallback(Callback):
     def on_multirun_start(self, config, **kwargs) -> None:
         """Mark this sweep's jobs (their processes inherit the variable), so its end judges only its own; count them."""
         os.environ[SWEEP] = uuid.uuid4().hex
-        self._jobs = None if is_search(config) else _sweep_size(config)
+        self._jobs = None if is_search(config) else _sweep_size(config) or None
         self._finished, self._since = 0, time.monotonic()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
@@ -608,14 +608,20 @@ def _uses_target(node) -> bool:
 
 
 def _sweep_size(config) -> int:
-    """How many jobs a basic sweep launches: the product of its swept values (the command line's and the sweeper's)."""
-    overrides = [o for o in config.hydra.overrides.task if "," in o.split("=", 1)[-1] and not o.split("=", 1)[-1].startswith("[")]
-    swept = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides}
-    for key, value in (config.hydra.sweeper.get("params") or {}).items():
-        swept.setdefault(key, str(value))
+    """How many jobs a basic sweep launches: the product of its swept values (the command line's and the sweeper's),
+    as Hydra expands them (``a,b``, ``choice(...)``, ``range(...)``); 0 when it cannot tell (``glob``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = list(config.hydra.overrides.task)
+    given = {line.split("=", 1)[0] for line in lines}
+    lines += [f"{key}={value}" for key, value in (config.hydra.sweeper.get("params") or {}).items() if key not in given]
     size = 1
-    for value in swept.values():
-        size *= len([v for v in value.split(",") if v.strip()])
+    try:
+        for override in OverridesParser.create().parse_overrides(lines):
+            if override.is_sweep_override():
+                size *= len(list(override.sweep_string_iterator()))
+    except Exception:  # noqa: BLE001 -- an estimate only
+        return 0
     return size
 
 
@@ -639,7 +645,8 @@ def target_preflight(config) -> list[str]:
     books = len(config.data.get("books") or []) or 1
     work = forwards(config.eval, model.trained_context, target, books)
     roots = [*config.get("resume_from", []), config.hydra.sweep.dir]
-    return describe(_sweep_size(config), work, measured_seconds(roots, model.name)) if work else []
+    jobs = _sweep_size(config)
+    return describe(jobs, work, measured_seconds(roots, model.name)) if work and jobs else []
 
 
 def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
