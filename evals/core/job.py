@@ -36,6 +36,7 @@ from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_error
 from .files import cache_dir, unwritable
 from .models import ResolvedModel, check_attention_hook, resolve_model
 from .registry import EVALS, EvalSpec
+from .verdict import AT
 
 KEY_PACKAGES = ("torch", "transformers", "gguf", "lm-eval")
 
@@ -336,7 +337,7 @@ def search_reference_lengths(cfg, trained: int) -> set[int] | None:
     texts += [re.split(r"[<>]=", str(c))[0] for c in cfg.get("constraints") or []]
     needed = set()
     for text in texts:
-        match = re.match(r"^(.+)@(\d+)$", text.strip())
+        match = AT.match(text.strip())
         if match and match.group(1).endswith(("_retention", "_ratio")) or match and match.group(1).startswith("verdict"):
             length = int(match.group(2))
             needed.add(length if length <= trained else trained)
@@ -395,8 +396,9 @@ def target_setup(cfg) -> list[str]:
     """What ``target=`` sets up for a composed config, as :func:`describe_target` prints it at a job's start, for
     ``python run.py --cfg job target=4x scaling=...`` (which shows the config before anything is derived); a
     UserError (one line) when the target is bad or cannot be reached. Empty without a target."""
-    if parse_target(cfg) is None and cfg.get("target") in (None, ""):
+    if cfg.get("target") in (None, ""):
         return []
+    parse_target(cfg)  # the syntax, before the model's geometry is read
     model = resolve_model(cfg.model, geometry=False, weights=False)
     target = parse_target(cfg, model.trained_context)
     with scaling_errors_as_user_errors():
