@@ -27,7 +27,7 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup run lint test test-slow test-all clean
+.PHONY: setup run lint format test test-slow test-all clean
 setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
 
 $(STAMP): pyproject.toml
@@ -56,8 +56,14 @@ run: setup
 
 # pytest exits 5 when a selection holds no test; that is not a failure here
 PYTEST = $(BIN)/python -m pytest -q
+LINTED = rope_ext evals tests bench hydra_plugins run.py
+# ruff: the format (line length 120, pyproject.toml) and pyflakes' checks; `make format` rewrites the format
 lint: setup
-	$(BIN)/python -m ruff check rope_ext evals tests bench hydra_plugins run.py
+	$(BIN)/python -m ruff format --check $(LINTED)
+	$(BIN)/python -m ruff check $(LINTED)
+
+format: setup
+	$(BIN)/python -m ruff format $(LINTED)
 
 test: setup lint
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -85,9 +85,15 @@ def measure(args) -> dict:
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if cuda else memory.peak - memory.start
-    return {"method": args.method, "setting": METHODS[args.method], "length": args.length,
-            "seconds": round(seconds, 2), "peak_gib": round(peak / 2**30, 3), "threads": torch.get_num_threads(),
-            "device": str(device)}
+    return {
+        "method": args.method,
+        "setting": METHODS[args.method],
+        "length": args.length,
+        "seconds": round(seconds, 2),
+        "peak_gib": round(peak / 2**30, 3),
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+    }
 
 
 def main() -> None:
@@ -107,9 +113,24 @@ def main() -> None:
     methods = [m for m in args.methods.split(",") if m != "none"]
     results = []
     for method in ["none", *methods, "none"]:
-        command = [sys.executable, __file__, "--method", method, "--model", args.model, "--weights", args.weights,
-                   "--device", args.device, "--dtype", args.dtype, "--length", str(args.length),
-                   "--override", *args.override]
+        command = [
+            sys.executable,
+            __file__,
+            "--method",
+            method,
+            "--model",
+            args.model,
+            "--weights",
+            args.weights,
+            "--device",
+            args.device,
+            "--dtype",
+            args.dtype,
+            "--length",
+            str(args.length),
+            "--override",
+            *args.override,
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
@@ -122,8 +143,10 @@ def main() -> None:
     print("\n| method | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|")
     for r in results:
         setting = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "name") or "defaults"
-        print(f"| {r['method']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "
-              f"| {r['peak_gib'] / peak:.2f} |")
+        print(
+            f"| {r['method']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "
+            f"| {r['peak_gib'] / peak:.2f} |"
+        )
 
 
 if __name__ == "__main__":

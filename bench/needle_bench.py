@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
@@ -48,9 +47,18 @@ def main() -> int:
 
     load_evals()
     register_configs()
-    overrides = [f"model={args.model}", f"model.weights={args.weights}", f"scaling={args.scaling}", "eval=needle",
-                 f"eval.lengths=[{args.lengths}]", f"eval.depths=[{args.depths}]", f"eval.trials={args.trials}",
-                 f"eval.scoring={args.scoring}", "logger=none", *args.override]
+    overrides = [
+        f"model={args.model}",
+        f"model.weights={args.weights}",
+        f"scaling={args.scaling}",
+        "eval=needle",
+        f"eval.lengths=[{args.lengths}]",
+        f"eval.depths=[{args.depths}]",
+        f"eval.trials={args.trials}",
+        f"eval.scoring={args.scoring}",
+        "logger=none",
+        *args.override,
+    ]
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     rows, answers = [], {}
@@ -59,18 +67,30 @@ def main() -> int:
         with started(job, Path(tmp)) as ctx:
             model = ctx.model()  # load outside the timed region
             if args.chunks:
-                return chunk_costs(model, int(args.lengths.split(",")[-1]),
-                                   [int(c) for c in args.cached.split(",")], [int(c) for c in args.chunks.split(",")])
+                return chunk_costs(
+                    model,
+                    int(args.lengths.split(",")[-1]),
+                    [int(c) for c in args.cached.split(",")],
+                    [int(c) for c in args.chunks.split(",")],
+                )
             for share in (False, True):
                 cfg.eval.prefix_sharing = share
                 started = time.perf_counter()
                 summary = evaluate(cfg.eval, ctx)
                 seconds = time.perf_counter() - started
                 trials = [json.loads(line) for line in (Path(tmp) / "needle_trials.jsonl").read_text().splitlines()]
-                answers[share] = {(t["length"], t["depth"], t["trial"]): t.get("answer", t.get("tf_correct")) for t in trials}
-                rows.append({"mode": "shared prefix" if share else "cell by cell", "seconds": round(seconds, 1),
-                             "tokens_computed": summary["needle_tokens_computed"], "mean_acc": summary["needle_mean_acc"],
-                             "device": str(next(model.parameters()).device)})
+                answers[share] = {
+                    (t["length"], t["depth"], t["trial"]): t.get("answer", t.get("tf_correct")) for t in trials
+                }
+                rows.append(
+                    {
+                        "mode": "shared prefix" if share else "cell by cell",
+                        "seconds": round(seconds, 1),
+                        "tokens_computed": summary["needle_tokens_computed"],
+                        "mean_acc": summary["needle_mean_acc"],
+                        "device": str(next(model.parameters()).device),
+                    }
+                )
     same = answers[False] == answers[True]
     print(json.dumps({"config": overrides, "rows": rows, "identical_answers": same}))
     print("\n| mode | seconds | tokens computed | mean accuracy |\n|---|---|---|---|")
@@ -110,8 +130,16 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
                 shared.cached = prompt[:cached]
                 shared.prefill(prompt, prompt[:0])
 
-            rows.append({"length": length, "cached": cached, "chunk": chunk, "extend_s": round(best_of_2(extend), 2),
-                         "fresh_s": round(fresh_tail, 2), "whole_fresh_s": round(whole, 2)})
+            rows.append(
+                {
+                    "length": length,
+                    "cached": cached,
+                    "chunk": chunk,
+                    "extend_s": round(best_of_2(extend), 2),
+                    "fresh_s": round(fresh_tail, 2),
+                    "whole_fresh_s": round(whole, 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     print("\n| cached | chunk | extend (s) | fresh prefill of the same tokens (s) |\n|---|---|---|---|")
     for r in rows:

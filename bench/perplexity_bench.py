@@ -38,8 +38,16 @@ def load(args):
     load_evals()
     register_configs()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose("config", overrides=[f"model={args.model}", f"model.weights={args.weights}",
-                                           f"model.device={args.device}", f"model.dtype={args.dtype}", *args.override])
+        cfg = compose(
+            "config",
+            overrides=[
+                f"model={args.model}",
+                f"model.weights={args.weights}",
+                f"model.device={args.device}",
+                f"model.dtype={args.dtype}",
+                *args.override,
+            ],
+        )
     loaded = load_model(resolve_model(cfg.model, geometry=False, weights=True))
     need = max(args.lengths + [args.tokens or 0])
     vocab = loaded.model.get_input_embeddings().num_embeddings
@@ -54,7 +62,9 @@ def flops(model, lengths):
     # 2 * params * tokens (matmuls) + causal attention 2 * L^2 * hidden per layer (QK^T and AV, halved)
     config = model.config.get_text_config()
     params = sum(p.numel() for p in model.parameters())
-    attention_width = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    attention_width = config.num_attention_heads * getattr(
+        config, "head_dim", config.hidden_size // config.num_attention_heads
+    )
     return sum(2 * params * L + 2 * L * L * attention_width * config.num_hidden_layers for L in lengths)
 
 
@@ -129,9 +139,18 @@ def run_mode(args) -> dict:
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     scored_lengths = {"body": lengths[-1:], "forward": lengths[-1:], "prefix": lengths[-1:], "per_length": lengths}
-    result = {"mode": args.mode, "model": args.model, "weights": args.weights, "device": str(device),
-              "dtype": str(loaded.dtype).replace("torch.", ""), "lengths": lengths, "seconds": round(seconds, 3),
-              "peak_gib": round(peak / 2**30, 2), "oom": oom, "values": values}
+    result = {
+        "mode": args.mode,
+        "model": args.model,
+        "weights": args.weights,
+        "device": str(device),
+        "dtype": str(loaded.dtype).replace("torch.", ""),
+        "lengths": lengths,
+        "seconds": round(seconds, 3),
+        "peak_gib": round(peak / 2**30, 2),
+        "oom": oom,
+        "values": values,
+    }
     if args.mode in scored_lengths and not oom:
         tflops = flops(model, scored_lengths[args.mode]) / seconds / 1e12
         result["tflops"] = round(tflops, 1)
@@ -154,7 +173,9 @@ def main() -> int:
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--chunk-tokens", type=int, default=2048)
     parser.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak (H100 SXM: 989)")
-    parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides, e.g. model.architecture.num_hidden_layers=2")
+    parser.add_argument(
+        "--override", nargs="*", default=[], help="extra Hydra overrides, e.g. model.architecture.num_hidden_layers=2"
+    )
     parser.add_argument("--out", default=None, help="append JSON lines here")
     parser.add_argument("--mode", default=None, help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
@@ -177,10 +198,14 @@ def main() -> int:
         if args.out:
             with open(args.out, "a") as handle:
                 handle.write(json.dumps(row) + "\n")
-    print("\n| mode | lengths | seconds | peak GiB | TFLOP/s | MFU | tokens/s | OOM |\n|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| mode | lengths | seconds | peak GiB | TFLOP/s | MFU | tokens/s | OOM |\n|---|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['mode']} | {','.join(map(str, r.get('lengths', [])))} | {r.get('seconds', '-')} | {r.get('peak_gib', '-')} "
-              f"| {r.get('tflops', '-')} | {r.get('mfu', '-')} | {r.get('tokens_per_s', '-')} | {r.get('oom', r.get('error', ''))} |")
+        print(
+            f"| {r['mode']} | {','.join(map(str, r.get('lengths', [])))} | {r.get('seconds', '-')} | {r.get('peak_gib', '-')} "
+            f"| {r.get('tflops', '-')} | {r.get('mfu', '-')} | {r.get('tokens_per_s', '-')} | {r.get('oom', r.get('error', ''))} |"
+        )
     return 0
 
 

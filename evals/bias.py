@@ -35,8 +35,11 @@ MODES = ("zero", "center")
 def biased(model: nn.Module, tensor: str) -> list[tuple[str, nn.Linear]]:
     """(name, module) of every ``<tensor>_proj`` linear with a bias, in model order."""
     suffix = PROJECTIONS[tensor]
-    return [(name, module) for name, module in model.named_modules()
-            if name.rsplit(".", 1)[-1] == suffix and getattr(module, "bias", None) is not None]
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if name.rsplit(".", 1)[-1] == suffix and getattr(module, "bias", None) is not None
+    ]
 
 
 def layer_bias(attention: nn.Module, tensor: str) -> torch.Tensor | None:
@@ -58,8 +61,10 @@ def check(tensors, model, why: str, error: type[UserError] = UserError) -> None:
     missing = [t for t in tensors if not biased(meta, t)]
     if missing:
         names = ", ".join(PROJECTIONS[t] for t in missing)
-        raise error(f"{why}={list(tensors)} but model '{model.name}' ({model.config.model_type}) has no bias on {names}; "
-                    f"it needs a model with q/k/v biases (model=qwen25)")
+        raise error(
+            f"{why}={list(tensors)} but model '{model.name}' ({model.config.model_type}) has no bias on {names}; "
+            f"it needs a model with q/k/v biases (model=qwen25)"
+        )
 
 
 def _center_shifts(model: nn.Module, modules: list[nn.Linear], calibrate: Callable[[nn.Module], None]) -> dict:
@@ -86,15 +91,18 @@ def _norm(modules) -> float:
 
 
 @contextlib.contextmanager
-def ablated(model: nn.Module, tensors, mode: str = "zero",
-            calibrate: Callable[[nn.Module], None] | None = None) -> Iterator[dict]:
+def ablated(
+    model: nn.Module, tensors, mode: str = "zero", calibrate: Callable[[nn.Module], None] | None = None
+) -> Iterator[dict]:
     """The model with the named biases changed (``zero`` or ``center``; ``center`` runs ``calibrate(model)`` once);
     yields what was done, per tensor the mean bias norm before and after. Restored exactly on exit."""
     if mode not in MODES:
         raise ValueError(f"ablation mode {mode!r}; valid: {', '.join(MODES)}")
     found = {t: [m for _, m in biased(model, t)] for t in tensors}
     saved = {id(m): m.bias.detach().clone() for modules in found.values() for m in modules}
-    done = {t: {"mode": mode, "layers": len(modules), "bias_norm_before": _norm(modules)} for t, modules in found.items()}
+    done = {
+        t: {"mode": mode, "layers": len(modules), "bias_norm_before": _norm(modules)} for t, modules in found.items()
+    }
     try:
         with torch.no_grad():
             if mode == "zero":

@@ -59,8 +59,11 @@ def composition_error(err: BaseException) -> str:
         hint = f" Did you mean {close[0]}?" if close else ""
         group = group.strip().strip("'")
         return f"{group}={wanted} is not an option; available: {', '.join(names)}.{hint}"
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith(
-        ("To append", "full_key", "object_type", "reference_type"))]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(("To append", "full_key", "object_type", "reference_type"))
+    ]
     if cause is not None and str(cause).strip():
         lines.append(str(cause).splitlines()[0])
     return " ".join(dict.fromkeys(lines))
@@ -84,8 +87,14 @@ def main() -> int:
         app()
         shown = _derived_for_cfg(sys.argv[1:])
         if shown:
-            print("\n".join(["# set up for the target (derived when the job runs; an explicit scaling.<key>= wins):",
-                              *[f"# {line}" for line in shown]]))
+            print(
+                "\n".join(
+                    [
+                        "# set up for the target (derived when the job runs; an explicit scaling.<key>= wins):",
+                        *[f"# {line}" for line in shown],
+                    ]
+                )
+            )
     except (HydraException, OmegaConfBaseException) as err:
         print(f"error: {composition_error(err)}", file=sys.stderr)
         return 2
@@ -98,8 +107,11 @@ def main() -> int:
     except OSError as err:
         if not _making_hydra_dir(err):
             raise
-        print(f"error: the run directory {err.filename} cannot be created ({err.strerror or type(err).__name__}); "
-              f"choose a writable hydra.run.dir (hydra.sweep.dir with -m)", file=sys.stderr)
+        print(
+            f"error: the run directory {err.filename} cannot be created ({err.strerror or type(err).__name__}); "
+            f"choose a writable hydra.run.dir (hydra.sweep.dir with -m)",
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -31,8 +31,10 @@ def _results(run_dir: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ConfigError(f"{run_dir} has no readable results.json ({type(err).__name__}): give a finished run's "
-                          f"directory, a sweep's or a search's") from None
+        raise ConfigError(
+            f"{run_dir} has no readable results.json ({type(err).__name__}): give a finished run's "
+            f"directory, a sweep's or a search's"
+        ) from None
     if data.get("status") != "done":
         raise ConfigError(f"{run_dir} is not a finished run (status {data.get('status')}): export what finished")
     return data
@@ -52,16 +54,22 @@ def run_of(path: Path) -> Path:
         rows = list(csv.DictReader(ranking.open()))
         chosen = next((r for r in rows if r.get("answer") == "recommended"), None)
         if chosen is None:
-            raise ConfigError(f"{path}: the sweep recommends no strategy (report_answer.txt says why); export one of "
-                              f"its job directories instead")
+            raise ConfigError(
+                f"{path}: the sweep recommends no strategy (report_answer.txt says why); export one of "
+                f"its job directories instead"
+            )
         for results in sorted(path.glob("*/results.json")):
             data = json.loads(results.read_text())
-            if data.get("status") == "done" and (data.get("job") or {}).get("scaling") == chosen["strategy"] \
-                    and (data.get("job") or {}).get("role", "job") == "job":
+            if (
+                data.get("status") == "done"
+                and (data.get("job") or {}).get("scaling") == chosen["strategy"]
+                and (data.get("job") or {}).get("role", "job") == "job"
+            ):
                 return results.parent
         raise ConfigError(f"{path}: no finished job of the recommended {chosen['strategy']} found in the sweep")
-    raise ConfigError(f"{path} is neither a run (results.json), a search (search.json) nor a sweep with a report "
-                      f"(report_ranking.csv)")
+    raise ConfigError(
+        f"{path} is neither a run (results.json), a search (search.json) nor a sweep with a report (report_ranking.csv)"
+    )
 
 
 def from_run(run_dir: Path):
@@ -116,8 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         first = Path(args.source[0])
         if len(args.source) == 1 and "=" not in args.source[0]:
             if not first.exists():
-                raise ConfigError(f"{first} does not exist: give a run, sweep or search directory, or overrides "
-                                  f"(scaling=yarn target=4x)")
+                raise ConfigError(
+                    f"{first} does not exist: give a run, sweep or search directory, or overrides "
+                    f"(scaling=yarn target=4x)"
+                )
             run_dir = run_of(first)
             scaling, geo, model_config = from_run(run_dir)
         else:

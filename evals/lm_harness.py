@@ -43,7 +43,9 @@ class LmEvalConfig:
 
     name: str = "lm_eval"
     tasks: List[str] = option(["rope_ext_passkey", "rope_ext_books"], nonempty=True)
-    lengths: List[Any] = context_lengths([1024, 4096])  # tasks with per-length prompts (metadata max_seq_lengths); or 2x
+    lengths: List[Any] = context_lengths(
+        [1024, 4096]
+    )  # tasks with per-length prompts (metadata max_seq_lengths); or 2x
     num_fewshot: Optional[int] = option(None, minimum=0)
     limit: Optional[float] = option(None, above=0)  # documents per task (a fraction when < 1)
     batch_size: int = option(1, minimum=1, compare=False)
@@ -52,14 +54,18 @@ class LmEvalConfig:
     apply_chat_template: bool = False  # wrap prompts in the tokenizer's chat template (instruct models)
     fewshot_as_multiturn: bool = False  # with the chat template: few-shot examples as turns
     system_instruction: Optional[str] = None
-    log_samples: bool = option(False, key=False)  # every sample's prompt, response and score: lm_eval_samples_<task>.jsonl
+    log_samples: bool = option(
+        False, key=False
+    )  # every sample's prompt, response and score: lm_eval_samples_<task>.jsonl
     metadata: dict = field(default_factory=lambda: {"max_chars": 20000, "books": ["emma", "persuasion"]})
 
 
 def check_config(cfg, job=None) -> None:
     if "max_seq_lengths" in (cfg.metadata or {}):
-        raise HarnessError("eval.metadata.max_seq_lengths: the lengths are eval.lengths, as for every eval (tokens, or "
-                           "multiples of the trained context such as 2x)")
+        raise HarnessError(
+            "eval.metadata.max_seq_lengths: the lengths are eval.lengths, as for every eval (tokens, or "
+            "multiples of the trained context such as 2x)"
+        )
     if cfg.fewshot_as_multiturn and not cfg.apply_chat_template:
         raise HarnessError("eval.fewshot_as_multiturn=true needs eval.apply_chat_template=true")
     for path in cfg.include_path:
@@ -83,18 +89,25 @@ def check_tasks(manager, tasks) -> None:
     for task in tasks:
         if task not in known:
             close = difflib.get_close_matches(task, sorted(known), n=3)
-            raise HarnessError(f"unknown lm-eval task '{task}'" + (f"; did you mean {', '.join(close)}?" if close else "")
-                               + f" (rope_ext's offline tasks: {', '.join(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))})")
+            raise HarnessError(
+                f"unknown lm-eval task '{task}'"
+                + (f"; did you mean {', '.join(close)}?" if close else "")
+                + f" (rope_ext's offline tasks: {', '.join(sorted(p.stem for p in TASKS_DIR.glob('*.yaml')))})"
+            )
         entry = manager.task_index[task]  # groups and tags are checked by lm-eval itself
         if task in NETWORK_TASKS and not hub_reachable():
-            raise HarnessError(f"lm-eval task '{task}' downloads its documents (SQuAD / HotpotQA), and the Hugging Face "
-                               f"hub is not reachable. Offline, RULER's synthetic tasks: group rope_ext_ruler")
+            raise HarnessError(
+                f"lm-eval task '{task}' downloads its documents (SQuAD / HotpotQA), and the Hugging Face "
+                f"hub is not reachable. Offline, RULER's synthetic tasks: group rope_ext_ruler"
+            )
         if entry.yaml_path is None or Path(entry.yaml_path).parent == TASKS_DIR:
             continue
         dataset = _needs_hub(entry.cfg or load_yaml(entry.yaml_path, resolve_func=False))
         if dataset and not hub_reachable():
-            raise HarnessError(f"lm-eval task '{task}' needs dataset '{dataset}' from the Hugging Face hub, which is not "
-                               f"reachable. Offline tasks: rope_ext_passkey, rope_ext_needle, rope_ext_books")
+            raise HarnessError(
+                f"lm-eval task '{task}' needs dataset '{dataset}' from the Hugging Face hub, which is not "
+                f"reachable. Offline tasks: rope_ext_passkey, rope_ext_needle, rope_ext_books"
+            )
 
 
 def default_max_length(cfg, ctx) -> int:
@@ -103,10 +116,24 @@ def default_max_length(cfg, ctx) -> int:
     return max(extended, max(int(L) for L in cfg.lengths) + 64)
 
 
-def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: int, include_path=(), limit=None,
-                        num_fewshot=None, batch_size: int = 1, log_samples: bool = False, apply_chat_template: bool = False,
-                        fewshot_as_multiturn: bool = False, system_instruction: str | None = None, check: bool = True,
-                        defaults: bool = True, manager=None) -> dict:
+def run_simple_evaluate(
+    ctx,
+    tasks: list[str],
+    *,
+    metadata: dict,
+    max_length: int,
+    include_path=(),
+    limit=None,
+    num_fewshot=None,
+    batch_size: int = 1,
+    log_samples: bool = False,
+    apply_chat_template: bool = False,
+    fewshot_as_multiturn: bool = False,
+    system_instruction: str | None = None,
+    check: bool = True,
+    defaults: bool = True,
+    manager=None,
+) -> dict:
     """lm-eval's ``simple_evaluate`` of ``tasks`` on the job's loaded, patched model (HFLM around the model
     object and tokenizer; ``max_length`` always passed), our task directory always on the include path (with
     ``defaults=False`` the only one: lm-eval's own ~10 s task index is skipped), the model's tokenizer (GGUF
@@ -129,9 +156,18 @@ def run_simple_evaluate(ctx, tasks: list[str], *, metadata: dict, max_length: in
     tokenizer.model_max_length = max(max_length, saved[0] or 0)
     config.max_position_embeddings = max(max_length, saved[1] or 0)
     try:
-        output = simple_evaluate(model=lm, tasks=list(tasks), num_fewshot=num_fewshot, limit=limit, task_manager=manager,
-                                 log_samples=log_samples, metadata=metadata, apply_chat_template=apply_chat_template,
-                                 fewshot_as_multiturn=fewshot_as_multiturn, system_instruction=system_instruction)
+        output = simple_evaluate(
+            model=lm,
+            tasks=list(tasks),
+            num_fewshot=num_fewshot,
+            limit=limit,
+            task_manager=manager,
+            log_samples=log_samples,
+            metadata=metadata,
+            apply_chat_template=apply_chat_template,
+            fewshot_as_multiturn=fewshot_as_multiturn,
+            system_instruction=system_instruction,
+        )
     finally:
         tokenizer.model_max_length, config.max_position_embeddings = saved
     return {**output, "model_seconds": seconds}
@@ -166,11 +202,21 @@ def run_tasks(cfg, ctx, metadata: dict, max_length: int) -> dict:
         for task in tasks:
             output = kept.get(task)
             if output is None:
-                found = run_simple_evaluate(ctx, [task], metadata=metadata, max_length=max_length, manager=manager, check=False,
-                                            limit=cfg.limit, num_fewshot=cfg.num_fewshot, batch_size=cfg.batch_size,
-                                            log_samples=True, apply_chat_template=cfg.apply_chat_template,
-                                            fewshot_as_multiturn=cfg.fewshot_as_multiturn,
-                                            system_instruction=cfg.system_instruction)
+                found = run_simple_evaluate(
+                    ctx,
+                    [task],
+                    metadata=metadata,
+                    max_length=max_length,
+                    manager=manager,
+                    check=False,
+                    limit=cfg.limit,
+                    num_fewshot=cfg.num_fewshot,
+                    batch_size=cfg.batch_size,
+                    log_samples=True,
+                    apply_chat_template=cfg.apply_chat_template,
+                    fewshot_as_multiturn=cfg.fewshot_as_multiturn,
+                    system_instruction=cfg.system_instruction,
+                )
                 output = json.loads(json.dumps({key: found.get(key) or {} for key in KEPT}, default=str))
             write({"task": task, "output": output})
             for key in KEPT:
@@ -183,6 +229,7 @@ def _time_requests(lm) -> dict[str, float]:
     the model's time, apart from lm-eval building its tasks and prompts."""
     seconds: dict[str, float] = {}
     for name in ("generate_until", "loglikelihood", "loglikelihood_rolling"):
+
         def timed(*args, _run=getattr(lm, name), _name=name, **kwargs):
             started = time.perf_counter()
             try:
@@ -204,14 +251,21 @@ def evaluate(cfg, ctx) -> dict:
     max_length = cfg.max_length or default_max_length(cfg, ctx)
     metadata = {**OmegaConf.to_container(cfg.metadata or {}, resolve=True), "max_seq_lengths": lengths}
     output = run_tasks(cfg, ctx, metadata, max_length)
-    results = {task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)} for task, metrics in output["results"].items()}
+    results = {
+        task: {k: v for k, v in metrics.items() if not _unevaluated(k, v)}
+        for task, metrics in output["results"].items()
+    }
     rows, summary = [], {}
     for task, metrics in results.items():
         for key, value in metrics.items():
             metric, _, filter_name = key.partition(",")
             if isinstance(value, (int, float)) and not isinstance(value, bool) and metric != "alias":
                 rows.append({"task": task, "metric": metric, "filter": filter_name, "value": value})
-                if not metric.isdigit() and not metric.endswith("_stderr") and not (isinstance(value, float) and math.isnan(value)):
+                if (
+                    not metric.isdigit()
+                    and not metric.endswith("_stderr")
+                    and not (isinstance(value, float) and math.isnan(value))
+                ):
                     summary[_name(task, metric, filter_name)] = value
     per_length, declared = by_length(output, lengths)
     ctx.output.declare(declared)
@@ -225,11 +279,18 @@ def evaluate(cfg, ctx) -> dict:
             with ctx.output.records(f"lm_eval_samples_{task}") as write:
                 for sample in samples:
                     write(sample)
-    ctx.output.metrics("lm_eval", {
-        "results": results, "versions": output.get("versions"), "n-samples": output.get("n-samples"),
-        "max_length": max_length, "lm_eval_version": _version(),
-        "higher_is_better": output.get("higher_is_better"),
-        "config": {k: str(v) for k, v in (output.get("config") or {}).items()}})
+    ctx.output.metrics(
+        "lm_eval",
+        {
+            "results": results,
+            "versions": output.get("versions"),
+            "n-samples": output.get("n-samples"),
+            "max_length": max_length,
+            "lm_eval_version": _version(),
+            "higher_is_better": output.get("higher_is_better"),
+            "config": {k: str(v) for k, v in (output.get("config") or {}).items()},
+        },
+    )
     return summary
 
 
@@ -255,8 +316,13 @@ def by_length(output: dict, lengths: list[int]) -> tuple[list, dict]:
     found, declared = [], {}
     for task, samples in (output.get("samples") or {}).items():
         metric_list = ((output.get("configs") or {}).get(task) or {}).get("metric_list") or []
-        means = [m["metric"] for m in metric_list if isinstance(m.get("metric"), str) and not m["metric"].isdigit()
-                 and str(m.get("aggregation", "mean")) == "mean"]
+        means = [
+            m["metric"]
+            for m in metric_list
+            if isinstance(m.get("metric"), str)
+            and not m["metric"].isdigit()
+            and str(m.get("aggregation", "mean")) == "mean"
+        ]
         groups: dict[int, list[dict]] = {}
         for sample in samples:
             length = _sample_length(sample.get("doc"), lengths)
@@ -265,22 +331,44 @@ def by_length(output: dict, lengths: list[int]) -> tuple[list, dict]:
         filters = list(dict.fromkeys(str(s.get("filter") or "none") for group in groups.values() for s in group))
         for metric, filter_name in [(m, f) for m in means for f in filters]:
             # one sample per document and filter: each filter is its own metric (as lm-eval names them)
-            values = {L: {f"{task}/{s.get('doc_id', i)}": float(s[metric]) for i, s in enumerate(group)
-                          if isinstance(s.get(metric), (int, float)) and str(s.get("filter") or "none") == filter_name}
-                      for L, group in groups.items()}
+            values = {
+                L: {
+                    f"{task}/{s.get('doc_id', i)}": float(s[metric])
+                    for i, s in enumerate(group)
+                    if isinstance(s.get(metric), (int, float)) and str(s.get("filter") or "none") == filter_name
+                }
+                for L, group in groups.items()
+            }
             values = {L: v for L, v in values.items() if v}
             if not values:
                 continue
             name, unit = _name(task, metric, filter_name), all(0 <= x <= 1 for v in values.values() for x in v.values())
             higher = ((output.get("higher_is_better") or {}).get(task) or {}).get(metric, True)
-            declared[name] = Metric(name, lower_is_better=not higher, verdict=True, count=f"{task}_samples",
-                                    interval=unit, label=f"{task} {metric}", bounds=(0, 1) if unit else None,
-                                    unit="sample").declared("lm_eval")
+            declared[name] = Metric(
+                name,
+                lower_is_better=not higher,
+                verdict=True,
+                count=f"{task}_samples",
+                interval=unit,
+                label=f"{task} {metric}",
+                bounds=(0, 1) if unit else None,
+                unit="sample",
+            ).declared("lm_eval")
             for L, v in values.items():
                 interval = wilson_interval(sum(v.values()), len(v)) if unit else None
-                found.append(Measurement(name, L, sum(v.values()) / len(v), len(v), "sample",
-                                         {k: (x, 1.0) for k, x in v.items()}, interval and interval[0],
-                                         interval and interval[1], "Wilson" if interval else None))
+                found.append(
+                    Measurement(
+                        name,
+                        L,
+                        sum(v.values()) / len(v),
+                        len(v),
+                        "sample",
+                        {k: (x, 1.0) for k, x in v.items()},
+                        interval and interval[0],
+                        interval and interval[1],
+                        "Wilson" if interval else None,
+                    )
+                )
     return found, declared
 
 

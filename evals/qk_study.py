@@ -68,11 +68,18 @@ class QKStudyConfig:
     bins: int = option(64, minimum=8)  # log-spaced distance bins of the profile table and plots
     plot_heads: int = option(3, minimum=1)  # most local and most global heads plotted
     pair_samples: int = option(4096, minimum=64)  # random token pairs for the spread of a head's logits
-    compare: List[Any] = field(default_factory=lambda: [
-        {"name": "linear", "factor": 2.0}, {"name": "ntk", "factor": 2.0}, {"name": "yarn", "factor": 2.0},
-        {"name": "p_rope", "fraction": 0.75}])  # strategies whose changed pairs are weighed by the energy there
+    compare: List[Any] = field(
+        default_factory=lambda: [
+            {"name": "linear", "factor": 2.0},
+            {"name": "ntk", "factor": 2.0},
+            {"name": "yarn", "factor": 2.0},
+            {"name": "p_rope", "fraction": 0.75},
+        ]
+    )  # strategies whose changed pairs are weighed by the energy there
     seed: int = 0
-    ablate_bias: List[str] = option([], choices=tuple(biases.PROJECTIONS))  # biases changed for the study (evals/bias.py)
+    ablate_bias: List[str] = option(
+        [], choices=tuple(biases.PROJECTIONS)
+    )  # biases changed for the study (evals/bias.py)
     ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean (q/k mean 0)
 
 
@@ -87,8 +94,10 @@ def check_config(cfg, job) -> None:
         raise QKStudyError(f"eval.document={cfg.document} but the data has {count} documents (0..{count - 1})")
     window = min(cfg.tokens, job.trained_context)
     if not cfg.near < window // 2:
-        raise QKStudyError(f"eval.near={cfg.near} must be below half of min(eval.tokens, trained context) = {window // 2} "
-                           "(the far window is its second half)")
+        raise QKStudyError(
+            f"eval.near={cfg.near} must be below half of min(eval.tokens, trained context) = {window // 2} "
+            "(the far window is its second half)"
+        )
     for k, entry in enumerate(cfg.compare):
         if not hasattr(entry, "get") or "name" not in entry:
             raise QKStudyError(f"eval.compare[{k}]={entry!r} must be a scaling config with a name")
@@ -101,6 +110,7 @@ def check_config(cfg, job) -> None:
 
 
 # -- one layer -----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Layer:
@@ -144,7 +154,9 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
     zk = analysis.complex_pairs(k, cap.pairs)[kv_of]
     if d > rotary:  # dims RoPE leaves alone (partial rotary): pairs with theta = 0 and no imaginary part
         zq = torch.cat([zq, torch.complex(q[..., rotary:].double(), torch.zeros_like(q[..., rotary:].double()))], -1)
-        zk = torch.cat([zk, torch.complex(k[..., rotary:].double(), torch.zeros_like(k[..., rotary:].double()))[kv_of]], -1)
+        zk = torch.cat(
+            [zk, torch.complex(k[..., rotary:].double(), torch.zeros_like(k[..., rotary:].double()))[kv_of]], -1
+        )
     pad = torch.zeros(d - rotary, dtype=torch.float64)
     (own, own_factor), (strategy, strategy_factor), is_scaled = _frequency_sets(cap, scaling, scaled, max_distance)
     theta_own, theta_strategy = torch.cat([own.double(), pad]), torch.cat([strategy.double(), pad])
@@ -176,8 +188,10 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
     local = analysis.locality(empirical["none"], cfg.near, empirical_window, counts)
     local_mf = analysis.locality(mean_field["none"], cfg.near, window)
     far_mf = analysis.window_mean(mean_field["none"], window // 2, window)
-    beyond = {name: (analysis.window_mean(p, trained, max_distance) - far_mf) if max_distance > trained else None
-              for name, p in mean_field.items()}
+    beyond = {
+        name: (analysis.window_mean(p, trained, max_distance) - far_mf) if max_distance > trained else None
+        for name, p in mean_field.items()
+    }
 
     bias = _bias_terms(cap, mu_q, mu_k, kv_of, theta_own, own_factor, scale, window, cfg.near)
     P = len(cap.inv_freq)
@@ -193,14 +207,21 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
         variance_q = float((energy_q[h] - mu_q[h].abs() ** 2).sum() / energy_q[h].sum())
         variance_k = float((energy_k[h] - mu_k[h].abs() ** 2).sum() / energy_k[h].sum())
         row = {
-            "layer": cap.layer, "layer_type": cap.slot.layer_type, "head": h, "kv_head": int(kv_of[h]),
-            "base": cap.slot.base, "window": window,
-            "mean_q_norm": float(mu_q[h].abs().pow(2).sum().sqrt()), "mean_k_norm": float(mu_k[h].abs().pow(2).sum().sqrt()),
+            "layer": cap.layer,
+            "layer_type": cap.slot.layer_type,
+            "head": h,
+            "kv_head": int(kv_of[h]),
+            "base": cap.slot.base,
+            "window": window,
+            "mean_q_norm": float(mu_q[h].abs().pow(2).sum().sqrt()),
+            "mean_k_norm": float(mu_k[h].abs().pow(2).sum().sqrt()),
             "mean_dot": float(mean_dot[h].sum()) * scale * a2,  # mean-field score at distance 0 (logits)
             "mean_norm": float(mu_q[h].abs().pow(2).sum().sqrt() * mu_k[h].abs().pow(2).sum().sqrt()) * scale * a2,
-            "variance_share_q": variance_q, "variance_share_k": variance_k,
+            "variance_share_q": variance_q,
+            "variance_share_k": variance_k,
             "logit_std": float(logit_std[h]),
-            "locality": float(local[h]), "locality_meanfield": float(local_mf[h]),
+            "locality": float(local[h]),
+            "locality_meanfield": float(local_mf[h]),
             "beyond_meanfield_none": None if beyond["none"] is None else float(beyond["none"][h]),
             "beyond_meanfield_strategy": None if beyond.get("strategy") is None else float(beyond["strategy"][h]),
             "energy_beyond_critical": float(beyond_critical[h]),
@@ -214,21 +235,45 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
         head_rows.append(row)
 
     pair_rows = []
-    for tensor, z, mu, energy, count in (("q", zq, mu_q, energy_q, heads), ("k", zk[::group], mu_k[::group], energy_k[::group],
-                                                                          heads // group)):
+    for tensor, z, mu, energy, count in (
+        ("q", zq, mu_q, energy_q, heads),
+        ("k", zk[::group], mu_k[::group], energy_k[::group], heads // group),
+    ):
         variance = energy - mu.abs() ** 2
         for h in range(count):
             for i in range(P):
-                pair_rows.append({
-                    "layer": cap.layer, "layer_type": cap.slot.layer_type, "tensor": tensor, "head": h, "pair": i,
-                    "theta": float(own[i]), "wavelength": float(wavelength[i]),
-                    "wavelength_over_context": float(wavelength[i]) / trained,
-                    "mean_a": float(mu[h, i].real), "mean_b": float(mu[h, i].imag), "mean_norm": float(mu[h, i].abs()),
-                    "variance": float(variance[h, i]), "energy": float(energy[h, i]),
-                    "changed_by_strategy": bool(changed[i])})
+                pair_rows.append(
+                    {
+                        "layer": cap.layer,
+                        "layer_type": cap.slot.layer_type,
+                        "tensor": tensor,
+                        "head": h,
+                        "pair": i,
+                        "theta": float(own[i]),
+                        "wavelength": float(wavelength[i]),
+                        "wavelength_over_context": float(wavelength[i]) / trained,
+                        "mean_a": float(mu[h, i].real),
+                        "mean_b": float(mu[h, i].imag),
+                        "mean_norm": float(mu[h, i].abs()),
+                        "variance": float(variance[h, i]),
+                        "energy": float(energy[h, i]),
+                        "changed_by_strategy": bool(changed[i]),
+                    }
+                )
     profiles = {"empirical": empirical, "mean_field": mean_field, "counts": counts}
-    return Layer(cap.layer, cap.slot.layer_type, cap.slot.base, window, head_rows, pair_rows, usage[:, :P].float(),
-                 wavelength.float(), cap.slot, profiles, changed)
+    return Layer(
+        cap.layer,
+        cap.slot.layer_type,
+        cap.slot.base,
+        window,
+        head_rows,
+        pair_rows,
+        usage[:, :P].float(),
+        wavelength.float(),
+        cap.slot,
+        profiles,
+        changed,
+    )
 
 
 def _pairs_of(x: torch.Tensor, pairs, d: int) -> torch.Tensor:
@@ -262,13 +307,20 @@ def _bias_terms(cap, mu_q, mu_k, kv_of, theta, factor, scale, window, near) -> d
     def local(zq, zk):
         return analysis.locality(analysis.mean_field_profile(zq, zk, theta, window, factor) * scale, near, window)
 
-    return {"bias_q_norm": b_q.abs().pow(2).sum(-1).sqrt(), "bias_k_norm": b_k.abs().pow(2).sum(-1).sqrt(),
-            "wx_q_norm": (mu_q - b_q).abs().pow(2).sum(-1).sqrt(), "wx_k_norm": (mu_k - b_k).abs().pow(2).sum(-1).sqrt(),
-            "bias_share_q": _share(mu_q, b_q), "bias_share_k": _share(mu_k, b_k),
-            "locality_bias": local(b_q, b_k), "locality_wx": local(mu_q - b_q, mu_k - b_k)}
+    return {
+        "bias_q_norm": b_q.abs().pow(2).sum(-1).sqrt(),
+        "bias_k_norm": b_k.abs().pow(2).sum(-1).sqrt(),
+        "wx_q_norm": (mu_q - b_q).abs().pow(2).sum(-1).sqrt(),
+        "wx_k_norm": (mu_k - b_k).abs().pow(2).sum(-1).sqrt(),
+        "bias_share_q": _share(mu_q, b_q),
+        "bias_share_k": _share(mu_k, b_k),
+        "locality_bias": local(b_q, b_k),
+        "locality_wx": local(mu_q - b_q, mu_k - b_k),
+    }
 
 
 # -- across heads: the conjecture --------------------------------------------------------------------------------
+
 
 def _verdict(rho: float, p: float, expected: int, n: int) -> str:
     if n < 4 or not math.isfinite(rho):
@@ -301,17 +353,30 @@ def claims(heads: list[dict]) -> dict:
         # signed: the mean-field score at distance 0 (positive: same sign) orders the decay
         "signed_mean_orders_decay": _spearman([h["mean_dot"] for h in heads], [h["locality"] for h in heads], +1),
         # a larger share of variance weakens the decay relative to the logits' spread
-        "variance_weakens_decay": _spearman([(h["variance_share_q"] + h["variance_share_k"]) / 2 for h in heads],
-                                            [h["relative_locality"] for h in heads], -1),
+        "variance_weakens_decay": _spearman(
+            [(h["variance_share_q"] + h["variance_share_k"]) / 2 for h in heads],
+            [h["relative_locality"] for h in heads],
+            -1,
+        ),
         # the means alone reproduce the measured decay
-        "mean_field_explains_decay": _spearman([h["locality_meanfield"] for h in heads], [h["locality"] for h in heads], +1),
+        "mean_field_explains_decay": _spearman(
+            [h["locality_meanfield"] for h in heads], [h["locality"] for h in heads], +1
+        ),
     }
     rising = [h for h in opposite if h["locality"] < 0]
-    entry = {"heads_opposite": len(opposite), "heads_same": len(same), "opposite_rising": len(rising),
-             "fraction_rising": len(rising) / len(opposite) if opposite else None, "p": None}
+    entry = {
+        "heads_opposite": len(opposite),
+        "heads_same": len(same),
+        "opposite_rising": len(rising),
+        "fraction_rising": len(rising) / len(opposite) if opposite else None,
+        "p": None,
+    }
     if len(opposite) >= 2 and len(same) >= 2:
-        entry["p"] = float(stats.mannwhitneyu([h["locality"] for h in opposite], [h["locality"] for h in same],
-                                              alternative="less").pvalue)
+        entry["p"] = float(
+            stats.mannwhitneyu(
+                [h["locality"] for h in opposite], [h["locality"] for h in same], alternative="less"
+            ).pvalue
+        )
     if entry["p"] is None:
         entry["verdict"] = "too few heads"
     elif entry["p"] < 0.05 and entry["fraction_rising"] > 0.5:
@@ -322,11 +387,14 @@ def claims(heads: list[dict]) -> dict:
         entry["verdict"] = "not significant"
     found["opposite_means_rise"] = entry
     if any(h.get("locality_bias") is not None for h in heads):  # a model with q/k biases: do they set the decay?
-        found["bias_sets_decay"] = _spearman([h.get("locality_bias") for h in heads], [h["locality"] for h in heads], +1)
+        found["bias_sets_decay"] = _spearman(
+            [h.get("locality_bias") for h in heads], [h["locality"] for h in heads], +1
+        )
     return found
 
 
 # -- outputs -----------------------------------------------------------------------------------------------------
+
 
 def _edges(limit: int, bins: int) -> list[int]:
     edges = sorted({0, 1, *(int(round(x)) for x in torch.logspace(0, math.log10(limit), bins + 1).tolist())})
@@ -337,7 +405,9 @@ def _binned(profile: torch.Tensor, edges: list[int], weights: torch.Tensor | Non
     """(H, D) profile -> per head, the (weighted) mean over each [edges[j], edges[j+1]) within D."""
     out = []
     for lo, hi in zip(edges[:-1], edges[1:]):
-        out.append(analysis.window_mean(profile, lo, hi, weights).tolist() if lo < profile.shape[-1] else [None] * len(profile))
+        out.append(
+            analysis.window_mean(profile, lo, hi, weights).tolist() if lo < profile.shape[-1] else [None] * len(profile)
+        )
     return [list(column) for column in zip(*out)]
 
 
@@ -345,31 +415,51 @@ def profile_rows(layers: list[Layer], edges: list[int]) -> tuple[list[dict], dic
     rows, curves = [], {}
     centres = [math.sqrt(max(lo, 0.5) * hi) if lo else 0 for lo, hi in zip(edges[:-1], edges[1:])]
     for layer in layers:
-        binned = {f"{kind}_{name}": _binned(profile, edges, layer.profiles["counts"] if kind == "empirical" else None)
-                  for kind in ("empirical", "mean_field") for name, profile in layer.profiles[kind].items()}
+        binned = {
+            f"{kind}_{name}": _binned(profile, edges, layer.profiles["counts"] if kind == "empirical" else None)
+            for kind in ("empirical", "mean_field")
+            for name, profile in layer.profiles[kind].items()
+        }
         for h in range(len(layer.heads)):
             curves[(layer.index, h)] = {key: values[h] for key, values in binned.items()}
             for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-                rows.append({"layer": layer.index, "head": h, "distance_from": lo, "distance_to": hi, "distance": centres[j],
-                             **{key: values[h][j] for key, values in binned.items()}})
+                rows.append(
+                    {
+                        "layer": layer.index,
+                        "head": h,
+                        "distance_from": lo,
+                        "distance_to": hi,
+                        "distance": centres[j],
+                        **{key: values[h][j] for key, values in binned.items()},
+                    }
+                )
     return rows, {"centres": centres, "curves": curves}
 
 
 def profile_figure(heads: list[dict], curves: dict, title: str, trained: int, tokens: int, strategy: str):
     fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.6), squeeze=False)
-    styles = {"empirical_none": ("C0", "-", "measured, none"), "empirical_strategy": ("C3", "-", f"measured, {strategy}"),
-              "mean_field_none": ("C0", "--", "mean field, none"), "mean_field_strategy": ("C3", "--", f"mean field, {strategy}")}
+    styles = {
+        "empirical_none": ("C0", "-", "measured, none"),
+        "empirical_strategy": ("C3", "-", f"measured, {strategy}"),
+        "mean_field_none": ("C0", "--", "mean field, none"),
+        "mean_field_strategy": ("C3", "--", f"mean field, {strategy}"),
+    }
     for ax, head in zip(axes[0], heads):
         data = curves["curves"][(head["layer"], head["head"])]
         for key, (colour, style, label) in styles.items():
             if key in data:
                 points = [(x, y) for x, y in zip(curves["centres"], data[key]) if y is not None and x > 0]
-                ax.plot([x for x, _ in points], [y for _, y in points], color=colour, linestyle=style, label=label, lw=1.3)
+                ax.plot(
+                    [x for x, _ in points], [y for _, y in points], color=colour, linestyle=style, label=label, lw=1.3
+                )
         ax.axvline(trained, color="grey", linestyle=":", lw=1, label=f"trained {trained}")
         ax.axvline(tokens, color="grey", linestyle="-.", lw=0.8, label=f"captured {tokens}")
         ax.set_xscale("log")
-        ax.set(title=f"layer {head['layer']} head {head['head']}: locality {head['locality']:.2f}",
-               xlabel="distance (tokens)", ylabel="score (logits)")
+        ax.set(
+            title=f"layer {head['layer']} head {head['head']}: locality {head['locality']:.2f}",
+            xlabel="distance (tokens)",
+            ylabel="score (logits)",
+        )
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title)
@@ -400,8 +490,10 @@ def energy_figure(layers: list[Layer], trained: int, title: str):
 def claims_figure(heads: list[dict], title: str):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     colours = [h["layer"] for h in heads]
-    for ax, key, xlabel in ((axes[0], "mean_dot", "mean-field score at distance 0, μq·μk (logits)"),
-                            (axes[1], "locality_meanfield", "mean-field locality (logits)")):
+    for ax, key, xlabel in (
+        (axes[0], "mean_dot", "mean-field score at distance 0, μq·μk (logits)"),
+        (axes[1], "locality_meanfield", "mean-field locality (logits)"),
+    ):
         points = ax.scatter([h[key] for h in heads], [h["locality"] for h in heads], c=colours, cmap="viridis", s=14)
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvline(0, color="grey", lw=0.8)
@@ -414,8 +506,16 @@ def claims_figure(heads: list[dict], title: str):
 
 def _bias_summary(heads: list[dict]) -> dict:
     """Means over heads of the bias terms (nothing for a model without q/k biases)."""
-    keys = ("bias_share_q", "bias_share_k", "bias_q_norm", "bias_k_norm", "wx_q_norm", "wx_k_norm", "locality_bias",
-            "locality_wx")
+    keys = (
+        "bias_share_q",
+        "bias_share_k",
+        "bias_q_norm",
+        "bias_k_norm",
+        "wx_q_norm",
+        "wx_k_norm",
+        "locality_bias",
+        "locality_wx",
+    )
     found = {}
     for key in keys:
         values = [h[key] for h in heads if h.get(key) is not None]
@@ -426,21 +526,30 @@ def _bias_summary(heads: list[dict]) -> dict:
 
 def _grid(layers: list[Layer], key: str) -> list[list[float]]:
     width = max(len(layer.heads) for layer in layers)
-    return [[float("nan") if row.get(key) is None else row[key] for row in layer.heads] + [float("nan")] * (width - len(layer.heads))
-            for layer in layers]
+    return [
+        [float("nan") if row.get(key) is None else row[key] for row in layer.heads]
+        + [float("nan")] * (width - len(layer.heads))
+        for layer in layers
+    ]
 
 
-@register_eval("qk_study", config=QKStudyConfig, error=QKStudyError, check=check_config, needs=("model", "data", "geometry"))
+@register_eval(
+    "qk_study", config=QKStudyConfig, error=QKStudyError, check=check_config, needs=("model", "data", "geometry")
+)
 def evaluate(cfg, ctx) -> dict:
     """Per layer, head and rotary pair: q/k statistics, score profiles, locality, and the conjecture's claims."""
     documents = ctx.documents(count=cfg.document + 1)
     longest = max((len(d.ids) for d in documents), default=0)
     if cfg.document >= len(documents):
-        raise QKStudyError(f"eval.document={cfg.document} but the data has {len(documents)} documents (0..{len(documents) - 1})")
+        raise QKStudyError(
+            f"eval.document={cfg.document} but the data has {len(documents)} documents (0..{len(documents) - 1})"
+        )
     doc = documents[cfg.document]
     if cfg.tokens > len(doc.ids):
-        raise QKStudyError(f"eval.tokens={cfg.tokens} exceeds document {cfg.document} ({doc.name}: {len(doc.ids)} tokens; "
-                           f"the longest has {longest}); use fewer tokens or another eval.document")
+        raise QKStudyError(
+            f"eval.tokens={cfg.tokens} exceeds document {cfg.document} ({doc.name}: {len(doc.ids)} tokens; "
+            f"the longest has {longest}); use fewer tokens or another eval.document"
+        )
     trained = ctx.trained_context
     max_distance = cfg.max_distance or 2 * trained
     compare = _resolve_compare(cfg, ctx.job)
@@ -454,9 +563,14 @@ def evaluate(cfg, ctx) -> dict:
         layers.append(study_layer(cap, cfg, ctx.scaling, scaled, trained, max_distance, generator))
 
     ids = doc.ids[: cfg.tokens].to(next(model.parameters()).device)[None]
-    with biases.ablated(model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=ids, use_cache=False)) \
-            as ablation:
-        with rope_ext.capture(model, on_layer), torch.inference_mode(), layer_progress(model, f"qk capture {cfg.tokens} tok"):
+    with biases.ablated(
+        model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=ids, use_cache=False)
+    ) as ablation:
+        with (
+            rope_ext.capture(model, on_layer),
+            torch.inference_mode(),
+            layer_progress(model, f"qk capture {cfg.tokens} tok"),
+        ):
             model.base_model(input_ids=ids, use_cache=False)
     heads = [row for layer in layers for row in layer.heads]
     title = f"{ctx.title}, {cfg.tokens} tokens of {doc.name}"
@@ -465,33 +579,55 @@ def evaluate(cfg, ctx) -> dict:
     layer_rows = []
     for layer in layers:
         local = sum(h["class"] == "local" for h in layer.heads)
-        layer_rows.append({"layer": layer.index, "layer_type": layer.layer_type, "base": layer.base, "window": layer.window,
-                           "heads": len(layer.heads), "local_fraction": local / len(layer.heads),
-                           "global_fraction": 1 - local / len(layer.heads),
-                           "mean_locality": sum(h["locality"] for h in layer.heads) / len(layer.heads),
-                           "critical_pair": int((layer.wavelength < trained).sum()), "pairs": len(layer.wavelength),
-                           "energy_beyond_critical": float(layer.usage[:, layer.wavelength >= trained].sum(-1).mean()),
-                           "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean()),
-                           **{k: v for k, v in _bias_summary(layer.heads).items() if k.startswith("bias_share")}})
+        layer_rows.append(
+            {
+                "layer": layer.index,
+                "layer_type": layer.layer_type,
+                "base": layer.base,
+                "window": layer.window,
+                "heads": len(layer.heads),
+                "local_fraction": local / len(layer.heads),
+                "global_fraction": 1 - local / len(layer.heads),
+                "mean_locality": sum(h["locality"] for h in layer.heads) / len(layer.heads),
+                "critical_pair": int((layer.wavelength < trained).sum()),
+                "pairs": len(layer.wavelength),
+                "energy_beyond_critical": float(layer.usage[:, layer.wavelength >= trained].sum(-1).mean()),
+                "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean()),
+                **{k: v for k, v in _bias_summary(layer.heads).items() if k.startswith("bias_share")},
+            }
+        )
     strategy_rows = []
     for scaling in [ctx.scaling, *compare]:
         chosen = scaled if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
         for layer in layers:
             dim = 2 * len(layer.wavelength)
             own = rope_ext.default_inv_freq(dim, layer.base)
-            inv_freq = scaling.frequencies(dim, layer.base, seq_len=max_distance)[0] if (
-                layer.slot in chosen and scaling.scales_frequencies) else own
+            inv_freq = (
+                scaling.frequencies(dim, layer.base, seq_len=max_distance)[0]
+                if (layer.slot in chosen and scaling.scales_frequencies)
+                else own
+            )
             changed = _changed(own, inv_freq)
-            strategy_rows.append({"strategy": scaling.label, "layer": layer.index, "layer_type": layer.layer_type,
-                                  "pairs_changed": int(changed.sum()), "energy_changed": float(layer.usage[:, changed].sum(-1).mean()),
-                                  "queries_scaled": scaling.scales_query and layer.slot in chosen})
+            strategy_rows.append(
+                {
+                    "strategy": scaling.label,
+                    "layer": layer.index,
+                    "layer_type": layer.layer_type,
+                    "pairs_changed": int(changed.sum()),
+                    "energy_changed": float(layer.usage[:, changed].sum(-1).mean()),
+                    "queries_scaled": scaling.scales_query and layer.slot in chosen,
+                }
+            )
     dimension_rows = []
-    for (layer_type, base), members in {(l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)]
-                                        for l in layers}.items():
+    for (layer_type, base), members in {
+        (l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)] for l in layers
+    }.items():
         dim = 2 * len(members[0].wavelength)
         table = analysis.dimension_table(ctx.scaling.frequencies(dim, base, seq_len=max_distance)[0], base, trained)
         share = torch.stack([m.usage.mean(0) for m in members]).mean(0)
-        dimension_rows += [{"layer_type": layer_type, "base": base, **row, "energy_share": float(share[row["pair"]])} for row in table]
+        dimension_rows += [
+            {"layer_type": layer_type, "base": base, **row, "energy_share": float(share[row["pair"]])} for row in table
+        ]
 
     edges = _edges(max_distance, cfg.bins)
     rows, curves = profile_rows(layers, edges)
@@ -501,24 +637,43 @@ def evaluate(cfg, ctx) -> dict:
     ctx.output.table("qk_profiles", rows)
     ctx.output.table("qk_strategies", strategy_rows)
     ctx.output.table("qk_dimensions", dimension_rows)
-    ctx.output.figure("qk_heatmaps", matrix_heatmaps(
-        [("measured locality (logits)", _grid(layers, "locality")), ("mean-field locality", _grid(layers, "locality_meanfield")),
-         ("μq·μk (logits)", _grid(layers, "mean_dot")),
-         *([("share of μk that is the k bias", _grid(layers, "bias_share_k"))] if heads[0].get("bias_share_k") is not None
-           else [])],
-        xlabel="head", ylabel="layer", suptitle=title))
+    ctx.output.figure(
+        "qk_heatmaps",
+        matrix_heatmaps(
+            [
+                ("measured locality (logits)", _grid(layers, "locality")),
+                ("mean-field locality", _grid(layers, "locality_meanfield")),
+                ("μq·μk (logits)", _grid(layers, "mean_dot")),
+                *(
+                    [("share of μk that is the k bias", _grid(layers, "bias_share_k"))]
+                    if heads[0].get("bias_share_k") is not None
+                    else []
+                ),
+            ],
+            xlabel="head",
+            ylabel="layer",
+            suptitle=title,
+        ),
+    )
     ranked = sorted(heads, key=lambda h: h["locality"])
     k = min(cfg.plot_heads, len(ranked))
     label = ctx.scaling.label
-    ctx.output.figure("qk_profiles_local", profile_figure(ranked[::-1][:k], curves, f"Most local heads: {title}", trained,
-                                                          cfg.tokens, label))
-    ctx.output.figure("qk_profiles_global", profile_figure(ranked[:k], curves, f"Most global heads: {title}", trained,
-                                                           cfg.tokens, label))
+    ctx.output.figure(
+        "qk_profiles_local",
+        profile_figure(ranked[::-1][:k], curves, f"Most local heads: {title}", trained, cfg.tokens, label),
+    )
+    ctx.output.figure(
+        "qk_profiles_global",
+        profile_figure(ranked[:k], curves, f"Most global heads: {title}", trained, cfg.tokens, label),
+    )
     ctx.output.figure("qk_energy", energy_figure(layers, trained, f"Frequency usage (Barbero et al.): {title}"))
     ctx.output.figure("qk_claims", claims_figure(heads, f"Does the q/k mean predict the decay? {title}"))
 
-    summary = {"heads": len(heads), "local_fraction": sum(h["class"] == "local" for h in heads) / len(heads),
-               "mean_locality": sum(h["locality"] for h in heads) / len(heads)}
+    summary = {
+        "heads": len(heads),
+        "local_fraction": sum(h["class"] == "local" for h in heads) / len(heads),
+        "mean_locality": sum(h["locality"] for h in heads) / len(heads),
+    }
     for name, result in found.items():
         summary[f"claim/{name}"] = result["verdict"]
         if "rho" in result:
@@ -530,6 +685,16 @@ def evaluate(cfg, ctx) -> dict:
         summary.setdefault(f"energy_changed/{row['strategy']}", []).append(row["energy_changed"])
     for key in [k for k in summary if k.startswith("energy_changed/")]:
         summary[key] = sum(summary[key]) / len(summary[key])
-    ctx.output.metrics("qk_study", {"claims": found, "layers": layer_rows, "tokens": cfg.tokens, "document": doc.name,
-                                    "max_distance": max_distance, "ablation": ablation, **summary})
+    ctx.output.metrics(
+        "qk_study",
+        {
+            "claims": found,
+            "layers": layer_rows,
+            "tokens": cfg.tokens,
+            "document": doc.name,
+            "max_distance": max_distance,
+            "ablation": ablation,
+            **summary,
+        },
+    )
     return summary

@@ -103,8 +103,11 @@ def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
     for L in contexts:
         key = f"{dim}/{L}"
         if key not in known:
-            print(f"rope_decay: base lower bound for d={dim} at {L} tokens (computed once, then cached in {path})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"rope_decay: base lower bound for d={dim} at {L} tokens (computed once, then cached in {path})",
+                file=sys.stderr,
+                flush=True,
+            )
             known[key], new = analysis.base_lower_bound(dim, L), True
         found[L] = known[key]
     if new:
@@ -135,16 +138,27 @@ def decay_figure(curves: dict, vectors: list, trained: int, target: int | None, 
     for ax, vec in zip(axes[0], vectors):
         for label, by_vector in curves.items():
             x, mean, sd = by_vector[vec["label"]]
-            line, = ax.plot(x, mean, linewidth=1.3, label=label)
+            (line,) = ax.plot(x, mean, linewidth=1.3, label=label)
             if any(sd):
-                ax.fill_between(x, [m - s for m, s in zip(mean, sd)], [m + s for m, s in zip(mean, sd)],
-                                color=line.get_color(), alpha=0.15, linewidth=0)
+                ax.fill_between(
+                    x,
+                    [m - s for m, s in zip(mean, sd)],
+                    [m + s for m, s in zip(mean, sd)],
+                    color=line.get_color(),
+                    alpha=0.15,
+                    linewidth=0,
+                )
         ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
         if target:
             ax.axvline(target, color="black", linestyle=":", linewidth=1, label=f"target {target}")
         ax.set_xscale("log")
-        ax.set(xlabel="relative distance r", title=vec["label"] + ("" if "q_mean" not in vec else
-                                                                  f" (mu_q={vec['q_mean']}, mu_k={vec['k_mean']}, s={vec.get('std', 1.0)})"))
+        ax.set(
+            xlabel="relative distance r",
+            title=vec["label"]
+            + (
+                "" if "q_mean" not in vec else f" (mu_q={vec['q_mean']}, mu_k={vec['k_mean']}, s={vec.get('std', 1.0)})"
+            ),
+        )
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("E[q . R_r k]  (band: +/- 1 sd)")
     axes[0][-1].legend(fontsize=7)
@@ -159,16 +173,35 @@ def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float], re
     contexts = sorted(bounds)
     ax.plot(contexts, [bounds[L] for L in contexts], marker="o", label=f"lower bound, d={dim} (this run)")
     if reference is not None:
-        ax.plot(contexts, [reference[L] for L in contexts], marker=".", linestyle="--", label="lower bound, d=128 (this run)")
+        ax.plot(
+            contexts,
+            [reference[L] for L in contexts],
+            marker=".",
+            linestyle="--",
+            label="lower bound, d=128 (this run)",
+        )
     published = [L for L in sorted(MEN_ET_AL_POINTS) if contexts[0] / 2 <= L <= contexts[-1] * 2]
-    ax.scatter(published, [MEN_ET_AL_POINTS[L] for L in published], marker="^", color="black", zorder=3,
-               label="Men et al. 2024, d=128 (published)")
+    ax.scatter(
+        published,
+        [MEN_ET_AL_POINTS[L] for L in published],
+        marker="^",
+        color="black",
+        zorder=3,
+        label="Men et al. 2024, d=128 (published)",
+    )
     a, k = MEN_ET_AL_FIT
-    ax.plot(contexts, [a * L**k for L in contexts], color="black", linewidth=0.8, alpha=0.5, label=f"their fit {a}·L^{k}")
+    ax.plot(
+        contexts, [a * L**k for L in contexts], color="black", linewidth=0.8, alpha=0.5, label=f"their fit {a}·L^{k}"
+    )
     for (label, base), color in zip(marks.items(), ("tab:green", "tab:red")):
         ax.axhline(base, linestyle=":", linewidth=1.4, color=color, label=f"{label}: {base:.3g}")
-    ax.set(xscale="log", yscale="log", xlabel="context length L", ylabel="smallest base with sum cos(m theta) >= 0",
-           title="RoPE base lower bound (Men et al. 2024)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="context length L",
+        ylabel="smallest base with sum cos(m theta) >= 0",
+        title="RoPE base lower bound (Men et al. 2024)",
+    )
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -179,8 +212,12 @@ def dimension_figure(table: list[dict], trained: int, title: str):
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.plot([r["wavelength"] for r in table], [r["factor"] for r in table], marker=".")
     ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
-    ax.set(xscale="log", xlabel="wavelength of the pair (tokens, unscaled)", ylabel="theta / theta' (interpolation)",
-           title=title)
+    ax.set(
+        xscale="log",
+        xlabel="wavelength of the pair (tokens, unscaled)",
+        ylabel="theta / theta' (interpolation)",
+        title=title,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -249,8 +286,12 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
         curves[label] = {}
         for vec in cfg.vectors:
             vec = dict(vec)
-            moments = dict(q_mean=vec.get("q_mean"), k_mean=vec.get("k_mean"), std=vec.get("std", 1.0),
-                           attention_factor=attention * math.sqrt(factor))
+            moments = dict(
+                q_mean=vec.get("q_mean"),
+                k_mean=vec.get("k_mean"),
+                std=vec.get("std", 1.0),
+                attention_factor=attention * math.sqrt(factor),
+            )
             mean, _ = analysis.expected_decay(inv_freq, dense_at, **moments)
             if dense_seen is not None and not bool(dense_seen.all()):
                 mean = mean[: int((~dense_seen).nonzero()[0])]  # strength and rise over the first attended distances
@@ -262,24 +303,45 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
             if sampled_seen is not None:  # gaps where the pair is not attended
                 at = at.masked_fill(~sampled_seen, float("nan"))
             if float(sd[0]) > 0:  # how far the decay stands out of the noise of one q, k draw
-                summary[f"decay_snr/{key}{suffix}"] = float((mean[:64].mean() - mean[-len(mean) // 4:].mean()) / sd[0])
+                summary[f"decay_snr/{key}{suffix}"] = float((mean[:64].mean() - mean[-len(mean) // 4 :].mean()) / sd[0])
             curves[label][vec["label"]] = (sampled.tolist(), at.tolist(), sd.tolist())
-            rows += [{"strategy": label, "vectors": vec["label"], "distance": int(d), "position_seen": float(p),
-                      "mean": None if math.isnan(m) else float(m), "sd": float(s)}
-                     for d, p, m, s in zip(sampled, sampled_at, at.tolist(), sd)]
+            rows += [
+                {
+                    "strategy": label,
+                    "vectors": vec["label"],
+                    "distance": int(d),
+                    "position_seen": float(p),
+                    "mean": None if math.isnan(m) else float(m),
+                    "sd": float(s),
+                }
+                for d, p, m, s in zip(sampled, sampled_at, at.tolist(), sd)
+            ]
     ctx.output.table(f"rope_decay{suffix}", rows)
     title = f"{ctx.title}: d={dim}, base={base:g}"
-    ctx.output.figure(f"rope_decay_plot{suffix}", decay_figure(curves, [dict(v) for v in cfg.vectors], trained, target, title))
+    ctx.output.figure(
+        f"rope_decay_plot{suffix}", decay_figure(curves, [dict(v) for v in cfg.vectors], trained, target, title)
+    )
 
     bounds = base_bounds(dim, list(cfg.bound_contexts))
     inv_freq, _ = ctx.scaling.frequencies(dim, base, seq_len=None)
     effective = analysis.lowest_frequency_base(inv_freq)
-    rows = [{"context": L, "rotary_dim": dim, "base_lower_bound": bounds[L], "model_base": base,
-             "model_base_ok": base >= bounds[L], "effective_base": effective,
-             "effective_base_ok": None if effective is None else effective >= bounds[L]} for L in sorted(bounds)]
+    rows = [
+        {
+            "context": L,
+            "rotary_dim": dim,
+            "base_lower_bound": bounds[L],
+            "model_base": base,
+            "model_base_ok": base >= bounds[L],
+            "effective_base": effective,
+            "effective_base_ok": None if effective is None else effective >= bounds[L],
+        }
+        for L in sorted(bounds)
+    ]
     ctx.output.table(f"base_bound{suffix}", rows)
-    marks = {"model base": base, **({f"{ctx.scaling.label} effective base": effective}
-                                    if effective and ctx.scaling.name != "none" else {})}
+    marks = {
+        "model base": base,
+        **({f"{ctx.scaling.label} effective base": effective} if effective and ctx.scaling.name != "none" else {}),
+    }
     reference = base_bounds(128, list(cfg.bound_contexts)) if dim != 128 else None
     ctx.output.figure(f"base_bound_plot{suffix}", bound_figure(bounds, dim, marks, reference))
     supported = [r["context"] for r in rows if r["model_base_ok"]]
@@ -298,7 +360,9 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
         row["angle_over_trained"] = min(reach * float(scaled), 2 * math.pi) / trained_angle if trained_angle else None
     summary[f"pairs_unseen_angles{suffix}"] = sum((r["angle_over_trained"] or 0) > 1.001 for r in table)  # 0.1% slack
     ctx.output.table(f"dimensions{suffix}", table)
-    ctx.output.figure(f"dimensions_plot{suffix}", dimension_figure(table, trained, f"{ctx.scaling.label} per pair, {title}"))
+    ctx.output.figure(
+        f"dimensions_plot{suffix}", dimension_figure(table, trained, f"{ctx.scaling.label} per pair, {title}")
+    )
     for regime in ("extrapolated", "blended", "interpolated", "removed"):
         summary[f"pairs_{regime}{suffix}"] = sum(r["regime"] == regime for r in table)
     rule = ctx.scaling.position_rule()
@@ -323,11 +387,21 @@ def report_figures(name: str, jobs: list[dict], label) -> dict:
                 curves.setdefault(key, by_vector)
                 vectors = vectors or [{"label": v} for v in by_vector]
             trained, target = trained or metrics.get("trained_context"), target or metrics.get("target_length")
-    return {"decay": decay_figure(curves, vectors, trained, target, "Expected RoPE decay, every strategy")} if curves else {}
+    return (
+        {"decay": decay_figure(curves, vectors, trained, target, "Expected RoPE decay, every strategy")}
+        if curves
+        else {}
+    )
 
 
-@register_eval("rope_decay", config=RopeDecayConfig, error=RopeDecayError, check=check_config, needs=("geometry",),
-               report=report_figures)
+@register_eval(
+    "rope_decay",
+    config=RopeDecayConfig,
+    error=RopeDecayError,
+    check=check_config,
+    needs=("geometry",),
+    report=report_figures,
+)
 def evaluate(cfg, ctx) -> dict:
     """Expected decay curves, base bound and per-dimension table of the strategy on the model's RoPE geometry."""
     summary, studied = {}, {}
@@ -337,6 +411,13 @@ def evaluate(cfg, ctx) -> dict:
         found, curves = study(cfg, ctx, dim, base, suffix)
         summary.update(found)
         studied[suffix or "all"] = {"dim": dim, "base": base, "curves": curves}
-    ctx.output.metrics("rope_decay", {**summary, "studied": studied, "trained_context": ctx.trained_context,
-                                      "target_length": target_length(ctx.scaling, ctx.trained_context)})
+    ctx.output.metrics(
+        "rope_decay",
+        {
+            **summary,
+            "studied": studied,
+            "trained_context": ctx.trained_context,
+            "target_length": target_length(ctx.scaling, ctx.trained_context),
+        },
+    )
     return summary

@@ -66,7 +66,9 @@ def logit_softcap(model: torch.nn.Module) -> float | None:
 
 
 @torch.inference_mode()
-def token_nll(model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 2048, progress: bool = False) -> torch.Tensor:
+def token_nll(
+    model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 2048, progress: bool = False
+) -> torch.Tensor:
     """NLL (nats, float32, on CPU) of ids[1:] given their prefixes: one forward over ``ids`` (1-D).
 
     The final hidden states go through the LM head and cross-entropy ``chunk_tokens`` positions at
@@ -88,7 +90,9 @@ def token_nll(model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 204
     return out
 
 
-def sliding_nll(model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int) -> torch.Tensor:
+def sliding_nll(
+    model, ids: torch.Tensor, window: int, stride: int, bos_id: int | None, chunk_tokens: int
+) -> torch.Tensor:
     """NLL of every scored token of ``ids`` with windows of ``window`` tokens, in order.
 
     Each window scores only the tokens no earlier window scored; a window's first token is scored
@@ -158,8 +162,11 @@ def warn_if_too_large(model: torch.nn.Module, length: int, what: str, query_toke
     need = estimate_forward_bytes(model, length, query_tokens)
     have = available_bytes(next(model.parameters()).device)
     if have is not None and need > have:
-        print(f"memory: {what} at {length} tokens needs about {need / 2**30:.1f} GiB, {max(have, 0) / 2**30:.1f} GiB "
-              "available; it will likely fail and be recorded as out of memory", flush=True)
+        print(
+            f"memory: {what} at {length} tokens needs about {need / 2**30:.1f} GiB, {max(have, 0) / 2**30:.1f} GiB "
+            "available; it will likely fail and be recorded as out of memory",
+            flush=True,
+        )
         return True
     return False
 
@@ -175,8 +182,11 @@ class Cost:
 
     def __init__(self, model: torch.nn.Module):
         config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        embeddings = sum(m.weight.numel() for m in (model.get_input_embeddings(), model.get_output_embeddings())
-                         if m is not None and hasattr(m, "weight"))
+        embeddings = sum(
+            m.weight.numel()
+            for m in (model.get_input_embeddings(), model.get_output_embeddings())
+            if m is not None and hasattr(m, "weight")
+        )
         self.model, self.params = model, max(1, sum(p.numel() for p in model.parameters()) - embeddings)
         self.layers, self.hidden = config.num_hidden_layers, config.hidden_size
         self.flops_done, self.seconds_done, self.memory_ratio = 0.0, 0.0, 1.0
@@ -205,15 +215,27 @@ class Cost:
     def announce(self, what: str, length: int, new: int | None = None, forwards: int = 1) -> None:
         """One line in the log before the work: expected time and memory on this device."""
         seconds, peak = self.expected(length, new, forwards)
-        when = f"about {_duration(seconds)} at the rate measured so far" if seconds is not None else \
-            "time known after the first forward"
+        when = (
+            f"about {_duration(seconds)} at the rate measured so far"
+            if seconds is not None
+            else "time known after the first forward"
+        )
         many = f" ({forwards} forwards)" if forwards > 1 else ""
-        print(f"{what}: {length} tokens{many}: {when}, about {peak / 2**30:.2f} GiB on {self.device.type}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{what}: {length} tokens{many}: {when}, about {peak / 2**30:.2f} GiB on {self.device.type}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.1f} s"
+        if seconds < 120
+        else f"{seconds / 60:.1f} min"
+        if seconds < 7200
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 _COSTS: dict[int, Cost] = {}

@@ -30,8 +30,9 @@ def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] 
     return mean - half, mean + half
 
 
-def block_bootstrap(nll: torch.Tensor, block: int, samples: int = 1000, seed: int = 0,
-                    level: float = 0.95) -> tuple[float, float] | None:
+def block_bootstrap(
+    nll: torch.Tensor, block: int, samples: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float] | None:
     """(low, high) of the mean token NLL by resampling blocks of ``block`` consecutive tokens; None with
     fewer than two blocks."""
     n_blocks = len(nll) // block
@@ -110,8 +111,9 @@ def _draw(rng, a: dict, b: dict, samples: int):
     return out
 
 
-def paired_log_ratio(a: Units, b: Units, log_statistic, samples: int = 2000, seed: int = 0,
-                     level: float = 0.95) -> tuple[float, float, int, bool] | None:
+def paired_log_ratio(
+    a: Units, b: Units, log_statistic, samples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, int, bool] | None:
     """(low, high, n, clustered): a 95% interval of ``log_statistic(mean_a, mean_b)`` (a log ratio: the mean NLL
     difference, or log(mean_a / mean_b)) on paired units.
 

@@ -64,8 +64,15 @@ def decay_curve(
     return score * attention_factor**2
 
 
-def expected_decay(inv_freq: torch.Tensor, distance: torch.Tensor, *, q_mean: float | None = None,
-                   k_mean: float | None = None, std: float = 1.0, attention_factor: float = 1.0):
+def expected_decay(
+    inv_freq: torch.Tensor,
+    distance: torch.Tensor,
+    *,
+    q_mean: float | None = None,
+    k_mean: float | None = None,
+    std: float = 1.0,
+    attention_factor: float = 1.0,
+):
     """(mean, standard deviation) of q^T R_r k at each ``distance`` r, exactly, instead of one random draw.
 
     All-ones (means None): 2 * sum_i cos(r theta_i), no spread. q ~ N(mu_q, s^2 I), k ~ N(mu_k, s^2 I)
@@ -223,8 +230,14 @@ def profile_from_correlation(corr: torch.Tensor, inv_freq: torch.Tensor, attenti
     return (corr * phase).real.sum(-1) * attention_factor**2
 
 
-def mean_field_profile(mu_q: torch.Tensor, mu_k: torch.Tensor, inv_freq: torch.Tensor, max_distance: int,
-                       attention_factor: float = 1.0, chunk: int = 8192) -> torch.Tensor:
+def mean_field_profile(
+    mu_q: torch.Tensor,
+    mu_k: torch.Tensor,
+    inv_freq: torch.Tensor,
+    max_distance: int,
+    attention_factor: float = 1.0,
+    chunk: int = 8192,
+) -> torch.Tensor:
     """sum_i a^2 Re(mu_q,i conj(mu_k,i) e^{i r theta_i}) for r = 0 .. max_distance-1: the score of the mean
     query at r positions after the mean key (mu: (..., P) complex). Returns (..., max_distance) float64."""
     product = (mu_q.to(torch.complex128) * mu_k.to(torch.complex128).conj())[..., None, :]  # (..., 1, P)

@@ -66,8 +66,9 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
             mask = mask.unsqueeze(1)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask,
-                                                                              scale=scale)
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, causal, attn_mask=mask, scale=scale
+        )
         lse = lse.float()
     else:
         rep = q.shape[1] // k.shape[1]
@@ -151,9 +152,22 @@ def _causal(size: int, device) -> torch.Tensor:
     return _CAUSAL[key]
 
 
-def assemble(rule: PositionRule, query, key, value, query_positions, key_positions, inv_freq, pairs, scale: float,
-             mask=None, sliding_window: int | None = None, softcap: float | None = None,
-             query_block: int | None = None, key_block: int | None = None) -> torch.Tensor:
+def assemble(
+    rule: PositionRule,
+    query,
+    key,
+    value,
+    query_positions,
+    key_positions,
+    inv_freq,
+    pairs,
+    scale: float,
+    mask=None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    query_block: int | None = None,
+    key_block: int | None = None,
+) -> torch.Tensor:
     """Attention output (batch, heads, q_len, head_dim) of ``rule`` for rotated ``query`` (batch, heads, q_len,
     d) and ``key``/``value`` (batch, kv_heads, k_len, d) at positions ``query_positions`` (batch, q_len) and
     ``key_positions`` (batch, k_len); ``inv_freq`` and ``pairs`` the layer's rotary frequencies and pair dims;
@@ -203,9 +217,20 @@ def assemble(rule: PositionRule, query, key, value, query_positions, key_positio
                     if not masked:
                         parts.append(_attend(q_part, k_part, v_part, None, scale, softcap))
                         continue
-                    part = _masked(q_part, k_part, v_part, lo, hi, m, torch.arange(k_start, k_stop, device=query.device)
-                                   + offsets[:, :, None], mask, (start, stop, k_start, k_stop), sliding_window, scale,
-                                   softcap)
+                    part = _masked(
+                        q_part,
+                        k_part,
+                        v_part,
+                        lo,
+                        hi,
+                        m,
+                        torch.arange(k_start, k_stop, device=query.device) + offsets[:, :, None],
+                        mask,
+                        (start, stop, k_start, k_stop),
+                        sliding_window,
+                        scale,
+                        softcap,
+                    )
                     if part is not None:
                         parts.append(part)
         if parts:

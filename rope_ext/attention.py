@@ -79,7 +79,9 @@ def _original_function(implementation: str, module: nn.Module) -> Callable:
     if implementation == "eager":  # each modeling file has its own eager function (softcapping, sinks, ...)
         function = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
         if function is None:
-            raise AttentionHookError(f"{type(module).__name__}: no eager_attention_forward in {type(module).__module__}")
+            raise AttentionHookError(
+                f"{type(module).__name__}: no eager_attention_forward in {type(module).__module__}"
+            )
         return function
     return ALL_ATTENTION_FUNCTIONS[implementation]
 
@@ -103,7 +105,9 @@ def wrapper_name(implementation: str | None) -> str:
     name = WRAPPER_PREFIX + implementation
     if name not in ALL_ATTENTION_FUNCTIONS:
         if implementation != "eager" and implementation not in ALL_ATTENTION_FUNCTIONS:
-            raise AttentionHookError(f"attention implementation {implementation!r} is not in transformers' AttentionInterface")
+            raise AttentionHookError(
+                f"attention implementation {implementation!r} is not in transformers' AttentionInterface"
+            )
         if implementation not in ALL_MASK_ATTENTION_FUNCTIONS:
             raise AttentionHookError(f"attention implementation {implementation!r} has no mask function to keep")
         AttentionInterface.register(name, functools.partial(_dispatch, implementation))
@@ -155,8 +159,9 @@ class AttentionHooks:
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
         if replace and self.replacement is not None:
-            raise AttentionHookError("this model's attention is already replaced by an attention-level method; "
-                                     "apply at most one")
+            raise AttentionHookError(
+                "this model's attention is already replaced by an attention-level method; apply at most one"
+            )
         if not self.observers and not self.transforms and self.replacement is None:
             self._install()
         if replace:
@@ -179,14 +184,18 @@ class AttentionHooks:
             raise AttentionHookError("this model's attention is already hooked by another AttentionHooks")
         name = wrapper_name(self.config._attn_implementation)
         # the exact attribute state, restored as it was (absent or set)
-        self._saved = ("_attn_implementation_internal" in vars(self.config), vars(self.config).get("_attn_implementation_internal"))
+        self._saved = (
+            "_attn_implementation_internal" in vars(self.config),
+            vars(self.config).get("_attn_implementation_internal"),
+        )
         self.config._attn_implementation_internal = name
         self._names = {id(m): n for n, m in self.model.named_modules()}
         for module in self.model.modules():
             signature = _takes_position_embeddings(type(module))
             if signature is not None:
-                self._pre_hooks.append(module.register_forward_pre_hook(
-                    functools.partial(self._remember, signature), with_kwargs=True))
+                self._pre_hooks.append(
+                    module.register_forward_pre_hook(functools.partial(self._remember, signature), with_kwargs=True)
+                )
         _INSTALLED[id(self.config)] = self
 
     def _uninstall(self) -> None:
@@ -210,9 +219,19 @@ class AttentionHooks:
     # -- calls ---------------------------------------------------------------------------------------------
     def run(self, module, query, key, value, attention_mask, kwargs) -> tuple[torch.Tensor, tuple | None]:
         """The query to use (after the transforms) and the replacement's output (None: call the original)."""
-        call = AttentionCall(module, self._names.get(id(module), type(module).__name__), getattr(module, "layer_idx", None),
-                             query, key, value, attention_mask, _positions(query, key, kwargs.get("position_ids")),
-                             kwargs, self._rotations.get(id(module)), self)
+        call = AttentionCall(
+            module,
+            self._names.get(id(module), type(module).__name__),
+            getattr(module, "layer_idx", None),
+            query,
+            key,
+            value,
+            attention_mask,
+            _positions(query, key, kwargs.get("position_ids")),
+            kwargs,
+            self._rotations.get(id(module)),
+            self,
+        )
         for fn in list(self.observers):
             fn(call)
         for fn in list(self.transforms):
@@ -246,7 +265,9 @@ class AttentionHooks:
                 inv_freq = inv_freq.to(cos.device).float()
                 expected = torch.cos(positions[..., None] * inv_freq) * scale
                 half = cos.shape[-1] // 2
-                error = min(float((cos[..., :half] - expected).abs().max()), float((cos[..., 0::2] - expected).abs().max()))
+                error = min(
+                    float((cos[..., :half] - expected).abs().max()), float((cos[..., 0::2] - expected).abs().max())
+                )
                 errors.append((error, slot))
             if errors:
                 found = min(errors, key=lambda e: e[0])[1]
@@ -271,8 +292,12 @@ def attention_hooks(model: nn.Module) -> AttentionHooks:
     return _INSTALLED.get(id(text_config(model))) or AttentionHooks(model)
 
 
-def hook_attention(model: nn.Module, fn: Callable[[AttentionCall], "torch.Tensor | None"], transform: bool = False,
-                   replace: bool = False) -> Handle:
+def hook_attention(
+    model: nn.Module,
+    fn: Callable[[AttentionCall], "torch.Tensor | None"],
+    transform: bool = False,
+    replace: bool = False,
+) -> Handle:
     """Call ``fn(call)`` at every attention call of ``model``: an observer (``transform=False``), run first
     on the query and key as RoPE left them, a query transform returning the query to use (or None), or with
     ``replace=True`` the one replacement, run last, returning the attention function's output
@@ -281,6 +306,7 @@ def hook_attention(model: nn.Module, fn: Callable[[AttentionCall], "torch.Tensor
 
 
 # -- capture -----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class CapturedLayer:
@@ -345,8 +371,10 @@ def capture(model: nn.Module, on_layer: Callable[[CapturedLayer], None]) -> Hand
 
     def observe(call: AttentionCall) -> None:
         if call.rotation is None:
-            raise AttentionHookError(f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
-                                     "its rotation cannot be undone")
+            raise AttentionHookError(
+                f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
+                "its rotation cannot be undone"
+            )
         if call.key.shape[-2] != call.query.shape[-2]:
             raise AttentionHookError("capture needs one forward without a KV cache (query and key lengths differ)")
         cos, sin = call.rotation
@@ -356,14 +384,27 @@ def capture(model: nn.Module, on_layer: Callable[[CapturedLayer], None]) -> Hand
             raise AttentionHookError(f"{call.name}: no rotary slot of the model reproduces its cos")
         inv_freq, factor = slot.frequencies(model)
         inv_freq = inv_freq.detach().float().cpu()
-        on_layer(CapturedLayer(call.layer, call.name, unrotate(call.query, cos, sin, pairs),
-                               unrotate(call.key, cos, sin, pairs), pairs, inv_freq, factor, slot, call.positions,
-                               call.scaling, call))
+        on_layer(
+            CapturedLayer(
+                call.layer,
+                call.name,
+                unrotate(call.query, cos, sin, pairs),
+                unrotate(call.key, cos, sin, pairs),
+                pairs,
+                inv_freq,
+                factor,
+                slot,
+                call.positions,
+                call.scaling,
+                call,
+            )
+        )
 
     return hook_attention(model, observe)
 
 
 # -- probe -------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Probe:
@@ -400,12 +441,15 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
     except AttentionHookError:
         raise
     except Exception as err:  # a forward that fails on meta tensors: say so rather than guess
-        raise AttentionHookError(f"{type(model).__name__}: a probe forward with the attention hook failed "
-                                 f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})") from None
+        raise AttentionHookError(
+            f"{type(model).__name__}: a probe forward with the attention hook failed "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+        ) from None
     layers = int(getattr(text_config(model), "num_hidden_layers", 0) or 0)
     if not called:
         raise AttentionHookError(
             f"{type(model).__name__}: its attention ({_attention_class(model)}) does not call transformers' "
             "AttentionInterface, so rope_ext cannot hook where RoPE meets attention; models whose attention does: "
-            "Llama/SmolLM2, Qwen2/3, Gemma-3, GPT-NeoX, Mistral, Phi-3")
+            "Llama/SmolLM2, Qwen2/3, Gemma-3, GPT-NeoX, Mistral, Phi-3"
+        )
     return Probe(layers, list(called), sorted(rotated), sorted(positioned))

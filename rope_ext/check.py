@@ -43,8 +43,10 @@ def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:
     modules = {s.module_name for s in find_rotary_slots(model)}
     handles = []
     for name in modules:
+
         def keep(module, args, output, name=name, kwargs=None):
             rotary.setdefault(name, []).append(tuple(t.detach().clone() for t in output))
+
         handles.append(model.get_submodule(name).register_forward_hook(keep))
 
     def observe(call) -> None:
@@ -54,8 +56,11 @@ def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
         with hook_attention(model, observe), torch.no_grad():
-            model(input_ids=torch.zeros(positions.shape, dtype=torch.long, device=device),
-                  position_ids=positions.to(device), use_cache=False)
+            model(
+                input_ids=torch.zeros(positions.shape, dtype=torch.long, device=device),
+                position_ids=positions.to(device),
+                use_cache=False,
+            )
     finally:
         for handle in handles:
             handle.remove()
@@ -70,8 +75,9 @@ def _layers_of(model: nn.Module, names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def patch_checked(model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot] | None = None,
-                  trained: int | None = None) -> tuple[RopePatch, dict]:
+def patch_checked(
+    model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot] | None = None, trained: int | None = None
+) -> tuple[RopePatch, dict]:
     """(the patch, what the check found: ``{"changed": [...], "unchanged": [...], "targeted_types": [...], "how": ...}``);
     a PatchCheckError (the patch undone) when the model changed elsewhere than declared."""
     trained = trained or int(scaling.params.get("original_max_position") or 0) or 4096
@@ -82,11 +88,23 @@ def patch_checked(model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot
     patch = RopePatch(model, scaling, slots=slots)
     if not changes:
         return patch, {"changed": [], "unchanged": [], "how": "none: nothing to change"}
-    if scaling.scales_frequencies and not scaling.scales_query and not scaling.scales_attention and not scaling.dynamic \
-            and all(torch.equal(slot.frequencies(model)[0], own[slot][0]) and slot.frequencies(model)[1] == own[slot][1]
-                    for slot in patch.slots if slot in own):
+    if (
+        scaling.scales_frequencies
+        and not scaling.scales_query
+        and not scaling.scales_attention
+        and not scaling.dynamic
+        and all(
+            torch.equal(slot.frequencies(model)[0], own[slot][0]) and slot.frequencies(model)[1] == own[slot][1]
+            for slot in patch.slots
+            if slot in own
+        )
+    ):
         # a setting that is the model's own RoPE (factor 1, p-RoPE keeping every pair, the model's base): nothing to see
-        return patch, {"changed": [], "unchanged": [], "how": "an identity setting: the frequencies are the model's own"}
+        return patch, {
+            "changed": [],
+            "unchanged": [],
+            "how": "an identity setting: the frequencies are the model's own",
+        }
     try:
         found = _check(model, patch, positions, before)
     except Exception:
@@ -102,18 +120,24 @@ def _check(model: nn.Module, patch: RopePatch, positions: torch.Tensor, before) 
     after = _observe(model, positions)
     layers, _ = after
     if not layers and not patch.scaling.scales_frequencies:
-        raise PatchCheckError(f"scaling '{patch.scaling.label}': no attention layer of {type(model).__name__} called "
-                              "rope_ext's attention hook, so the method changed nothing")
+        raise PatchCheckError(
+            f"scaling '{patch.scaling.label}': no attention layer of {type(model).__name__} called "
+            "rope_ext's attention hook, so the method changed nothing"
+        )
     observable = any(rotation is not None for rotation, _ in layers.values())
     if patch.scaling.scales_frequencies and observable:
         expected = {name for name, (rotation, slot) in layers.items() if slot in targeted}
-        changed = sorted(name for name, (rotation, _) in layers.items()
-                         if not _same(rotation, before[0].get(name, (None, None))[0]))
+        changed = sorted(
+            name for name, (rotation, _) in layers.items() if not _same(rotation, before[0].get(name, (None, None))[0])
+        )
         how = "the (cos, sin) each attention layer received, before and after"
     elif patch.scaling.scales_frequencies:  # attention outside the AttentionInterface: the rotary modules' outputs
         expected = {s.module_name for s in targeted}
-        changed = sorted(name for name, outs in after[1].items()
-                         if any(not _same(a, b) for a, b in zip(outs, before[1].get(name, []))))
+        changed = sorted(
+            name
+            for name, outs in after[1].items()
+            if any(not _same(a, b) for a, b in zip(outs, before[1].get(name, [])))
+        )
         layers = dict.fromkeys(after[1])
         how = "the rotary modules' (cos, sin), before and after (attention not observable through the hook)"
     else:
@@ -123,23 +147,33 @@ def _check(model: nn.Module, patch: RopePatch, positions: torch.Tensor, before) 
         how = "the layers whose attention rope_ext's hook reached"
     total = int(getattr(text_config(model), "num_hidden_layers", 0) or 0)
     if not patch.scaling.scales_frequencies and 0 < len(layers) < total:
-        raise PatchCheckError(f"scaling '{patch.scaling.label}': only {len(layers)} of the {total} attention layers of "
-                              f"{type(model).__name__} call rope_ext's attention hook; the others would run unchanged")
+        raise PatchCheckError(
+            f"scaling '{patch.scaling.label}': only {len(layers)} of the {total} attention layers of "
+            f"{type(model).__name__} call rope_ext's attention hook; the others would run unchanged"
+        )
     unchanged = sorted(set(layers) - set(changed))
     missing, extra = sorted(expected - set(changed)), sorted(set(changed) - expected)
     label = patch.scaling.label
     if not expected:
-        raise PatchCheckError(f"scaling '{label}': no layer of {type(model).__name__} uses the targeted rotary slots "
-                              f"({', '.join(types)})")
+        raise PatchCheckError(
+            f"scaling '{label}': no layer of {type(model).__name__} uses the targeted rotary slots ({', '.join(types)})"
+        )
     if missing:
-        raise PatchCheckError(f"scaling '{label}' changed nothing in {_layers_of(model, missing)} ({len(missing)} of "
-                              f"{len(expected)} targeted layers, layer types {', '.join(types)}): the model does not use "
-                              f"what rope_ext patched ({how})")
+        raise PatchCheckError(
+            f"scaling '{label}' changed nothing in {_layers_of(model, missing)} ({len(missing)} of "
+            f"{len(expected)} targeted layers, layer types {', '.join(types)}): the model does not use "
+            f"what rope_ext patched ({how})"
+        )
     if extra:
-        raise PatchCheckError(f"scaling '{label}' changed {_layers_of(model, extra)}, which it does not target (layer "
-                              f"types {', '.join(types)} only)")
-    return {"changed": changed, "unchanged": unchanged, "targeted_types": types, "how": how,
-            "unobserved": max(0, total - len(layers)) if total and how.startswith("the (cos") else 0,
-            "positions": positions[0].tolist()}
-
-
+        raise PatchCheckError(
+            f"scaling '{label}' changed {_layers_of(model, extra)}, which it does not target (layer "
+            f"types {', '.join(types)} only)"
+        )
+    return {
+        "changed": changed,
+        "unchanged": unchanged,
+        "targeted_types": types,
+        "how": how,
+        "unobserved": max(0, total - len(layers)) if total and how.startswith("the (cos") else 0,
+        "positions": positions[0].tolist(),
+    }

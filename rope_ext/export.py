@@ -64,8 +64,14 @@ def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None 
         scaled = select_slots(slots, scaling.layer_types) if scaling.name != "none" else slots
     types = sorted({s.layer_type for s in slots if s.layer_type is not None}) or None
     scaled_types = sorted({s.layer_type for s in scaled if s.layer_type is not None}) or None
-    return Geometry(config.model_type, int(trained or trained_context(config)), scaled[0].dim, float(scaled[0].base),
-                    tuple(types) if types else None, tuple(scaled_types) if scaled_types else None)
+    return Geometry(
+        config.model_type,
+        int(trained or trained_context(config)),
+        scaled[0].dim,
+        float(scaled[0].base),
+        tuple(types) if types else None,
+        tuple(scaled_types) if scaled_types else None,
+    )
 
 
 def covered(scaling: Scaling, trained: int) -> int:
@@ -95,18 +101,39 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
         return {"rope_type": "dynamic", "rope_theta": geo.base, "factor": p["factor"]}
     if name in ("yarn", "ntk_by_parts"):
         if p.get("dynamic"):
-            raise Unsupported("transformers has no dynamic YaRN (the factor following the length); export the static one")
+            raise Unsupported(
+                "transformers has no dynamic YaRN (the factor following the length); export the static one"
+            )
         attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
-        return {"rope_type": "yarn", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
-                "beta_fast": p["beta_fast"], "beta_slow": p["beta_slow"], "truncate": p["truncate"],
-                "attention_factor": attention}
+        return {
+            "rope_type": "yarn",
+            "rope_theta": geo.base,
+            "factor": p["factor"],
+            "original_max_position_embeddings": L,
+            "beta_fast": p["beta_fast"],
+            "beta_slow": p["beta_slow"],
+            "truncate": p["truncate"],
+            "attention_factor": attention,
+        }
     if name == "llama3":
-        return {"rope_type": "llama3", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
-                "low_freq_factor": p["low_freq_factor"], "high_freq_factor": p["high_freq_factor"]}
+        return {
+            "rope_type": "llama3",
+            "rope_theta": geo.base,
+            "factor": p["factor"],
+            "original_max_position_embeddings": L,
+            "low_freq_factor": p["low_freq_factor"],
+            "high_freq_factor": p["high_freq_factor"],
+        }
     if name == "longrope":
-        return {"rope_type": "longrope", "rope_theta": geo.base, "factor": p["factor"], "original_max_position_embeddings": L,
-                "short_factor": list(p["short_factor"]), "long_factor": list(p["long_factor"]),
-                "attention_factor": scaling.frequencies(geo.dim, geo.base, L + 1)[1]}
+        return {
+            "rope_type": "longrope",
+            "rope_theta": geo.base,
+            "factor": p["factor"],
+            "original_max_position_embeddings": L,
+            "short_factor": list(p["short_factor"]),
+            "long_factor": list(p["long_factor"]),
+            "attention_factor": scaling.frequencies(geo.dim, geo.base, L + 1)[1],
+        }
     raise Unsupported(f"transformers cannot express '{scaling.label}': {_why_not(scaling)}")
 
 
@@ -137,12 +164,20 @@ def transformers_config(scaling: Scaling, geo: Geometry, model_config: dict | No
     own = dict((model_config or {}).get("rope_parameters") or {})
     if types is not None and scaled.get("truncate") is False:
         # _compute_yarn_parameters reads config.rope_parameters.get("truncate", True): the top level, never a layer type's
-        raise Unsupported("transformers reads YaRN's truncate from the top level of rope_parameters only, so a "
-                          "per-layer-type truncate=false would be read as true")
+        raise Unsupported(
+            "transformers reads YaRN's truncate from the top level of rope_parameters only, so a "
+            "per-layer-type truncate=false would be read as true"
+        )
     if types is None:
         return {"rope_parameters": {**_kept(own), **scaled}, "max_position_embeddings": longest}
-    nested = {t: ({**_kept(own.get(t) or {}), **scaled} if t in types else
-                  own.get(t, {"rope_type": "default", "rope_theta": geo.base})) for t in geo.layer_types}
+    nested = {
+        t: (
+            {**_kept(own.get(t) or {}), **scaled}
+            if t in types
+            else own.get(t, {"rope_type": "default", "rope_theta": geo.base})
+        )
+        for t in geo.layer_types
+    }
     return {"rope_parameters": nested, "max_position_embeddings": longest}
 
 
@@ -154,14 +189,16 @@ def _kept(own: dict) -> dict:
 def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str) -> tuple[dict, int]:
     """(the rope parameters, the context length) a vLLM-style engine reads from the HF config it is given."""
     if scaling.name == "dynamic_ntk":
-        raise Unsupported(f"{engine}'s 'dynamic' rope computes the NTK base once for max_model_len (static), not per "
-                          "length: it would not be the dynamic NTK measured here")
+        raise Unsupported(
+            f"{engine}'s 'dynamic' rope computes the NTK base once for max_model_len (static), not per "
+            "length: it would not be the dynamic NTK measured here"
+        )
     try:
         config = transformers_config(scaling, geo, model_config)
     except Unsupported as err:
         raise Unsupported(str(err).replace("transformers", engine, 1)) from None
     rope = config["rope_parameters"]
-    for entry in ([rope] if "rope_type" in rope else rope.values()):
+    for entry in [rope] if "rope_type" in rope else rope.values():
         if entry.get("rope_type") == "yarn":
             # vLLM's and SGLang's YaRN read attn_factor (not attention_factor) and multiply it by 0.1 ln s + 1 themselves
             entry["attn_factor"] = entry["attention_factor"] / yarn_mscale(entry["factor"])
@@ -190,8 +227,16 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
     else:
         rope, longest = _served(scaling, geo, model_config, "SGLang")
         overrides = {"rope_scaling": rope}
-    command = ["python", "-m", "sglang.launch_server", "--model-path", "MODEL", "--json-model-override-args",
-               json.dumps(overrides), *extra]
+    command = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "MODEL",
+        "--json-model-override-args",
+        json.dumps(overrides),
+        *extra,
+    ]
     if longest:
         command += ["--context-length", str(longest)]
     return {"command": _shell(command, {}), "json_model_override_args": overrides}
@@ -201,11 +246,18 @@ def _dca(scaling: Scaling, geo: Geometry, engine: str) -> dict:
     from .positions import dca_sizes
 
     if geo.model_type not in QWEN2_FAMILY:
-        raise Unsupported(f"{engine} runs dual chunk attention on the Qwen2 family only ({', '.join(QWEN2_FAMILY)}), "
-                          f"not {geo.model_type}")
+        raise Unsupported(
+            f"{engine} runs dual chunk attention on the Qwen2 family only ({', '.join(QWEN2_FAMILY)}), "
+            f"not {geo.model_type}"
+        )
     chunk, local = dca_sizes(scaling.params)
-    return {"dual_chunk_attention_config": {"chunk_size": chunk, "local_size": local,
-                                            "original_max_position_embeddings": geo.trained}}
+    return {
+        "dual_chunk_attention_config": {
+            "chunk_size": chunk,
+            "local_size": local,
+            "original_max_position_embeddings": geo.trained,
+        }
+    }
 
 
 LLAMA_CPP_SCALING_TYPE = {"none": 0, "linear": 1, "yarn": 2}  # llama.h's LLAMA_ROPE_SCALING_TYPE_*
@@ -215,10 +267,11 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
     """``{"command": ..., "flags": [...], "llama_cpp_python": {...}}``: llama-cli/llama-server flags and the same
     settings as ``llama_cpp.Llama(...)`` arguments."""
     p, name = scaling.params, scaling.name
-    if geo.layer_types is not None and geo.scaled_types is not None and \
-            any("sliding" in t for t in geo.scaled_types):
-        raise Unsupported("llama.cpp scales the global layers only (its *_swa rope settings are the GGUF's): sliding "
-                          "layers cannot be scaled with flags")
+    if geo.layer_types is not None and geo.scaled_types is not None and any("sliding" in t for t in geo.scaled_types):
+        raise Unsupported(
+            "llama.cpp scales the global layers only (its *_swa rope settings are the GGUF's): sliding "
+            "layers cannot be scaled with flags"
+        )
     n_ctx = covered(scaling, _trained(scaling, geo))
     if name == "none":
         args = {"rope_scaling_type": 0}
@@ -231,28 +284,42 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
         if p.get("dynamic"):
             raise Unsupported("llama.cpp has no dynamic YaRN (the factor following the length)")
         if not p["truncate"]:
-            raise Unsupported("llama.cpp rounds YaRN's ramp ends to whole dimensions (truncate=true); this setting "
-                              "has truncate=false")
+            raise Unsupported(
+                "llama.cpp rounds YaRN's ramp ends to whole dimensions (truncate=true); this setting has truncate=false"
+            )
         attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
         # llama.cpp multiplies by yarn_attn_factor * (1 + 0.1 ln s) itself
-        args = {"rope_scaling_type": 2, "rope_freq_scale": 1 / p["factor"], "yarn_orig_ctx": _trained(scaling, geo),
-                "yarn_ext_factor": 1.0, "yarn_attn_factor": attention / yarn_mscale(p["factor"]),
-                "yarn_beta_fast": p["beta_fast"], "yarn_beta_slow": p["beta_slow"]}
+        args = {
+            "rope_scaling_type": 2,
+            "rope_freq_scale": 1 / p["factor"],
+            "yarn_orig_ctx": _trained(scaling, geo),
+            "yarn_ext_factor": 1.0,
+            "yarn_attn_factor": attention / yarn_mscale(p["factor"]),
+            "yarn_beta_fast": p["beta_fast"],
+            "yarn_beta_slow": p["beta_slow"],
+        }
     elif name == "self_extend":
         group, window = p["group_size"], p["window"]
         if window % group:
-            raise Unsupported(f"llama.cpp's group attention needs the window a multiple of the group size: "
-                              f"window={window}, group_size={group}")
+            raise Unsupported(
+                f"llama.cpp's group attention needs the window a multiple of the group size: "
+                f"window={window}, group_size={group}"
+            )
         n_ctx = max(n_ctx, (geo.trained - window) * group + window)  # the context Self-Extend's positions cover
         flags = ["--grp-attn-n", str(group), "--grp-attn-w", str(window), "-c", str(n_ctx)]
-        return {"command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}), "flags": flags, "llama_cpp_python": None,
-                "note": "llama-cli's group attention (KV-cache position shifts) is llama.cpp's own Self-Extend; "
-                        "llama-cpp-python has no such argument"}
+        return {
+            "command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}),
+            "flags": flags,
+            "llama_cpp_python": None,
+            "note": "llama-cli's group attention (KV-cache position shifts) is llama.cpp's own Self-Extend; "
+            "llama-cpp-python has no such argument",
+        }
     elif name == "dynamic_ntk":
         raise Unsupported("llama.cpp has no dynamic NTK")
     elif name == "llama3":
-        raise Unsupported("llama.cpp reads Llama-3.1 scaling from the GGUF's rope_freqs tensor (set at conversion), "
-                          "not from flags")
+        raise Unsupported(
+            "llama.cpp reads Llama-3.1 scaling from the GGUF's rope_freqs tensor (set at conversion), not from flags"
+        )
     elif name == "longrope":
         raise Unsupported("llama.cpp reads LongRoPE factors from the GGUF (rope_factors_long/short), not from flags")
     else:
@@ -262,9 +329,16 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
     return {"command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}), "flags": flags, "llama_cpp_python": args}
 
 
-_FLAG = {"rope_freq_scale": "--rope-freq-scale", "rope_freq_base": "--rope-freq-base", "yarn_orig_ctx": "--yarn-orig-ctx",
-         "yarn_ext_factor": "--yarn-ext-factor", "yarn_attn_factor": "--yarn-attn-factor",
-         "yarn_beta_fast": "--yarn-beta-fast", "yarn_beta_slow": "--yarn-beta-slow", "n_ctx": "-c"}
+_FLAG = {
+    "rope_freq_scale": "--rope-freq-scale",
+    "rope_freq_base": "--rope-freq-base",
+    "yarn_orig_ctx": "--yarn-orig-ctx",
+    "yarn_ext_factor": "--yarn-ext-factor",
+    "yarn_attn_factor": "--yarn-attn-factor",
+    "yarn_beta_fast": "--yarn-beta-fast",
+    "yarn_beta_slow": "--yarn-beta-slow",
+    "n_ctx": "-c",
+}
 
 
 def _llama_flags(args: dict) -> list[str]:
@@ -294,4 +368,3 @@ def export(scaling: Scaling, geo: Geometry, engine: str, model_config: dict | No
     if engine == "llama.cpp":
         return llama_cpp(scaling, geo)
     raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
-

@@ -38,15 +38,25 @@ from .strategies import Scaling, ScalingError, resolve
 class RopePatch:
     """A scaling strategy applied to a model; a context manager that restores the model on exit."""
 
-    def __init__(self, model: nn.Module, scaling: "Mapping | Scaling", original_max_position: int | None = None,
-                 slots: Sequence[RotarySlot] | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        scaling: "Mapping | Scaling",
+        original_max_position: int | None = None,
+        slots: Sequence[RotarySlot] | None = None,
+    ):
         self.model = model
         if not isinstance(scaling, Scaling) or original_max_position is not None:
             scaling = resolve(scaling, original_max_position or trained_context(model))
         self.scaling = scaling
         changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
-        self.slots = [] if not changes else list(slots) if slots is not None else select_slots(
-            find_rotary_slots(model), scaling.layer_types)
+        self.slots = (
+            []
+            if not changes
+            else list(slots)
+            if slots is not None
+            else select_slots(find_rotary_slots(model), scaling.layer_types)
+        )
         self.name, self.dynamic = scaling.name, scaling.dynamic
         self.seq_len: dict[RotarySlot, int | None] = {}  # the length each slot's frequencies were computed for
         self._saved: list[tuple] = []
@@ -89,18 +99,34 @@ class RopePatch:
             return None
         for unsupported in ("s_aux", "sinks"):
             if call.kwargs.get(unsupported) is not None:
-                raise AttentionHookError(f"{call.name}: attention sinks ({unsupported}) are not supported by "
-                                         f"attention-level scaling '{self.scaling.label}'")
+                raise AttentionHookError(
+                    f"{call.name}: attention sinks ({unsupported}) are not supported by "
+                    f"attention-level scaling '{self.scaling.label}'"
+                )
         if call.rotation is None:
-            raise AttentionHookError(f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
-                                     f"scaling '{self.scaling.label}' cannot re-rotate its query and key")
+            raise AttentionHookError(
+                f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
+                f"scaling '{self.scaling.label}' cannot re-rotate its query and key"
+            )
         pairs = self._pairs.get(id(call.module))
         if pairs is None:
             pairs = self._pairs[id(call.module)] = pair_layout(call.rotation[0])
         inv_freq, _ = call.slot().frequencies(self.model)
         scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
-        out = assemble(self._rule, call.query, call.key, call.value, query_positions, key_positions, inv_freq, pairs,
-                       scale, call.attention_mask, call.kwargs.get("sliding_window"), call.kwargs.get("softcap"))
+        out = assemble(
+            self._rule,
+            call.query,
+            call.key,
+            call.value,
+            query_positions,
+            key_positions,
+            inv_freq,
+            pairs,
+            scale,
+            call.attention_mask,
+            call.kwargs.get("sliding_window"),
+            call.kwargs.get("softcap"),
+        )
         return out.transpose(1, 2).contiguous(), None
 
     def _scale_query(self, call):
@@ -127,7 +153,9 @@ class RopePatch:
             self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
             self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
             inv_freq, attention = self._set(slot, module, seq_len=None)
-            self.applied.append({**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())})
+            self.applied.append(
+                {**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())}
+            )
 
     def _set(self, slot: RotarySlot, module: nn.Module, seq_len: int | None):
         inv_freq, attention = self.scaling.frequencies(slot.dim, slot.base, seq_len)
@@ -164,8 +192,12 @@ class RopePatch:
         self.restore()
 
 
-def patch(model: nn.Module, scaling: "Mapping | Scaling", original_max_position: int | None = None,
-          slots: Sequence[RotarySlot] | None = None) -> RopePatch:
+def patch(
+    model: nn.Module,
+    scaling: "Mapping | Scaling",
+    original_max_position: int | None = None,
+    slots: Sequence[RotarySlot] | None = None,
+) -> RopePatch:
     """Apply ``scaling`` to ``model`` now; use as ``with patch(...)`` to restore on exit, or call
     ``.restore()``. A resolved :class:`Scaling` is applied as it is; a mapping is resolved here, its trained
     context defaulting to ``original_max_position`` or the config's. ``slots``: the rotary slots to scale,

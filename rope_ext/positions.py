@@ -133,35 +133,63 @@ def group_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
     the LongLM README's rule (1/2 to 2/3) L > W + (N - W) / G (datamllab/LongLM)."""
     window, usable = p["window"], 2 * trained / 3
     if window >= usable:
-        raise ScalingError(f"scaling 'self_extend': window={window} leaves no group size that reaches {target} tokens: "
-                           f"the rule W + (N - W) / G <= 2L/3 = {usable:.0f} needs W < {usable:.0f}")
+        raise ScalingError(
+            f"scaling 'self_extend': window={window} leaves no group size that reaches {target} tokens: "
+            f"the rule W + (N - W) / G <= 2L/3 = {usable:.0f} needs W < {usable:.0f}"
+        )
     group = max(1, math.ceil((target - window) / (usable - window) - 1e-9))
     return group, f"smallest G with W + (N - W) / G <= 2L/3: {window} + {target - window} / {group} <= {usable:.0f}"
 
 
-@register("self_extend", kind="attention", targets={"window": eighth_window, "group_size": group_for_target}, params={
-    "group_size": Param(8, int, "group size G: positions beyond the window are floor-divided by G", minimum=1,
-                        search=(2, 32), log=True),
-    "window": Param(1024, int, "neighbour window W (pairs closer than W keep their positions)", minimum=1,
-                    search=(128, 4096), log=True),
-    "original_max_position": TRAINED,
-})
+@register(
+    "self_extend",
+    kind="attention",
+    targets={"window": eighth_window, "group_size": group_for_target},
+    params={
+        "group_size": Param(
+            8,
+            int,
+            "group size G: positions beyond the window are floor-divided by G",
+            minimum=1,
+            search=(2, 32),
+            log=True,
+        ),
+        "window": Param(
+            1024,
+            int,
+            "neighbour window W (pairs closer than W keep their positions)",
+            minimum=1,
+            search=(128, 4096),
+            log=True,
+        ),
+        "original_max_position": TRAINED,
+    },
+)
 def self_extend(p) -> PositionRule:
     """Self-Extend: grouped positions m//G + W - W//G and n//G beyond the neighbour window W."""
     group, window = p["group_size"], p["window"]
     shift = window - window // group  # the grouped query's offset, so the two pieces meet at distance W
-    return PositionRule("self_extend", (
-        _near(window),
-        _far(window, lambda m: torch.div(m, group, rounding_mode="floor").double() + shift,
-             lambda n: torch.div(n, group, rounding_mode="floor").double(), "grouped"),
-    ))
+    return PositionRule(
+        "self_extend",
+        (
+            _near(window),
+            _far(
+                window,
+                lambda m: torch.div(m, group, rounding_mode="floor").double() + shift,
+                lambda n: torch.div(n, group, rounding_mode="floor").double(),
+                "grouped",
+            ),
+        ),
+    )
 
 
 def check_dca(p: dict) -> None:
     chunk, local = dca_sizes(p)
     if not chunk > local:
-        raise ScalingError(f"scaling: chunk_size={chunk} must be > local_window={local} (a chunk holds "
-                           "chunk_size - local_window tokens)")
+        raise ScalingError(
+            f"scaling: chunk_size={chunk} must be > local_window={local} (a chunk holds "
+            "chunk_size - local_window tokens)"
+        )
 
 
 def dca_sizes(p: dict) -> tuple[int, int]:
@@ -180,12 +208,18 @@ def _dca_local(p: dict, trained: int, target: int) -> tuple[int, str]:
     return trained // 16, f"L/16 = {trained} / 16 (ChunkLlama's)"
 
 
-@register("dca", kind="attention", check=check_dca, targets={"chunk_size": _dca_chunk, "local_window": _dca_local},
-          context_defaults=lambda p: dict(zip(("chunk_size", "local_window"), dca_sizes(p))), params={
-    "chunk_size": Param(None, int, "chunk size s (default 3L/4); chunks hold s - local_window tokens", minimum=2),
-    "local_window": Param(None, int, "local window w (default L/16)", minimum=0),
-    "original_max_position": TRAINED,
-})
+@register(
+    "dca",
+    kind="attention",
+    check=check_dca,
+    targets={"chunk_size": _dca_chunk, "local_window": _dca_local},
+    context_defaults=lambda p: dict(zip(("chunk_size", "local_window"), dca_sizes(p))),
+    params={
+        "chunk_size": Param(None, int, "chunk size s (default 3L/4); chunks hold s - local_window tokens", minimum=2),
+        "local_window": Param(None, int, "local window w (default L/16)", minimum=0),
+        "original_max_position": TRAINED,
+    },
+)
 def dca(p) -> PositionRule:
     """Dual Chunk Attention: intra-chunk, successive-chunk and inter-chunk pieces over chunks of s - w tokens."""
     size, local = dca_sizes(p)
@@ -201,30 +235,52 @@ def dca(p) -> PositionRule:
         return (m % c + c).clamp(max=size).double()
 
     inter = float(min(2 * c - 1, size))  # ChunkLlama's qc position of index c - 1
-    return PositionRule("dca", (
-        Piece("intra", lambda m: c * chunk(m), lambda m: m + 1),
-        Piece("successive", lambda m: (c * (chunk(m) - 1)).clamp(min=0), lambda m: c * chunk(m), succ_query, key),
-        Piece("inter", torch.zeros_like, lambda m: (c * (chunk(m) - 1)).clamp(min=0),
-              lambda m: torch.full(m.shape, inter, dtype=torch.float64), key),
-    ))
+    return PositionRule(
+        "dca",
+        (
+            Piece("intra", lambda m: c * chunk(m), lambda m: m + 1),
+            Piece("successive", lambda m: (c * (chunk(m) - 1)).clamp(min=0), lambda m: c * chunk(m), succ_query, key),
+            Piece(
+                "inter",
+                torch.zeros_like,
+                lambda m: (c * (chunk(m) - 1)).clamp(min=0),
+                lambda m: torch.full(m.shape, inter, dtype=torch.float64),
+                key,
+            ),
+        ),
+    )
 
 
 LOGN = Param(True, bool, "scale the query by max(1, log(m+1)/log L) (the reference's log-n)")
 
 
-@register("rerope", kind="attention", targets={"window": eighth_window}, params={
-    "window": Param(512, int, "window W: beyond it every pair sees relative position W", minimum=1,
-                    search=(128, 4096), log=True),
-    "logn": LOGN, "original_max_position": TRAINED,
-})
+@register(
+    "rerope",
+    kind="attention",
+    targets={"window": eighth_window},
+    params={
+        "window": Param(
+            512, int, "window W: beyond it every pair sees relative position W", minimum=1, search=(128, 4096), log=True
+        ),
+        "logn": LOGN,
+        "original_max_position": TRAINED,
+    },
+)
 def rerope(p) -> PositionRule:
     """ReRoPE: relative position min(m - n, W); query scaled by log-n."""
     window = p["window"]
-    return PositionRule("rerope", (
-        _near(window),
-        _far(window, lambda m: torch.full(m.shape, float(window), dtype=torch.float64),
-             lambda n: torch.zeros(n.shape, dtype=torch.float64)),
-    ), _log_n(p["original_max_position"]) if p["logn"] else None)
+    return PositionRule(
+        "rerope",
+        (
+            _near(window),
+            _far(
+                window,
+                lambda m: torch.full(m.shape, float(window), dtype=torch.float64),
+                lambda n: torch.zeros(n.shape, dtype=torch.float64),
+            ),
+        ),
+        _log_n(p["original_max_position"]) if p["logn"] else None,
+    )
 
 
 def leak_for_target(p: dict, trained: int, target: int) -> tuple[float, str]:
@@ -232,26 +288,48 @@ def leak_for_target(p: dict, trained: int, target: int) -> tuple[float, str]:
     pair sees a position the model was trained on."""
     window = p["window"]
     if window >= trained - 1:
-        raise ScalingError(f"scaling 'leaky_rerope': window={window} must be < {trained - 1} (the trained context "
-                           f"{trained} - 1) to reach {target} tokens")
+        raise ScalingError(
+            f"scaling 'leaky_rerope': window={window} must be < {trained - 1} (the trained context "
+            f"{trained} - 1) to reach {target} tokens"
+        )
     leak = max(1.01, math.ceil(100 * (target - 1 - window) / (trained - 1 - window)) / 100)
-    return leak, f"smallest k with W + (N - 1 - W) / k <= L - 1: {window} + {target - 1 - window} / {leak:g} <= {trained - 1}"
+    return (
+        leak,
+        f"smallest k with W + (N - 1 - W) / k <= L - 1: {window} + {target - 1 - window} / {leak:g} <= {trained - 1}",
+    )
 
 
-@register("leaky_rerope", kind="attention", targets={"window": eighth_window, "leak": leak_for_target}, params={
-    "window": Param(512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1,
-                    search=(128, 4096), log=True),
-    "leak": Param(16.0, float, "k > 1: beyond W the relative position is W + (m - n - W) / k", above=1.0,
-                  search=(2.0, 64.0), log=True),
-    "logn": LOGN, "original_max_position": TRAINED,
-})
+@register(
+    "leaky_rerope",
+    kind="attention",
+    targets={"window": eighth_window, "leak": leak_for_target},
+    params={
+        "window": Param(
+            512, int, "window W: beyond it relative positions grow 1/k as fast", minimum=1, search=(128, 4096), log=True
+        ),
+        "leak": Param(
+            16.0,
+            float,
+            "k > 1: beyond W the relative position is W + (m - n - W) / k",
+            above=1.0,
+            search=(2.0, 64.0),
+            log=True,
+        ),
+        "logn": LOGN,
+        "original_max_position": TRAINED,
+    },
+)
 def leaky_rerope(p) -> PositionRule:
     """Leaky ReRoPE: query at (m + W(k-1)) / k, key at n / k beyond W; query scaled by log-n."""
     window, k = p["window"], p["leak"]
-    return PositionRule("leaky_rerope", (
-        _near(window),
-        _far(window, lambda m: (m.double() + window * (k - 1)) / k, lambda n: n.double() / k),
-    ), _log_n(p["original_max_position"]) if p["logn"] else None)
+    return PositionRule(
+        "leaky_rerope",
+        (
+            _near(window),
+            _far(window, lambda m: (m.double() + window * (k - 1)) / k, lambda n: n.double() / k),
+        ),
+        _log_n(p["original_max_position"]) if p["logn"] else None,
+    )
 
 
 def string_offset(p: dict) -> int:
@@ -262,8 +340,10 @@ def string_offset(p: dict) -> int:
 def check_string(p: dict) -> None:
     offset = string_offset(p)
     if not p["local_window"] < offset:
-        raise ScalingError(f"scaling: local_window={p['local_window']} must be < offset={offset} (shifted pairs "
-                           "see m - n - offset + local_window, which must stay below the offset)")
+        raise ScalingError(
+            f"scaling: local_window={p['local_window']} must be < offset={offset} (shifted pairs "
+            "see m - n - offset + local_window, which must stay below the offset)"
+        )
 
 
 def offset_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
@@ -273,49 +353,78 @@ def offset_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
     local, default = p["local_window"], int(0.33 * trained)
     needed = target - trained + local
     if needed > trained:
-        raise ScalingError(f"scaling 'string' cannot reach {target} tokens on a model trained on {trained}: with "
-                           f"local_window={local} its relative positions stay below {trained} only up to "
-                           f"{2 * trained - local} tokens (2L - W); choose a target <= {2 * trained - local} or a "
-                           f"smaller scaling.local_window")
+        raise ScalingError(
+            f"scaling 'string' cannot reach {target} tokens on a model trained on {trained}: with "
+            f"local_window={local} its relative positions stay below {trained} only up to "
+            f"{2 * trained - local} tokens (2L - W); choose a target <= {2 * trained - local} or a "
+            f"smaller scaling.local_window"
+        )
     if needed <= default:
         return default, f"int(0.33 L) = int(0.33 x {trained}) (the reference's; N - 1 - S + W <= L - 1 holds)"
     return needed, f"smallest S with N - 1 - S + W <= L - 1: {target} - {trained} + {local}"
 
 
-@register("string", kind="attention", check=check_string, targets={"offset": offset_for_target},
-          context_defaults=lambda p: {"offset": string_offset(p)}, params={
-    "offset": Param(None, int, "shifted offset S (default int(0.33 L)): pairs at m - n >= S are shifted", minimum=1),
-    "local_window": Param(128, int, "small local value W: shifted pairs see m - n - S + W", minimum=0),
-    "attention_factor": Param(0.1 * math.log(2) + 1, float, "cos/sin factor (the reference's 0.1 ln 2 + 1)",
-                              above=0.0),
-    "original_max_position": TRAINED,
-})
+@register(
+    "string",
+    kind="attention",
+    check=check_string,
+    targets={"offset": offset_for_target},
+    context_defaults=lambda p: {"offset": string_offset(p)},
+    params={
+        "offset": Param(
+            None, int, "shifted offset S (default int(0.33 L)): pairs at m - n >= S are shifted", minimum=1
+        ),
+        "local_window": Param(128, int, "small local value W: shifted pairs see m - n - S + W", minimum=0),
+        "attention_factor": Param(
+            0.1 * math.log(2) + 1, float, "cos/sin factor (the reference's 0.1 ln 2 + 1)", above=0.0
+        ),
+        "original_max_position": TRAINED,
+    },
+)
 def string(p) -> PositionRule:
     """STRING: relative position m - n - S + W where m - n >= S; cos/sin times the attention factor."""
     offset, local = string_offset(p), p["local_window"]
-    return PositionRule("string", (
-        _near(offset),
-        _far(offset, lambda m: m.double() - offset + local, None, "shifted"),
-    ), None, float(p["attention_factor"]))
+    return PositionRule(
+        "string",
+        (
+            _near(offset),
+            _far(offset, lambda m: m.double() - offset + local, None, "shifted"),
+        ),
+        None,
+        float(p["attention_factor"]),
+    )
 
 
 def _span_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
     return trained, f"the trained context {trained} (LM-Infinite's n_local = L: every distance seen was trained on)"
 
 
-@register("lm_infinite", kind="attention", targets={"local_span": _span_for_target},
-          context_defaults=lambda p: {"local_span": p["original_max_position"]}, params={
-    "global_tokens": Param(10, int, "the first tokens every query sees (at distance local_span)", minimum=0),
-    "local_span": Param(None, int, "the last keys seen at their own distance (default L)", minimum=1),
-    "original_max_position": TRAINED,
-})
+@register(
+    "lm_infinite",
+    kind="attention",
+    targets={"local_span": _span_for_target},
+    context_defaults=lambda p: {"local_span": p["original_max_position"]},
+    params={
+        "global_tokens": Param(10, int, "the first tokens every query sees (at distance local_span)", minimum=0),
+        "local_span": Param(None, int, "the last keys seen at their own distance (default L)", minimum=1),
+        "original_max_position": TRAINED,
+    },
+)
 def lm_infinite(p) -> PositionRule:
     """LM-Infinite: a Lambda-shaped mask; the global tokens beyond the local span at distance local_span."""
     local = p["local_span"] if p["local_span"] is not None else p["original_max_position"]
     first = p["global_tokens"]
-    return PositionRule("lm_infinite", (
-        _near(local),
-        Piece("global", torch.zeros_like, lambda m: (m - local + 1).clamp(min=0, max=first),
-              lambda m: torch.full(m.shape, float(local), dtype=torch.float64),
-              lambda n: torch.zeros(n.shape, dtype=torch.float64)),
-    ), complete=False)
+    return PositionRule(
+        "lm_infinite",
+        (
+            _near(local),
+            Piece(
+                "global",
+                torch.zeros_like,
+                lambda m: (m - local + 1).clamp(min=0, max=first),
+                lambda m: torch.full(m.shape, float(local), dtype=torch.float64),
+                lambda n: torch.zeros(n.shape, dtype=torch.float64),
+            ),
+        ),
+        complete=False,
+    )

@@ -64,7 +64,9 @@ def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None
 def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
     # inv_freq[1] = b^(-2/d)  =>  b = inv_freq[1]^(-d/2)
     if inv_freq.is_meta or inv_freq.numel() < 2:
-        raise RotaryNotFoundError(f"{module_name}: no rope_theta in the config and no frequencies to read the base from")
+        raise RotaryNotFoundError(
+            f"{module_name}: no rope_theta in the config and no frequencies to read the base from"
+        )
     dim = 2 * inv_freq.numel()
     return float(inv_freq[1].double() ** (-dim / 2))
 
@@ -103,7 +105,9 @@ def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
     wanted = [layer_types] if isinstance(layer_types, str) else list(layer_types)
     unknown = sorted(set(wanted) - set(types))
     if unknown:
-        raise ScalingError(f"layer_types {unknown} not in this model; it has {types or ['(one shared rotary)']}; or use auto/all")
+        raise ScalingError(
+            f"layer_types {unknown} not in this model; it has {types or ['(one shared rotary)']}; or use auto/all"
+        )
     return [s for s in slots if s.layer_type in wanted]
 
 

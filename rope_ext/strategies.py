@@ -103,7 +103,9 @@ class Param:
                 raise ScalingError(f"{where} must be a finite number")
         why = self.why(value)
         if why:
-            raise ScalingError(f"{where} {why}" + (" (1 = no scaling)" if key == "factor" and "must be >=" in why else ""))
+            raise ScalingError(
+                f"{where} {why}" + (" (1 = no scaling)" if key == "factor" and "must be >=" in why else "")
+            )
         return value
 
     def why(self, value: Any) -> str | None:
@@ -154,8 +156,17 @@ PATCH_KEYS = {"layer_types": "auto"}
 KINDS = ("frequencies", "query", "attention")
 
 
-def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None, aliases=(), kind="frequencies",
-             targets: Mapping[str, TargetFn] | None = None, context_defaults: Callable[[dict], dict] | None = None):
+def register(
+    name: str,
+    *,
+    params: Mapping[str, Param],
+    check=None,
+    dynamic=None,
+    aliases=(),
+    kind="frequencies",
+    targets: Mapping[str, TargetFn] | None = None,
+    context_defaults: Callable[[dict], dict] | None = None,
+):
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry, or
     with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors`` (positions: a LongTensor of
     0-based query positions; factors: a float tensor of the same shape), or with ``kind="attention"`` a
@@ -171,9 +182,19 @@ def register(name: str, *, params: Mapping[str, Param], check=None, dynamic=None
         for taken in (name, *aliases):
             owner = STRATEGIES.get(ALIASES.get(taken, taken))
             if owner is not None and where(owner.fn) != where(fn):  # the same module imported again is no conflict
-                raise ValueError(f"strategy name '{taken}' is registered twice: by {where(owner.fn)} and by {where(fn)}")
-        STRATEGIES[name] = Strategy(name, fn, dict(params), check or (lambda p: None), dynamic or (lambda p: False), kind,
-                                    dict(targets or {}), context_defaults or (lambda p: {}))
+                raise ValueError(
+                    f"strategy name '{taken}' is registered twice: by {where(owner.fn)} and by {where(fn)}"
+                )
+        STRATEGIES[name] = Strategy(
+            name,
+            fn,
+            dict(params),
+            check or (lambda p: None),
+            dynamic or (lambda p: False),
+            kind,
+            dict(targets or {}),
+            context_defaults or (lambda p: {}),
+        )
         for alias in aliases:
             ALIASES[alias] = name
         return fn
@@ -210,7 +231,9 @@ def factor_for_target(p: dict, trained: int, target: int) -> tuple[float, str]:
 FACTOR_TARGET = {"factor": factor_for_target}
 
 
-@register("none", params={"factor": Param(None, float, "accepted and ignored, so a factor sweep can include the baseline")})
+@register(
+    "none", params={"factor": Param(None, float, "accepted and ignored, so a factor sweep can include the baseline")}
+)
 def none(p, dim, base, seq_len):
     """The model's own RoPE: theta_i = b^(-2i/d). ``factor`` is accepted and ignored, so a sweep over
     factors can include the baseline (``-m scaling=none,yarn scaling.factor=2,4``)."""
@@ -240,8 +263,12 @@ def base_enlargement(p, dim, base, seq_len):
     return default_inv_freq(dim, p["base"]), 1.0
 
 
-@register("dynamic_ntk", params={"factor": FACTOR, "original_max_position": TRAINED}, dynamic=lambda p: True,
-          targets=FACTOR_TARGET)
+@register(
+    "dynamic_ntk",
+    params={"factor": FACTOR, "original_max_position": TRAINED},
+    dynamic=lambda p: True,
+    targets=FACTOR_TARGET,
+)
 def dynamic_ntk(p, dim, base, seq_len):
     """Dynamic NTK: at length n > L, b' = b * ((s*n/L) - (s-1))^(d/(d-2)); below L the original."""
     s, trained = p["factor"], p["original_max_position"]
@@ -276,18 +303,27 @@ def yarn_ramp(dim: int, base: float, trained: int, beta_fast: float, beta_slow: 
 YARN_PARAMS = {
     "factor": FACTOR,
     "original_max_position": TRAINED,
-    "beta_fast": Param(32.0, float, "rotations over L below which a pair starts to be interpolated", above=0.0,
-                       search=(8.0, 128.0), log=True),  # ranges apart, so every sample has beta_fast > beta_slow
-    "beta_slow": Param(1.0, float, "rotations over L below which a pair is fully interpolated", above=0.0,
-                       search=(0.25, 4.0), log=True),
+    "beta_fast": Param(
+        32.0,
+        float,
+        "rotations over L below which a pair starts to be interpolated",
+        above=0.0,
+        search=(8.0, 128.0),
+        log=True,
+    ),  # ranges apart, so every sample has beta_fast > beta_slow
+    "beta_slow": Param(
+        1.0, float, "rotations over L below which a pair is fully interpolated", above=0.0, search=(0.25, 4.0), log=True
+    ),
     "truncate": Param(True, bool, "round the ramp's ends to whole dimensions (transformers' truncate)"),
 }
 
 
 def check_betas(p: dict) -> None:
     if not p["beta_fast"] > p["beta_slow"]:
-        raise ScalingError(f"scaling: beta_fast={p['beta_fast']:g} must be > beta_slow={p['beta_slow']:g} "
-                           "(fast pairs turn more often over L than slow ones)")
+        raise ScalingError(
+            f"scaling: beta_fast={p['beta_fast']:g} must be > beta_slow={p['beta_slow']:g} "
+            "(fast pairs turn more often over L than slow ones)"
+        )
 
 
 def _by_parts(p, dim, base, factor):
@@ -336,18 +372,24 @@ def yarn(p, dim, base, seq_len):
 
 def check_llama3(p: dict) -> None:
     if not p["high_freq_factor"] > p["low_freq_factor"]:
-        raise ScalingError(f"scaling 'llama3': high_freq_factor={p['high_freq_factor']:g} must be > "
-                           f"low_freq_factor={p['low_freq_factor']:g}")
+        raise ScalingError(
+            f"scaling 'llama3': high_freq_factor={p['high_freq_factor']:g} must be > "
+            f"low_freq_factor={p['low_freq_factor']:g}"
+        )
 
 
 @register(
     "llama3",
-    params={"factor": Param(2.0, float, "scale s = target / L (Llama-3.1 ships 8: 8192 -> 131072)", minimum=1.0),
-            "original_max_position": TRAINED,
-            "low_freq_factor": Param(1.0, float, "wavelengths above L/low are interpolated by s", above=0.0,
-                                     search=(0.25, 2.0), log=True),
-            "high_freq_factor": Param(4.0, float, "wavelengths below L/high are kept", above=0.0,
-                                      search=(2.5, 32.0), log=True)},
+    params={
+        "factor": Param(2.0, float, "scale s = target / L (Llama-3.1 ships 8: 8192 -> 131072)", minimum=1.0),
+        "original_max_position": TRAINED,
+        "low_freq_factor": Param(
+            1.0, float, "wavelengths above L/low are interpolated by s", above=0.0, search=(0.25, 2.0), log=True
+        ),
+        "high_freq_factor": Param(
+            4.0, float, "wavelengths below L/high are kept", above=0.0, search=(2.5, 32.0), log=True
+        ),
+    },
     check=check_llama3,
     targets=FACTOR_TARGET,
 )
@@ -419,7 +461,9 @@ def band_factors(bands, dim: int, base: float) -> torch.Tensor:
         if "dims" in band:
             start, end = band["dims"]
             if not 0 <= start < end <= dim // 2:
-                raise ScalingError(f"scaling 'mixed': band {k} dims={[start, end]} must satisfy 0 <= start < end <= {dim // 2}")
+                raise ScalingError(
+                    f"scaling 'mixed': band {k} dims={[start, end]} must satisfy 0 <= start < end <= {dim // 2}"
+                )
             members = torch.zeros(dim // 2, dtype=torch.bool)
             members[start:end] = True
         else:
@@ -430,25 +474,33 @@ def band_factors(bands, dim: int, base: float) -> torch.Tensor:
             members = (wavelen >= lo) & (wavelen < hi)
         overlap = members & ~factors.isnan()
         if bool(overlap.any()):
-            raise ScalingError(f"scaling 'mixed': band {k} overlaps earlier bands at pairs {overlap.nonzero().flatten().tolist()}")
+            raise ScalingError(
+                f"scaling 'mixed': band {k} overlaps earlier bands at pairs {overlap.nonzero().flatten().tolist()}"
+            )
         factors[members] = float(factor)
     missing = factors.isnan()
     if bool(missing.any()):
-        raise ScalingError(f"scaling 'mixed': bands leave pairs {missing.nonzero().flatten().tolist()} uncovered (d/2 = {dim // 2})")
+        raise ScalingError(
+            f"scaling 'mixed': bands leave pairs {missing.nonzero().flatten().tolist()} uncovered (d/2 = {dim // 2})"
+        )
     return factors
 
 
 def check_mixed(p: dict) -> None:
     if (p["factors"] is None) == (p["bands"] is None):
-        raise ScalingError("scaling 'mixed': give exactly one of factors (a list of d/2) or bands "
-                           "(conf/scaling/mixed.yaml sets bands: scaling.bands=null to give or search factors)")
+        raise ScalingError(
+            "scaling 'mixed': give exactly one of factors (a list of d/2) or bands "
+            "(conf/scaling/mixed.yaml sets bands: scaling.bands=null to give or search factors)"
+        )
 
 
 @register(
     "mixed",
-    params={"factors": Param(None, list, "one factor per dimension pair", search="monotone"),
-            "bands": Param(None, list, "[{dims: [start, end], factor}] or [{min_wavelength, max_wavelength, factor}]"),
-            "attention_factor": Param(1.0, float, "cos/sin factor", above=0.0, search=(0.8, 1.6))},
+    params={
+        "factors": Param(None, list, "one factor per dimension pair", search="monotone"),
+        "bands": Param(None, list, "[{dims: [start, end], factor}] or [{min_wavelength, max_wavelength, factor}]"),
+        "attention_factor": Param(1.0, float, "cos/sin factor", above=0.0, search=(0.8, 1.6)),
+    },
     check=check_mixed,
 )
 def mixed(p, dim, base, seq_len):
@@ -465,14 +517,25 @@ def p_rope_pairs(fraction: float, dim: int) -> int:
     return int(math.floor(fraction * (dim // 2) + 1e-9))
 
 
-@register("p_rope", params={"fraction": Param(0.75, float, "fraction p of rotary pairs kept (the highest frequencies)",
-                                              above=0.0, maximum=1.0, search=(0.25, 1.0))})
+@register(
+    "p_rope",
+    params={
+        "fraction": Param(
+            0.75,
+            float,
+            "fraction p of rotary pairs kept (the highest frequencies)",
+            above=0.0,
+            maximum=1.0,
+            search=(0.25, 1.0),
+        )
+    },
+)
 def p_rope(p, dim, base, seq_len):
     """p-RoPE (Barbero et al. 2024, "Round and round we go!", arXiv 2410.06205): the floor(p * d/2)
     highest-frequency pairs keep theta_i = b^(-2i/d); the rest get theta = 0 (no rotation: channels
     that carry no position, only content). p = 1 is RoPE."""
     inv_freq = default_inv_freq(dim, base)
-    inv_freq[p_rope_pairs(p["fraction"], dim):] = 0.0
+    inv_freq[p_rope_pairs(p["fraction"], dim) :] = 0.0
     return inv_freq, 1.0
 
 
@@ -481,14 +544,20 @@ LOGN_FORMS = ("su", "llama4")
 
 def check_logn(p: dict) -> None:
     if p["form"] == "su" and p["original_max_position"] < 2:
-        raise ScalingError(f"scaling: form su needs original_max_position >= 2 (log base L), got {p['original_max_position']}")
+        raise ScalingError(
+            f"scaling: form su needs original_max_position >= 2 (log base L), got {p['original_max_position']}"
+        )
 
 
 @register(
     "logn",
     params={
-        "form": Param("su", str, "su: max(1, log n / log L); llama4: 1 + attn_scale * log1p(floor(n / floor_scale))",
-                      choices=LOGN_FORMS),
+        "form": Param(
+            "su",
+            str,
+            "su: max(1, log n / log L); llama4: 1 + attn_scale * log1p(floor(n / floor_scale))",
+            choices=LOGN_FORMS,
+        ),
         "original_max_position": TRAINED,
         "attn_scale": Param(0.1, float, "llama4 form: the slope of the log term", above=0.0),
         "floor_scale": Param(None, int, "llama4 form: n is counted in steps of floor_scale (default: L)", minimum=1),
@@ -531,8 +600,11 @@ def effective_base(inv_freq: torch.Tensor, dim: int) -> float | None:
     return candidate if torch.allclose(default_inv_freq(dim, candidate), inv_freq, rtol=1e-4) else None
 
 
-@register("compose", params={"stages": Param(None, list, "scaling configs applied in order", required=True)},
-          dynamic=lambda p: any(stage.dynamic for stage in p["stages"]))
+@register(
+    "compose",
+    params={"stages": Param(None, list, "scaling configs applied in order", required=True)},
+    dynamic=lambda p: any(stage.dynamic for stage in p["stages"]),
+)
 def compose(p, dim, base, seq_len):
     """Stages in order: each sees the base left by the previous ones; per-pair ratios and factors multiply."""
     inv_freq, attention, current_base = default_inv_freq(dim, base), 1.0, base
@@ -718,9 +790,11 @@ def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) ->
         params["stages"] = [resolve(stage, trained_context) for stage in _stages(params["stages"])]
         attention = [stage.label for stage in params["stages"] if stage.scales_attention]
         if len(attention) > 1:
-            raise ScalingError(f"scaling 'compose': stages {' and '.join(attention)} both change which relative "
-                               "position each query-key pair sees; compose at most one attention-level method "
-                               "with frequency and query-scaling strategies")
+            raise ScalingError(
+                f"scaling 'compose': stages {' and '.join(attention)} both change which relative "
+                "position each query-key pair sees; compose at most one attention-level method "
+                "with frequency and query-scaling strategies"
+            )
     try:
         strategy.check(params)
     except ScalingError as err:
@@ -737,8 +811,10 @@ def _stages(stages: list) -> list:
         raise ScalingError(f"scaling 'compose' needs at least one stage, {example}")
     for stage in stages:
         if not isinstance(stage, Scaling) and not hasattr(stage, "keys"):
-            raise ScalingError(f"scaling 'compose': stage {stage!r} is not a scaling config; write each stage as "
-                               f"{{name: <strategy>, <its parameters>}}, {example}")
+            raise ScalingError(
+                f"scaling 'compose': stage {stage!r} is not a scaling config; write each stage as "
+                f"{{name: <strategy>, <its parameters>}}, {example}"
+            )
     return stages
 
 

@@ -55,10 +55,15 @@ def for_target(config: Mapping, trained: int, target: int) -> Derived:
     if not strategy.targets:
         return Derived(config, {})
     if target < trained:
-        raise TargetError(f"target={target} is below the trained context {trained}: '{name}' only extends a model's "
-                          f"context; give a target >= {trained} (e.g. 2x)")
-    params = {key: config.get(key) if config.get(key) is not None else param.default
-              for key, param in strategy.params.items() if key not in strategy.targets}
+        raise TargetError(
+            f"target={target} is below the trained context {trained}: '{name}' only extends a model's "
+            f"context; give a target >= {trained} (e.g. 2x)"
+        )
+    params = {
+        key: config.get(key) if config.get(key) is not None else param.default
+        for key, param in strategy.params.items()
+        if key not in strategy.targets
+    }
     params["original_max_position"] = config.get("original_max_position") or trained
     why = {}
     for key, rule in strategy.targets.items():
@@ -85,8 +90,10 @@ def shortfalls(scaling: Scaling, trained: int, length: int) -> list[str]:
     if length <= trained or scaling.name == "none":
         return found
     if scaling.scales_frequencies and not scaling.dynamic and scaling.factor and length > trained * factor * (1 + 1e-9):
-        found.append(f"scaling '{scaling.label}' covers {round(trained * factor)} tokens ({trained} x factor {factor:g}), "
-                     f"not {length}: positions beyond are extrapolated; scaling.factor={length / trained:g} covers it")
+        found.append(
+            f"scaling '{scaling.label}' covers {round(trained * factor)} tokens ({trained} x factor {factor:g}), "
+            f"not {length}: positions beyond are extrapolated; scaling.factor={length / trained:g} covers it"
+        )
     rule = scaling.position_rule()
     if rule is not None:
         import torch
@@ -94,9 +101,12 @@ def shortfalls(scaling: Scaling, trained: int, length: int) -> list[str]:
         position, seen = rule.relative(torch.tensor(length - 1), torch.arange(length))
         reach = float(position[seen].max()) if bool(seen.any()) else 0.0
         if reach > trained * factor:  # LM-Infinite's global tokens at distance L itself are by design
-            found.append(f"scaling '{scaling.label}': at {length} tokens the last query sees relative positions up to "
-                         f"{reach:.0f}, beyond the {round(trained * factor)} the model covers (trained {trained}"
-                         + (f" x factor {factor:g}" if factor != 1 else "") + ")")
+            found.append(
+                f"scaling '{scaling.label}': at {length} tokens the last query sees relative positions up to "
+                f"{reach:.0f}, beyond the {round(trained * factor)} the model covers (trained {trained}"
+                + (f" x factor {factor:g}" if factor != 1 else "")
+                + ")"
+            )
     return found
 
 
@@ -108,7 +118,10 @@ def set_up(config: Mapping, trained: int, target: int) -> tuple[Scaling, Derived
     problems = shortfalls(scaling, trained, target)
     if problems:
         given = [k for k in derives(scaling.name) if k not in derived.why]
-        hint = (f"; the target sets {', '.join(derives(scaling.name))} when left unset (given: {', '.join(given)})"
-                if given else "")
+        hint = (
+            f"; the target sets {', '.join(derives(scaling.name))} when left unset (given: {', '.join(given)})"
+            if given
+            else ""
+        )
         raise TargetError(f"target={target} cannot be reached: {problems[0]}{hint}")
     return scaling, derived

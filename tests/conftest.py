@@ -32,10 +32,14 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: heavier tests (real SmolLM2 runs, multi-process sweeps, memory-limit runs); CI runs them after the default suite")
+    config.addinivalue_line(
+        "markers",
+        "slow: heavier tests (real SmolLM2 runs, multi-process sweeps, memory-limit runs); CI runs them after the default suite",
+    )
 
 
 # --- composing and running jobs -----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def compose():
@@ -51,8 +55,9 @@ def compose():
             register_configs()
             extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
             with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-                composed[key] = hydra_compose("config", overrides=[*extra, *overrides],
-                                              return_hydra_config=return_hydra_config)
+                composed[key] = hydra_compose(
+                    "config", overrides=[*extra, *overrides], return_hydra_config=return_hydra_config
+                )
         return copy.deepcopy(composed[key])
 
     return compose
@@ -119,6 +124,7 @@ def structured():
 
 
 # --- models -------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def tiny_llama():
@@ -238,14 +244,19 @@ def plugin(tmp_path):
     (tmp_path / "my_ext.py").write_text(PLUGIN)
     (tmp_path / "conf" / "scaling").mkdir(parents=True)
     (tmp_path / "conf" / "eval").mkdir()
-    (tmp_path / "conf" / "scaling" / "halve_slow.yaml").write_text("defaults:\n  - /schema/scaling@_here_: halve_slow\n  - _self_\n")
+    (tmp_path / "conf" / "scaling" / "halve_slow.yaml").write_text(
+        "defaults:\n  - /schema/scaling@_here_: halve_slow\n  - _self_\n"
+    )
     for name in ("first_tokens", "prefix_nll"):
-        (tmp_path / "conf" / "eval" / f"{name}.yaml").write_text(f"defaults:\n  - /schema/eval@_here_: {name}\n  - _self_\n")
+        (tmp_path / "conf" / "eval" / f"{name}.yaml").write_text(
+            f"defaults:\n  - /schema/eval@_here_: {name}\n  - _self_\n"
+        )
     env = {**os.environ, "ROPE_EXT_PLUGINS": "my_ext", "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     return tmp_path, env
 
 
 # --- real eval contexts -------------------------------------------------------------------------------------
+
 
 def scaling_overrides(scaling: dict | None) -> list[str]:
     """{"name": "yarn", "factor": 4.0} -> ["scaling=yarn", "scaling.factor=4.0"]."""
@@ -269,7 +280,11 @@ def direct_metrics() -> dict:
 
     load_evals()
     found = {}
-    for name, values in (("perplexity", {"longppl": True}), ("needle", {"name": "needle"}), ("passkey", {"name": "passkey"})):
+    for name, values in (
+        ("perplexity", {"longppl": True}),
+        ("needle", {"name": "needle"}),
+        ("passkey", {"name": "passkey"}),
+    ):
         spec = EVALS[name]
         cfg = OmegaConf.merge(OmegaConf.structured(spec.config), values)
         found.update({m.name: m.declared(name) for m in spec.metrics_for(cfg)})

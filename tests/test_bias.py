@@ -46,7 +46,10 @@ def test_zero_ablation_moves_the_means_by_the_bias_and_is_undone_exactly():
         after = captured(model, IDS)[0]
     assert done["q"]["layers"] == 2 and done["q"]["bias_norm_before"] > 0 and done["q"]["bias_norm_after"] == 0
     attention = model.model.layers[0].self_attn
-    b_q, b_k = saved["model.layers.0.self_attn.q_proj"].view(4, 16), saved["model.layers.0.self_attn.k_proj"].view(2, 16)
+    b_q, b_k = (
+        saved["model.layers.0.self_attn.q_proj"].view(4, 16),
+        saved["model.layers.0.self_attn.k_proj"].view(2, 16),
+    )
     # layer 0 sees the same input: every captured (unrotated) query and key moves by exactly its head's bias
     torch.testing.assert_close(before.query[0] - after.query[0], b_q[:, None].expand(4, 48, 16), atol=1e-5, rtol=0)
     torch.testing.assert_close(before.key[0] - after.key[0], b_k[:, None].expand(2, 48, 16), atol=1e-5, rtol=0)
@@ -63,11 +66,20 @@ def test_center_ablation_leaves_mean_zero_and_keeps_the_variance():
     for layer in after:  # every layer: q and k have mean 0 over the calibration tokens (centred layer by layer)
         assert float(layer.query[0].mean(1).abs().max()) < 1e-4 and float(layer.key[0].mean(1).abs().max()) < 1e-4
     # layer 0's input is unchanged, so its q and k are the same vectors less their mean: the same variance
-    torch.testing.assert_close(after[0].query[0], before[0].query[0] - before[0].query[0].mean(1, keepdim=True), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        after[0].query[0], before[0].query[0] - before[0].query[0].mean(1, keepdim=True), atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(after[0].key[0].var(1), before[0].key[0].var(1), atol=1e-4, rtol=1e-4)
 
 
-QK = ["eval=qk_study", "eval.tokens=128", "eval.near=4", "eval.bins=16", "eval.pair_samples=256", "data.books=[persuasion]"]
+QK = [
+    "eval=qk_study",
+    "eval.tokens=128",
+    "eval.near=4",
+    "eval.bins=16",
+    "eval.pair_samples=256",
+    "data.books=[persuasion]",
+]
 
 
 def test_qk_study_on_qwen2_reports_the_bias_share_and_runs_ablated(tmp_path, run_job, models):
@@ -83,22 +95,37 @@ def test_qk_study_on_qwen2_reports_the_bias_share_and_runs_ablated(tmp_path, run
     assert all("bias_share_k" in layer for layer in results["metrics"]["qk_study"]["layers"])
     loaded = MODEL_CACHE._loaded.model
     saved = [m.bias.clone() for _, m in bias.biased(loaded, "k")]
-    summary, results = run_job(tmp_path / "center", *QK, models, "model=tinyqwen2", "scaling=none", "eval.ablate_bias=[k]",
-                               "eval.ablate_mode=center")
+    summary, results = run_job(
+        tmp_path / "center",
+        *QK,
+        models,
+        "model=tinyqwen2",
+        "scaling=none",
+        "eval.ablate_bias=[k]",
+        "eval.ablate_mode=center",
+    )
     assert summary["bias_k_norm"] > 0 and summary["bias_q_norm"] == 0  # the k bias is now minus the mean it removed
     assert "bias_share_k" not in summary  # k has mean 0: no share is defined
     assert results["metrics"]["qk_study"]["ablation"]["k"]["mode"] == "center"
     assert results["config"]["eval"]["ablate_bias"] == ["k"]
-    assert all(torch.equal(m.bias, b) for (_, m), b in zip(bias.biased(loaded, "k"), saved))  # the shared model restored
+    assert all(
+        torch.equal(m.bias, b) for (_, m), b in zip(bias.biased(loaded, "k"), saved)
+    )  # the shared model restored
 
 
 def test_ablation_is_in_the_job_key_and_needs_a_model_with_biases(tmp_path, compose, models, run_cli, searchpath):
     qwen = [*QK, models, "model=tinyqwen2"]
-    keys = {parse_job(compose(*qwen, *extra), tmp_path / f"k{i}").key
-            for i, extra in enumerate([(), ("eval.ablate_bias=[q,k]",), ("eval.ablate_bias=[q,k]", "eval.ablate_mode=center")])}
+    keys = {
+        parse_job(compose(*qwen, *extra), tmp_path / f"k{i}").key
+        for i, extra in enumerate(
+            [(), ("eval.ablate_bias=[q,k]",), ("eval.ablate_bias=[q,k]", "eval.ablate_mode=center")]
+        )
+    }
     assert len(keys) == 3
     llama = ["model=tinyllama", "model.weights=random", "logger=none"]
-    with pytest.raises(QKStudyError, match=r"eval.ablate_bias=\['q'\] but model 'tinyllama' \(llama\) has no bias on q_proj"):
+    with pytest.raises(
+        QKStudyError, match=r"eval.ablate_bias=\['q'\] but model 'tinyllama' \(llama\) has no bias on q_proj"
+    ):
         parse_job(compose(*QK, *llama, "eval.ablate_bias=[q]"), tmp_path / "a")
     with pytest.raises(PerplexityError, match=r"has no bias on q_proj, k_proj; it needs a model with q/k/v biases"):
         parse_job(compose(*llama, "eval.ablate_bias=[q,k]"), tmp_path / "b")
@@ -108,12 +135,20 @@ def test_ablation_is_in_the_job_key_and_needs_a_model_with_biases(tmp_path, comp
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
         "error: eval.ablate_bias=['k'] but model 'tinyllama' (llama) has no bias on k_proj; it needs a model with q/k/v "
-        "biases (model=qwen25)"]
+        "biases (model=qwen25)"
+    ]
 
 
 def test_perplexity_with_centred_biases_runs_and_restores_them(tmp_path, run_job, models):
-    summary, results = run_job(tmp_path / "ppl", models, "model=tinyqwen2", "eval.lengths=[64,128]", "data.books=[persuasion]",
-                               "eval.ablate_bias=[q,k]", "eval.ablate_mode=center")
+    summary, results = run_job(
+        tmp_path / "ppl",
+        models,
+        "model=tinyqwen2",
+        "eval.lengths=[64,128]",
+        "data.books=[persuasion]",
+        "eval.ablate_bias=[q,k]",
+        "eval.ablate_mode=center",
+    )
     assert results["status"] == "done" and summary["ppl@128"] > 0
     ablation = results["metrics"]["ablation"]
     assert ablation["q"]["mode"] == "center" and ablation["k"]["layers"] == 2

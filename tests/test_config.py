@@ -11,11 +11,17 @@ from evals.core.job import parse_job
 from evals.core.models import random_model, resolve_model
 from tests.tiny import ROOT
 
-GROUPS = {group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) for group in
-          ("model", "scaling", "eval", "data", "logger", "experiment")}
+GROUPS = {
+    group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+    for group in ("model", "scaling", "eval", "data", "logger", "experiment")
+}
 GROUPS["eval"].append("suite")  # derived from the eval registry, not a file
-REDUCED = ["model.architecture.num_hidden_layers=2", "model.architecture.hidden_size=64",
-           "model.architecture.intermediate_size=96", "model.architecture.vocab_size=512"]
+REDUCED = [
+    "model.architecture.num_hidden_layers=2",
+    "model.architecture.hidden_size=64",
+    "model.architecture.intermediate_size=96",
+    "model.architecture.vocab_size=512",
+]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
@@ -29,7 +35,16 @@ def test_every_option_composes(group, option, compose):
 def test_defaults_read_like_a_table_of_contents():
     defaults = OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml").defaults)
     assert [next(iter(d)) if isinstance(d, dict) else d for d in defaults] == [
-        "config_schema", "model", "scaling", "eval", "data", "logger", "hydra", "_self_", "experiment"]
+        "config_schema",
+        "model",
+        "scaling",
+        "eval",
+        "data",
+        "logger",
+        "hydra",
+        "_self_",
+        "experiment",
+    ]
 
 
 @pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])
@@ -46,9 +61,13 @@ def test_longrope_preset_asks_for_its_factor_lists(tmp_path, compose):
 @pytest.mark.parametrize("option", GROUPS["model"])
 def test_every_model_builds_with_random_weights_at_reduced_size(option, compose):
     heads = 4
-    cfg = compose(f"model={option}", "model.weights=random", *REDUCED,
-                  f"model.architecture.num_attention_heads={heads}",
-                  f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}")
+    cfg = compose(
+        f"model={option}",
+        "model.weights=random",
+        *REDUCED,
+        f"model.architecture.num_attention_heads={heads}",
+        f"model.architecture.num_key_value_heads={heads // 2 if option != 'llama' else heads}",
+    )
     resolved = resolve_model(cfg.model, geometry=True, weights=False)  # from the config alone, on the meta device
     model = random_model(resolved, torch.float32)
     slots = rope_ext.find_rotary_slots(model)
@@ -58,27 +77,43 @@ def test_every_model_builds_with_random_weights_at_reduced_size(option, compose)
     rope = arch.rope_parameters  # one set, or one per layer type (Gemma-3: sliding and global)
     bases = [rope.rope_theta] if "rope_theta" in rope else [rope[t].rope_theta for t in set(model.config.layer_types)]
     dim = arch.get("head_dim") or 64 // heads
-    assert sorted((s.dim, s.base) for s in slots) == sorted((s.dim, s.base) for s in shapes) == sorted(
-        (dim, base) for base in bases)
+    assert (
+        sorted((s.dim, s.base) for s in slots)
+        == sorted((s.dim, s.base) for s in shapes)
+        == sorted((dim, base) for base in bases)
+    )
     with torch.no_grad():
         assert model(torch.arange(16)[None]).logits.shape == (1, 16, 512)
 
 
 def test_model_configs_record_real_shapes_and_contexts(compose):
-    expected = {"llama": (4096, 10000.0, 32, 4096), "llama3": (8192, 500000.0, 32, 4096),
-                "tinyllama": (2048, 10000.0, 22, 2048), "smollm2": (8192, 100000.0, 30, 576),
-                "mistral": (8192, 10000.0, 32, 4096), "qwen2": (32768, 1000000.0, 28, 3584)}
+    expected = {
+        "llama": (4096, 10000.0, 32, 4096),
+        "llama3": (8192, 500000.0, 32, 4096),
+        "tinyllama": (2048, 10000.0, 22, 2048),
+        "smollm2": (8192, 100000.0, 30, 576),
+        "mistral": (8192, 10000.0, 32, 4096),
+        "qwen2": (32768, 1000000.0, 28, 3584),
+    }
     for name, (trained, base, layers, hidden) in expected.items():
         model = compose(f"model={name}").model
         arch = model.architecture
-        assert (model.original_max_position, arch.rope_parameters.rope_theta, arch.num_hidden_layers,
-                arch.hidden_size) == (trained, base, layers, hidden)
+        assert (
+            model.original_max_position,
+            arch.rope_parameters.rope_theta,
+            arch.num_hidden_layers,
+            arch.hidden_size,
+        ) == (trained, base, layers, hidden)
 
 
 @pytest.mark.parametrize(
     "overrides,error",
-    [(["eval.lenghts=[1]"], ConfigCompositionException), (["scaling=yran"], MissingConfigException),
-     (["model.pth=/x"], ConfigCompositionException), (["scaling.beta_fats=3"], ConfigCompositionException)],
+    [
+        (["eval.lenghts=[1]"], ConfigCompositionException),
+        (["scaling=yran"], MissingConfigException),
+        (["model.pth=/x"], ConfigCompositionException),
+        (["scaling.beta_fats=3"], ConfigCompositionException),
+    ],
 )
 def test_typos_fail_at_composition(overrides, error, compose):
     with pytest.raises(error):
@@ -97,14 +132,24 @@ def test_typos_fail_at_composition(overrides, error, compose):
         (["model.path=/no/such/dir"], "model.path='/no/such/dir' does not exist"),
         (["scaling=linear", "scaling.factor=0.5"], "factor=0.5 must be >= 1"),
         (["model.weights=fake"], "model.weights='fake': is not one of pretrained, random"),
-        (["logger=wandb", "logger.mode=sometimes"], "logger.mode='sometimes': is not one of auto, online, offline, disabled"),
+        (
+            ["logger=wandb", "logger.mode=sometimes"],
+            "logger.mode='sometimes': is not one of auto, online, offline, disabled",
+        ),
         (["model=llama"], "set model.path=/path/to/checkpoint"),
-        (["data=text_files", "data.glob=/no/*.txt", "model=tinyllama", "model.weights=random", *REDUCED],
-         "data.glob='/no/*.txt' matches no file"),
-        (["eval.lengths=[1000000]", "model=tinyllama", "model.weights=random", *REDUCED, "data.books=[persuasion]"],
-         "eval.lengths [1000000] exceed every document"),
-        (["eval.lengths=[1x,double]"], "eval.lengths='double' is not a length: give tokens (4096) or a multiple of the "
-                                       "trained context (8192), e.g. 2x"),
+        (
+            ["data=text_files", "data.glob=/no/*.txt", "model=tinyllama", "model.weights=random", *REDUCED],
+            "data.glob='/no/*.txt' matches no file",
+        ),
+        (
+            ["eval.lengths=[1000000]", "model=tinyllama", "model.weights=random", *REDUCED, "data.books=[persuasion]"],
+            "eval.lengths [1000000] exceed every document",
+        ),
+        (
+            ["eval.lengths=[1x,double]"],
+            "eval.lengths='double' is not a length: give tokens (4096) or a multiple of the "
+            "trained context (8192), e.g. 2x",
+        ),
         (["verdict.target=4y"], "verdict.target='4y' is not a length"),
         (["eval=needle", "scaling=yarn", "eval.lengths=[64]"], "length 64 is below what the needles and question need"),
         (["hydra.run.dir=/proc/1/rope"], "the run directory /proc/1/rope cannot be created"),  # even root cannot

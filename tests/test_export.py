@@ -15,23 +15,57 @@ from tests.tiny import ROOT, TINY_ARCHITECTURE, tinyllama
 
 TRAINED, VOCAB, LENGTH = 64, 96, 200  # 200 tokens on a 64-token model: every strategy changes the logits
 FAMILIES = {  # real architectures at toy sizes: plain, q/k/v biases, per-layer-type rope (global scaled), partial rotary
-    "llama": dict(model_type="llama", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2),
-    "qwen2": dict(model_type="qwen2", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
-    "gemma3": dict(model_type="gemma3_text", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                   num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=16,
-                   layer_types=["sliding_attention", "full_attention"],
-                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                                    "full_attention": {"rope_type": "default", "rope_theta": 1e6}}),
-    "gpt_neox": dict(model_type="gpt_neox", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                     num_attention_heads=4, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
-                                                              "partial_rotary_factor": 0.25}),
+    "llama": dict(
+        model_type="llama",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "qwen2": dict(
+        model_type="qwen2",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+    ),
+    "gemma3": dict(
+        model_type="gemma3_text",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+        },
+    ),
+    "gpt_neox": dict(
+        model_type="gpt_neox",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25},
+    ),
 }
-NATIVE = [{"name": "linear", "factor": 4}, {"name": "ntk", "factor": 4}, {"name": "base", "base": 5e5},
-          {"name": "dynamic_ntk", "factor": 4}, {"name": "yarn", "factor": 4}, {"name": "yarn", "factor": 3, "beta_fast": 16,
-                                                                               "truncate": False},
-          {"name": "ntk_by_parts", "factor": 4}, {"name": "llama3", "factor": 4}]
+NATIVE = [
+    {"name": "linear", "factor": 4},
+    {"name": "ntk", "factor": 4},
+    {"name": "base", "base": 5e5},
+    {"name": "dynamic_ntk", "factor": 4},
+    {"name": "yarn", "factor": 4},
+    {"name": "yarn", "factor": 3, "beta_fast": 16, "truncate": False},
+    {"name": "ntk_by_parts", "factor": 4},
+    {"name": "llama3", "factor": 4},
+]
 
 
 def family_model(family):
@@ -85,24 +119,34 @@ def test_gemma3_exports_its_global_layers_only_and_keeps_the_sliding_ones():
 def test_longrope_exports_its_factor_lists(tmp_path):
     model = family_model("llama")
     half = model.config.head_dim // 2 if getattr(model.config, "head_dim", None) else 8
-    scaling = rope_ext.resolve({"name": "longrope", "factor": 4, "short_factor": [1.0] * half,
-                                "long_factor": [1.0 + i / half * 3 for i in range(half)]}, TRAINED)
+    scaling = rope_ext.resolve(
+        {
+            "name": "longrope",
+            "factor": 4,
+            "short_factor": [1.0] * half,
+            "long_factor": [1.0 + i / half * 3 for i in range(half)],
+        },
+        TRAINED,
+    )
     ids = torch.randint(0, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(2))
     with torch.no_grad(), rope_ext.patch(model, scaling):
         ours = model(ids).logits
     assert (ours - exported_logits(model, scaling, ids, tmp_path)).abs().max() / ours.abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("setting,engine,reason", [
-    ({"name": "self_extend"}, "transformers", "an attention-level method changes which relative position"),
-    ({"name": "logn"}, "vllm", "query scaling inside attention has no config key"),
-    ({"name": "dynamic_ntk", "factor": 4}, "vllm", r"computes the NTK base once for max_model_len \(static\)"),
-    ({"name": "dca"}, "vllm", "dual chunk attention on the Qwen2 family only"),
-    ({"name": "yarn", "factor": 2, "dynamic": True}, "transformers", "no dynamic YaRN"),
-    ({"name": "yarn", "factor": 2, "truncate": False}, "llama.cpp", "truncate=false"),
-    ({"name": "llama3", "factor": 2}, "llama.cpp", "rope_freqs tensor"),
-    ({"name": "p_rope"}, "sglang", "no rope type computes 'p_rope' frequencies"),
-])
+@pytest.mark.parametrize(
+    "setting,engine,reason",
+    [
+        ({"name": "self_extend"}, "transformers", "an attention-level method changes which relative position"),
+        ({"name": "logn"}, "vllm", "query scaling inside attention has no config key"),
+        ({"name": "dynamic_ntk", "factor": 4}, "vllm", r"computes the NTK base once for max_model_len \(static\)"),
+        ({"name": "dca"}, "vllm", "dual chunk attention on the Qwen2 family only"),
+        ({"name": "yarn", "factor": 2, "dynamic": True}, "transformers", "no dynamic YaRN"),
+        ({"name": "yarn", "factor": 2, "truncate": False}, "llama.cpp", "truncate=false"),
+        ({"name": "llama3", "factor": 2}, "llama.cpp", "rope_freqs tensor"),
+        ({"name": "p_rope"}, "sglang", "no rope type computes 'p_rope' frequencies"),
+    ],
+)
 def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting, engine, reason):
     model = family_model("llama")
     scaling = rope_ext.resolve(setting, TRAINED)
@@ -115,8 +159,10 @@ def test_vllm_and_sglang_get_yarns_attention_factor_as_their_own_attn_factor():
     from rope_ext.strategies import yarn_mscale
 
     model = family_model("llama")
-    for setting, expected in (({"name": "yarn", "factor": 4}, 1.0), ({"name": "ntk_by_parts", "factor": 4},
-                                                                      1 / yarn_mscale(4.0))):
+    for setting, expected in (
+        ({"name": "yarn", "factor": 4}, 1.0),
+        ({"name": "ntk_by_parts", "factor": 4}, 1 / yarn_mscale(4.0)),
+    ):
         scaling = rope_ext.resolve(setting, TRAINED)
         vllm = export(scaling, geometry(model, scaling), "vllm", model.config.to_dict())
         # vLLM and SGLang multiply attn_factor by 0.1 ln s + 1 themselves and never read attention_factor
@@ -129,19 +175,40 @@ def test_dca_goes_to_vllm_and_sglang_as_qwen_dual_chunk_attention():
     model = family_model("qwen2")
     scaling = rope_ext.resolve({"name": "dca"}, TRAINED)
     vllm = export(scaling, geometry(model, scaling), "vllm", model.config.to_dict())
-    assert vllm["hf_overrides"] == {"dual_chunk_attention_config": {"chunk_size": 48, "local_size": 4,
-                                                                    "original_max_position_embeddings": 64}}
+    assert vllm["hf_overrides"] == {
+        "dual_chunk_attention_config": {"chunk_size": 48, "local_size": 4, "original_max_position_embeddings": 64}
+    }
     assert vllm["command"].startswith("VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN vllm serve")
     sglang = export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
     assert "--attention-backend dual_chunk_flash_attn" in sglang["command"]
 
 
 # llama-cpp-python's Llama(...) arguments for RoPE (llama_cpp/llama.py) and llama.cpp's flags (common/arg.cpp)
-LLAMA_CPP_PYTHON_ARGS = {"rope_scaling_type", "rope_freq_base", "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor",
-                         "yarn_beta_fast", "yarn_beta_slow", "yarn_orig_ctx", "n_ctx"}
-LLAMA_CPP_FLAGS = {"--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx",
-                   "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast", "-c",
-                   "--grp-attn-n", "--grp-attn-w"}
+LLAMA_CPP_PYTHON_ARGS = {
+    "rope_scaling_type",
+    "rope_freq_base",
+    "rope_freq_scale",
+    "yarn_ext_factor",
+    "yarn_attn_factor",
+    "yarn_beta_fast",
+    "yarn_beta_slow",
+    "yarn_orig_ctx",
+    "n_ctx",
+}
+LLAMA_CPP_FLAGS = {
+    "--rope-scaling",
+    "--rope-scale",
+    "--rope-freq-base",
+    "--rope-freq-scale",
+    "--yarn-orig-ctx",
+    "--yarn-ext-factor",
+    "--yarn-attn-factor",
+    "--yarn-beta-slow",
+    "--yarn-beta-fast",
+    "-c",
+    "--grp-attn-n",
+    "--grp-attn-w",
+}
 
 
 def test_llama_cpp_gets_yarn_in_its_own_names_and_semantics():
@@ -151,30 +218,51 @@ def test_llama_cpp_gets_yarn_in_its_own_names_and_semantics():
     args = found["llama_cpp_python"]
     assert set(args) <= LLAMA_CPP_PYTHON_ARGS and {f for f in found["flags"] if f.startswith("-")} <= LLAMA_CPP_FLAGS
     # rope_freq_scale = 1/s; llama.cpp applies YaRN's 0.1 ln s + 1 itself, so the default attention factor is 1 there
-    assert args == {"rope_scaling_type": 2, "rope_freq_scale": 0.25, "yarn_orig_ctx": 64, "yarn_ext_factor": 1.0,
-                    "yarn_attn_factor": pytest.approx(1.0), "yarn_beta_fast": 16.0, "yarn_beta_slow": 1.0, "n_ctx": 256}
+    assert args == {
+        "rope_scaling_type": 2,
+        "rope_freq_scale": 0.25,
+        "yarn_orig_ctx": 64,
+        "yarn_ext_factor": 1.0,
+        "yarn_attn_factor": pytest.approx(1.0),
+        "yarn_beta_fast": 16.0,
+        "yarn_beta_slow": 1.0,
+        "n_ctx": 256,
+    }
     ntk = export(rope_ext.resolve({"name": "ntk", "factor": 4}, TRAINED), geometry(model, scaling), "llama.cpp")
     dim = geometry(model, scaling).dim
     assert ntk["llama_cpp_python"]["rope_freq_base"] == pytest.approx(10000.0 * 4 ** (dim / (dim - 2)))
-    self_extend = export(rope_ext.resolve({"name": "self_extend", "group_size": 4, "window": 16}, TRAINED),
-                         geometry(model, scaling), "llama.cpp")
+    self_extend = export(
+        rope_ext.resolve({"name": "self_extend", "group_size": 4, "window": 16}, TRAINED),
+        geometry(model, scaling),
+        "llama.cpp",
+    )
     assert self_extend["flags"][:4] == ["--grp-attn-n", "4", "--grp-attn-w", "16"]
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("export") / "run"
-    command = [sys.executable, str(ROOT / "run.py"), *tinyllama(TINY_ARCHITECTURE, original_max_position=256),
-               "scaling=yarn", "target=2x", "eval.lengths=[64]", "eval.documents=1", "data.books=[persuasion]",
-               "verdict.baseline=false", f"output_dir={out}"]
+    command = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        *tinyllama(TINY_ARCHITECTURE, original_max_position=256),
+        "scaling=yarn",
+        "target=2x",
+        "eval.lengths=[64]",
+        "eval.documents=1",
+        "data.books=[persuasion]",
+        "verdict.baseline=false",
+        f"output_dir={out}",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
 
 def export_cli(*args):
-    return subprocess.run([sys.executable, "-m", "evals.export", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "evals.export", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
@@ -192,20 +280,26 @@ def test_export_reads_a_run_directory_or_overrides(finished_run):
     from_run = export_cli(str(finished_run), "--to", "vllm")
     assert from_run.returncode == 0, from_run.stderr[-2000:]
     assert '"rope_type": "yarn"' in from_run.stdout and "--max-model-len 512" in from_run.stdout
-    overrides = export_cli(*tinyllama(TINY_ARCHITECTURE, original_max_position=256), "scaling=yarn", "target=2x",
-                           "--to", "transformers")
+    overrides = export_cli(
+        *tinyllama(TINY_ARCHITECTURE, original_max_position=256), "scaling=yarn", "target=2x", "--to", "transformers"
+    )
     assert overrides.returncode == 0, overrides.stderr[-2000:]
     assert json.loads(overrides.stdout) == json.loads((finished_run / "deploy" / "transformers.json").read_text())
 
 
-@pytest.mark.parametrize("args,message", [
-    (["{run}", "--to", "tensorrt"], "--to tensorrt is not an engine rope_ext exports to; valid: transformers, vllm, "
-                                    "sglang, llama.cpp"),
-    (["{unfinished}", "--to", "vllm"], "is not a finished run (status running)"),
-    (["/nonexistent/run", "--to", "vllm"], "/nonexistent/run does not exist"),
-    (["scaling=dca", "--to", "transformers"], "transformers cannot express 'dca-chunk_size6144-local_window512'"),
-    (["scaling=yran", "--to", "vllm"], "scaling=yran is not an option"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["{run}", "--to", "tensorrt"],
+            "--to tensorrt is not an engine rope_ext exports to; valid: transformers, vllm, sglang, llama.cpp",
+        ),
+        (["{unfinished}", "--to", "vllm"], "is not a finished run (status running)"),
+        (["/nonexistent/run", "--to", "vllm"], "/nonexistent/run does not exist"),
+        (["scaling=dca", "--to", "transformers"], "transformers cannot express 'dca-chunk_size6144-local_window512'"),
+        (["scaling=yran", "--to", "vllm"], "scaling=yran is not an option"),
+    ],
+)
 def test_bad_export_input_is_one_line_and_exit_2(args, message, finished_run, tmp_path):
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()

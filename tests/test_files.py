@@ -79,7 +79,9 @@ def test_a_damaged_gguf_config_base_bounds_and_key_spans_are_recomputed(cache, c
     spans.write_text(json.dumps({"format": FORMAT, "spans": [[0, 4], [9, 12]]}))
     assert read_cache(spans, _spans, "LongPPL key-token spans") == [[0, 4], [9, 12]]
     damage(spans)
-    assert read_cache(spans, _spans, "LongPPL key-token spans") is None and not spans.exists()  # recomputed by its caller
+    assert (
+        read_cache(spans, _spans, "LongPPL key-token spans") is None and not spans.exists()
+    )  # recomputed by its caller
     assert f"{NOTE} {spans} (LongPPL key-token spans" in capsys.readouterr().err
 
 
@@ -99,20 +101,29 @@ def test_a_damaged_punkt_model_is_retrained(cache, capsys):
 
 # --- the environment: directories that cannot be written -----------------------------------------------------
 
+
 def _unprivileged() -> list[str]:
     """A command prefix under which permissions apply (root ignores them): root without the capabilities that
     override file permissions, or nothing for a plain user; skips the test when neither is possible."""
     if os.geteuid() != 0:
         return []
     if shutil.which("setpriv") is None:
-        pytest.skip("running as root and setpriv (util-linux) is missing: cannot drop the privilege to ignore permissions")
+        pytest.skip(
+            "running as root and setpriv (util-linux) is missing: cannot drop the privilege to ignore permissions"
+        )
     return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
 
 
 def _run(tmp_path, *args, prefix=(), cache=None):
     env = {**os.environ, "ROPE_EXT_CACHE": str(cache or tmp_path / "cache")}
-    return subprocess.run([*prefix, sys.executable, str(ROOT / "run.py"), *TINY, *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [*prefix, sys.executable, str(ROOT / "run.py"), *TINY, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -127,15 +138,18 @@ def test_an_output_dir_under_a_file_or_read_only_is_one_line_before_any_work(tmp
     (tmp_path / "afile").write_text("not a directory")
     result = _run(tmp_path, f"output_dir={tmp_path / 'afile' / 'out'}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == (f"error: output_dir {tmp_path / 'afile' / 'out'} cannot be written: "
-                                     f"{tmp_path / 'afile'} is a file, not a directory; choose another output_dir")
+    assert result.stderr.strip() == (
+        f"error: output_dir {tmp_path / 'afile' / 'out'} cannot be written: "
+        f"{tmp_path / 'afile'} is a file, not a directory; choose another output_dir"
+    )
     locked = tmp_path / "locked"
     locked.mkdir()
     locked.chmod(0o555)
     result = _run(tmp_path, f"output_dir={locked / 'run'}", prefix=_unprivileged())
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert result.stderr.strip() == (f"error: output_dir {locked / 'run'} cannot be written: {locked} is not writable; "
-                                     f"choose another output_dir")
+    assert result.stderr.strip() == (
+        f"error: output_dir {locked / 'run'} cannot be written: {locked} is not writable; choose another output_dir"
+    )
     assert "loading" not in result.stdout + result.stderr
 
 
@@ -152,5 +166,7 @@ def test_a_cache_that_cannot_be_written_is_one_note_and_the_run_goes_on(kind, tm
     result = _run(tmp_path, *text, f"output_dir={tmp_path / 'out'}", prefix=prefix, cache=cache)
     assert result.returncode == 0, result.stderr[-2000:]
     notes = [line for line in result.stderr.splitlines() if line.startswith("note:") and str(cache) in line]
-    assert len(notes) == 1 and "cannot be written" in notes[0] and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(notes) == 1 and "cannot be written" in notes[0] and "Traceback" not in result.stderr, result.stderr[
+        -2000:
+    ]
     assert json.loads((tmp_path / "out" / "results.json").read_text())["status"] == "done"

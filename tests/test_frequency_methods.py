@@ -17,6 +17,7 @@ from tests.tiny import TINY
 
 # --- p-RoPE ------------------------------------------------------------------------------------------------
 
+
 def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest():
     # d = 8, b = 1e4: theta = 1, 0.1, 0.01, 0.001; p = 0.5 keeps floor(0.5 * 4) = 2 pairs
     inv_freq, factor = rope_ext.frequencies({"name": "p_rope", "fraction": 0.5}, 8, 10000.0)
@@ -25,8 +26,9 @@ def test_p_rope_keeps_the_highest_frequencies_and_zeroes_the_rest():
     # p = 0.75 of d/2 = 32 pairs keeps 24; p = 0.7 keeps floor(22.4) = 22; p = 1 is RoPE
     assert int((rope_ext.frequencies({"name": "p_rope", "fraction": 0.75}, 64, 1e4)[0] > 0).sum()) == 24
     assert int((rope_ext.frequencies({"name": "p_rope", "fraction": 0.7}, 64, 1e4)[0] > 0).sum()) == 22
-    torch.testing.assert_close(rope_ext.frequencies({"name": "p_rope", "fraction": 1.0}, 64, 1e4)[0],
-                               rope_ext.default_inv_freq(64, 1e4))
+    torch.testing.assert_close(
+        rope_ext.frequencies({"name": "p_rope", "fraction": 1.0}, 64, 1e4)[0], rope_ext.default_inv_freq(64, 1e4)
+    )
     assert rope_ext.resolve({"name": "p_rope"}, 64).label == "p_rope-fraction0.75"
 
 
@@ -47,8 +49,11 @@ def test_removed_pairs_have_infinite_wavelength_in_the_dimension_table_and_carry
     assert table[2]["wavelength"] == pytest.approx(2 * math.pi * 100)
     assert torch.isinf(rope_ext.wavelengths(inv_freq)[2:]).all()
     # composed with PI: the kept pairs interpolated, the removed ones stay removed
-    composed = rope_ext.frequencies({"name": "compose", "stages": [{"name": "p_rope", "fraction": 0.5},
-                                                                   {"name": "linear", "factor": 2.0}]}, 8, 10000.0)[0]
+    composed = rope_ext.frequencies(
+        {"name": "compose", "stages": [{"name": "p_rope", "fraction": 0.5}, {"name": "linear", "factor": 2.0}]},
+        8,
+        10000.0,
+    )[0]
     torch.testing.assert_close(composed, torch.tensor([0.5, 0.05, 0.0, 0.0]))
     regimes = [r["regime"] for r in analysis.dimension_table(composed, 10000.0, 64)]
     assert regimes == ["interpolated", "interpolated", "removed", "removed"]
@@ -59,6 +64,7 @@ def test_removed_pairs_have_infinite_wavelength_in_the_dimension_table_and_carry
 
 # --- log-n ----------------------------------------------------------------------------------------------------
 
+
 def test_logn_factors_are_the_published_forms():
     positions = torch.tensor([0, 63, 64, 127, 4095])  # n = 1, 64, 65, 128, 4096 tokens seen; L = 64
     su = rope_ext.resolve({"name": "logn"}, 64).query_factors(positions)
@@ -67,17 +73,32 @@ def test_logn_factors_are_the_published_forms():
     llama4 = rope_ext.resolve({"name": "logn", "form": "llama4", "attn_scale": 0.1}, 64).query_factors(positions)
     expected = [1 + 0.1 * math.log1p(math.floor(n / 64)) for n in (1, 64, 65, 128, 4096)]
     torch.testing.assert_close(llama4, torch.tensor(expected))
-    assert float(rope_ext.resolve({"name": "logn", "form": "llama4", "floor_scale": 8}, 64)
-                 .query_factors(torch.tensor([15]))) == pytest.approx(1 + 0.1 * math.log(3))
+    assert float(
+        rope_ext.resolve({"name": "logn", "form": "llama4", "floor_scale": 8}, 64).query_factors(torch.tensor([15]))
+    ) == pytest.approx(1 + 0.1 * math.log(3))
     with pytest.raises(rope_ext.ScalingError, match="scaling 'logn': form='qwen' must be one of su, llama4"):
         rope_ext.resolve({"name": "logn", "form": "qwen"}, 64)
 
 
 def test_logn_llama4_form_equals_transformers_llama4_attn_temperature_tuning():
-    fields = dict(hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, vocab_size=96, num_local_experts=1, moe_layers=[], use_qk_norm=False,
-                  no_rope_layers=[0, 0], attn_temperature_tuning=True, floor_scale=16, attn_scale=0.1,
-                  max_position_embeddings=64)
+    fields = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        intermediate_size_mlp=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=96,
+        num_local_experts=1,
+        moe_layers=[],
+        use_qk_norm=False,
+        no_rope_layers=[0, 0],
+        attn_temperature_tuning=True,
+        floor_scale=16,
+        attn_scale=0.1,
+        max_position_embeddings=64,
+    )
     config = AutoConfig.for_model("llama4_text", **fields)
     config._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -96,9 +117,19 @@ def test_logn_llama4_form_equals_transformers_llama4_attn_temperature_tuning():
 
 
 def gemma(**extra):
-    config = AutoConfig.for_model("gemma3_text", hidden_size=64, intermediate_size=96, num_hidden_layers=6,
-                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=100,
-                                  sliding_window=16, max_position_embeddings=32, **extra)
+    config = AutoConfig.for_model(
+        "gemma3_text",
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=6,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=100,
+        sliding_window=16,
+        max_position_embeddings=32,
+        **extra,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
 
@@ -111,13 +142,20 @@ def test_logn_scales_queries_of_the_scaled_layers_only_and_composes_with_frequen
         factors.setdefault(call.layer, []).append(call.query)
 
     ids = torch.randint(3, 100, (1, 96), generator=torch.Generator().manual_seed(2))
-    with rope_ext.patch(model, {"name": "compose", "stages": [{"name": "linear", "factor": 2.0}, {"name": "logn"}]}) as patched:
+    with rope_ext.patch(
+        model, {"name": "compose", "stages": [{"name": "linear", "factor": 2.0}, {"name": "logn"}]}
+    ) as patched:
         rope_ext.hook_attention(model, observe, transform=True)  # after the patch's transform: sees scaled queries
-        with rope_ext.hook_attention(model, lambda call: factors.setdefault(("raw", call.layer), []).append(call.query)):
+        with rope_ext.hook_attention(
+            model, lambda call: factors.setdefault(("raw", call.layer), []).append(call.query)
+        ):
             with torch.no_grad():
                 model(ids)
         assert [s.layer_type for s in patched.slots] == ["full_attention"]
-        assert patched.applied[-1] == {"query_scaling": "compose[linear-factor2,logn]", "layer_types": ["full_attention"]}
+        assert patched.applied[-1] == {
+            "query_scaling": "compose[linear-factor2,logn]",
+            "layer_types": ["full_attention"],
+        }
         for layer in range(6):
             ratio = factors[layer][0] / factors[("raw", layer)][0]
             expected = (torch.arange(96) + 1).double().log().div(math.log(32)).clamp(min=1).float()
@@ -132,8 +170,12 @@ def test_logn_scales_queries_of_the_scaled_layers_only_and_composes_with_frequen
 
 
 def test_logn_alone_changes_no_frequency_and_nothing_within_the_trained_length():
-    model = gemma(rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                                   "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}})
+    model = gemma(
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6},
+        }
+    )
     rotary = model.model.rotary_emb
     native = rotary.full_attention_inv_freq
     ids = torch.randint(3, 100, (1, 32), generator=torch.Generator().manual_seed(3))
@@ -146,12 +188,18 @@ def test_logn_alone_changes_no_frequency_and_nothing_within_the_trained_length()
 
 # --- bad input, one line, before the model -----------------------------------------------------------------------
 
+
 def test_logn_on_a_model_whose_attention_cannot_be_hooked_is_one_line_before_loading(tmp_path, compose, models):
     cfg = compose("model=tinyfalcon", "logger=none", "scaling=linear", models)
     parse_job(cfg, tmp_path / "ok")  # its frequencies can be patched
     for scaling in (["scaling=logn"], ["scaling=compose", "scaling.stages=[{name: yarn, factor: 2}, {name: logn}]"]):
-        with pytest.raises(UserError, match="scales queries inside attention, but model 'tinyfalcon' cannot be hooked: "
-                                            r"FalconForCausalLM: its attention \(FalconAttention\) does not call"):
+        with pytest.raises(
+            UserError,
+            match="scales queries inside attention, but model 'tinyfalcon' cannot be hooked: "
+            r"FalconForCausalLM: its attention \(FalconAttention\) does not call",
+        ):
             parse_job(compose("model=tinyfalcon", "logger=none", *scaling, models), tmp_path / "bad")
-    with pytest.raises(UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyfalcon' cannot"):
+    with pytest.raises(
+        UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyfalcon' cannot"
+    ):
         parse_job(compose("model=tinyfalcon", "logger=none", "eval=qk_study", models), tmp_path / "qk")

@@ -37,8 +37,14 @@ def test_gemma3_geometry_trained_context_and_global_layers_only(gemma3):
     with rope_ext.patch(loaded.model, {"name": "logn", "original_max_position": 8}):
         raw = {}
         with rope_ext.hook_attention(loaded.model, lambda call: raw.__setitem__(call.layer, call.query)):
-            with rope_ext.hook_attention(loaded.model, lambda call: scaled.add(call.layer) if not torch.equal(
-                    call.query, raw[call.layer]) else None, transform=True), torch.no_grad():
+            with (
+                rope_ext.hook_attention(
+                    loaded.model,
+                    lambda call: scaled.add(call.layer) if not torch.equal(call.query, raw[call.layer]) else None,
+                    transform=True,
+                ),
+                torch.no_grad(),
+            ):
                 loaded.model(torch.arange(2, 34)[None])
     assert scaled == {5, 11, 17}
     assert loaded.model.config._attn_implementation == "sdpa"
@@ -59,8 +65,16 @@ def test_gemma3_perplexity_offline_equals_a_plain_forward(gemma3, tmp_path, comp
 def test_qk_study_on_gemma3_hybrid_attention(gemma3, tmp_path, compose):
     import run as rope_run
 
-    summary = rope_run.run(compose(*GEMMA3, "eval=qk_study", "eval.tokens=1024", "eval.max_distance=65536",
-                                   f"output_dir={tmp_path / 'qk'}", "force=true"))
+    summary = rope_run.run(
+        compose(
+            *GEMMA3,
+            "eval=qk_study",
+            "eval.tokens=1024",
+            "eval.max_distance=65536",
+            f"output_dir={tmp_path / 'qk'}",
+            "force=true",
+        )
+    )
     assert summary["heads"] == 18 * 4
     layers = {row.split(",")[0]: row for row in (tmp_path / "qk" / "qk_layers.csv").read_text().splitlines()[1:]}
     assert len(layers) == 18

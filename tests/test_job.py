@@ -18,8 +18,17 @@ from tests.tiny import ROOT, TINY
 def test_a_strategy_and_an_eval_from_outside_the_package_run_end_to_end(plugin, run_cli, searchpath):
     tmp, env = plugin
     search = searchpath(tmp)
-    result = run_cli(*TINY, search, "scaling=halve_slow", "scaling.factor=4", "eval=first_tokens", "eval.tokens=32",
-                     "data.books=[persuasion]", f"output_dir={tmp / 'out'}", env=env)
+    result = run_cli(
+        *TINY,
+        search,
+        "scaling=halve_slow",
+        "scaling.factor=4",
+        "eval=first_tokens",
+        "eval.tokens=32",
+        "data.books=[persuasion]",
+        f"output_dir={tmp / 'out'}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp / "out" / "results.json").read_text())
     assert results["status"] == "done" and results["job"]["scaling"] == "halve_slow-factor4"
@@ -40,16 +49,25 @@ def test_a_key_of_another_strategy_fails_at_composition_naming_this_ones_paramet
         compose("scaling=linear", "scaling.beta_fast=32")
     result = run_cli("scaling=linear", "scaling.beta_fast=32")
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip() == "error: scaling 'linear' does not take beta_fast. Its parameters: factor, layer_types."
+    assert (
+        result.stderr.strip() == "error: scaling 'linear' does not take beta_fast. Its parameters: factor, layer_types."
+    )
 
 
 def test_cfg_job_shows_the_registry_defaults_and_what_a_target_derives(compose, run_cli):
     result = run_cli("--cfg", "job", "scaling=yarn")
     assert result.returncode == 0, result.stderr
-    scaling = result.stdout[result.stdout.index("scaling:"):result.stdout.index("eval:")]
+    scaling = result.stdout[result.stdout.index("scaling:") : result.stdout.index("eval:")]
     # factor is what a target sets: unset (null) in the config, the registry's 2 when no target is given
-    for line in ("name: yarn", "factor: null", "beta_fast: 32.0", "beta_slow: 1.0", "truncate: true", "dynamic: false",
-                 "layer_types: auto"):
+    for line in (
+        "name: yarn",
+        "factor: null",
+        "beta_fast: 32.0",
+        "beta_slow: 1.0",
+        "truncate: true",
+        "dynamic: false",
+        "layer_types: auto",
+    ):
         assert f"  {line}\n" in scaling, scaling
     assert "set up for the target" not in result.stdout
     llama3 = compose("scaling=llama3").scaling
@@ -91,6 +109,7 @@ def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path,
         def wrapper(*args, **kwargs):
             counts[name] += 1
             return fn(*args, **kwargs)
+
         return wrapper
 
     monkeypatch.setattr(models, "_gguf_location", counted("gguf", models._gguf_location))
@@ -98,9 +117,17 @@ def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path,
         for attr, name in (("find_rotary_slots", "find"), ("select_slots", "select")):
             if hasattr(module, attr):
                 monkeypatch.setattr(module, attr, counted(name, getattr(sys.modules["rope_ext.slots"], attr)))
-    cfg = compose("model=smollm2", "model.weights=random", "model.architecture.num_hidden_layers=2",
-                  "logger=none", "scaling=yarn", "eval.lengths=[256,0.1x]", "data.books=[persuasion]",
-                  f"output_dir={tmp_path}", "resume_from=[]")
+    cfg = compose(
+        "model=smollm2",
+        "model.weights=random",
+        "model.architecture.num_hidden_layers=2",
+        "logger=none",
+        "scaling=yarn",
+        "eval.lengths=[256,0.1x]",
+        "data.books=[persuasion]",
+        f"output_dir={tmp_path}",
+        "resume_from=[]",
+    )
     execute(parse_job(cfg, tmp_path))
     assert counts == {"gguf": 1, "find": 1, "select": 1}, counts
     reference = json.loads(next((tmp_path / "baseline").glob("*/results.json")).read_text())
@@ -110,8 +137,13 @@ def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path,
 def wandb_keys(run_dir: Path) -> dict[str, str]:
     """{logged key: W&B type} of an offline run, read with wandb's own `wandb leet inspect`."""
     (offline,) = run_dir.glob("wandb/offline-run-*")
-    records = subprocess.run([str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(offline)],
-                             capture_output=True, text=True, timeout=120, check=True)
+    records = subprocess.run(
+        [str(Path(sys.executable).parent / "wandb"), "leet", "inspect", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     keys = {}
     for line in records.stdout.splitlines():
         record = json.loads(line)
@@ -123,38 +155,82 @@ def wandb_keys(run_dir: Path) -> dict[str, str]:
 
 
 def test_every_table_and_figure_reaches_wandb_under_its_file_name(tmp_path, compose):
-    cfg = compose(*TINY, "logger=wandb", "logger.mode=offline", "eval=suite", "eval.run=[perplexity,needle,rope_decay]",
-                  "eval.perplexity.lengths=[256,512]", "eval.needle.lengths=[256]", "eval.needle.depths=[0.5]",
-                  "eval.needle.trials=1", "eval.rope_decay.max_distance=4096",
-                  "eval.rope_decay.bound_contexts=[1024]", "scaling=yarn", "data.books=[persuasion]",
-                  f"output_dir={tmp_path}")
+    cfg = compose(
+        *TINY,
+        "logger=wandb",
+        "logger.mode=offline",
+        "eval=suite",
+        "eval.run=[perplexity,needle,rope_decay]",
+        "eval.perplexity.lengths=[256,512]",
+        "eval.needle.lengths=[256]",
+        "eval.needle.depths=[0.5]",
+        "eval.needle.trials=1",
+        "eval.rope_decay.max_distance=4096",
+        "eval.rope_decay.bound_contexts=[1024]",
+        "scaling=yarn",
+        "data.books=[persuasion]",
+        f"output_dir={tmp_path}",
+    )
     execute(parse_job(cfg, tmp_path))
     logged = wandb_keys(tmp_path)
     tables = {p.stem for p in tmp_path.glob("*.csv")} | {p.stem for p in tmp_path.glob("*.jsonl")}
     figures = {p.stem for p in tmp_path.glob("*.png")}
-    assert {"perplexity", "loss_by_position", "needle_cells", "needle_trials", "rope_decay", "base_bound",
-            "dimensions"} <= tables
-    assert {"ppl_by_length", "needle_acc_by_length", "needle_nll_by_length", "needle_heatmap", "rope_decay_plot",
-            "base_bound_plot", "dimensions_plot"} <= figures
+    assert {
+        "perplexity",
+        "loss_by_position",
+        "needle_cells",
+        "needle_trials",
+        "rope_decay",
+        "base_bound",
+        "dimensions",
+    } <= tables
+    assert {
+        "ppl_by_length",
+        "needle_acc_by_length",
+        "needle_nll_by_length",
+        "needle_heatmap",
+        "rope_decay_plot",
+        "base_bound_plot",
+        "dimensions_plot",
+    } <= figures
     assert {p.stem for p in tmp_path.glob("*.svg")} == figures  # a vector copy of every figure, for a paper
-    assert {k: v for k, v in logged.items()} == {**{t: "table-file" for t in tables}, **{f: "image-file" for f in figures}}
+    assert {k: v for k, v in logged.items()} == {
+        **{t: "table-file" for t in tables},
+        **{f: "image-file" for f in figures},
+    }
 
 
 def test_pip_install_ships_the_configs_and_a_console_script(tmp_path):
     """`pip install .` (not -e): the wheel carries conf/ and the lm-eval task YAMLs; `rope-ext` runs the app."""
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(ROOT)],
-                   check=True, timeout=300, cwd=tmp_path)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "wheel"), str(ROOT)],
+        check=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     (wheel,) = (tmp_path / "wheel").glob("rope_ext-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True, timeout=300)
+    subprocess.run(
+        [*pip, "install", "--no-deps", "--target", str(tmp_path / "site"), str(wheel)], check=True, timeout=300
+    )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
-    where = subprocess.run([sys.executable, "-c", "import evals, evals.core.config as c; print(evals.__file__); "
-                            "print(c.config_dir())"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
-    assert where.stdout.split() == [str(tmp_path / "site" / "evals" / "__init__.py"), str(tmp_path / "site" / "evals" / "conf")]
+    where = subprocess.run(
+        [sys.executable, "-c", "import evals, evals.core.config as c; print(evals.__file__); print(c.config_dir())"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.split() == [
+        str(tmp_path / "site" / "evals" / "__init__.py"),
+        str(tmp_path / "site" / "evals" / "conf"),
+    ]
     assert (tmp_path / "site" / "evals" / "lm_eval_tasks" / "_retrieval_template_yaml").is_file()
     script = tmp_path / "site" / "bin" / "rope-ext"
-    result = subprocess.run([str(script), "--cfg", "job", "scaling=ntk"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [str(script), "--cfg", "job", "scaling=ntk"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "name: ntk" in result.stdout and "model_type: llama" in result.stdout
 
@@ -164,17 +240,27 @@ def test_a_name_registered_twice_is_an_error_naming_both_places():
     from evals.core.registry import register_eval
 
     load_evals()
-    with pytest.raises(ValueError, match=r"strategy name 'yarn' is registered twice: by .*rope_ext/strategies.py:\d+ and by "
-                                         r".*test_job.py:\d+"):
+    with pytest.raises(
+        ValueError,
+        match=r"strategy name 'yarn' is registered twice: by .*rope_ext/strategies.py:\d+ and by "
+        r".*test_job.py:\d+",
+    ):
+
         @rope_ext.register("yarn", params={})
         def yarn_again(p, dim, base, seq_len):
             return None
+
     with pytest.raises(ValueError, match=r"strategy name 'pi' is registered twice"):  # an alias is a name too
+
         @rope_ext.register("my_pi", params={}, aliases=("pi",))
         def pi_again(p, dim, base, seq_len):
             return None
+
     assert "my_pi" not in rope_ext.STRATEGIES
-    with pytest.raises(ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/__init__.py:\d+"):
+    with pytest.raises(
+        ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/__init__.py:\d+"
+    ):
+
         @register_eval("passkey", config=dict)
         def passkey_again(cfg, ctx):
             return {}

@@ -22,10 +22,19 @@ def tokenizer():
 
 
 def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capfd, run_job):
-    summary, results = run_job(tmp_path, "eval=lm_eval", "eval.lengths=[256,0.25x]", "eval.metadata.max_chars=3000",
-                               "+eval.metadata.depths=[0.5]",
-                               "eval.limit=4", "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true",
-                               "eval.log_samples=true", "verdict.baseline=true")
+    summary, results = run_job(
+        tmp_path,
+        "eval=lm_eval",
+        "eval.lengths=[256,0.25x]",
+        "eval.metadata.max_chars=3000",
+        "+eval.metadata.depths=[0.5]",
+        "eval.limit=4",
+        "scaling=yarn",
+        "scaling.factor=2",
+        "eval.apply_chat_template=true",
+        "eval.log_samples=true",
+        "verdict.baseline=true",
+    )
     metrics = results["metrics"]["lm_eval"]
     assert set(metrics["results"]) == {"rope_ext_passkey", "rope_ext_books"}
     assert metrics["max_length"] == 2048 * 2  # passed explicitly: the extended context
@@ -42,11 +51,20 @@ def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capf
     assert "the unscaled model scores 0 on rope_ext_passkey_acc at 512" in summary["verdict_reason@512"]
     table = (tmp_path / "lm_eval.csv").read_text()
     assert table.count("rope_ext_books") == 4 and ",-1" not in table  # 3 metrics + sample_len; no unevaluated length
-    assert "1024" not in metrics["results"]["rope_ext_passkey"] and "1024,none" not in metrics["results"]["rope_ext_passkey"]
-    samples = [json.loads(line) for line in (tmp_path / "lm_eval_samples_rope_ext_passkey.jsonl").read_text().splitlines()]
+    assert (
+        "1024" not in metrics["results"]["rope_ext_passkey"]
+        and "1024,none" not in metrics["results"]["rope_ext_passkey"]
+    )
+    samples = [
+        json.loads(line) for line in (tmp_path / "lm_eval_samples_rope_ext_passkey.jsonl").read_text().splitlines()
+    ]
     assert len(samples) == 4 and "<|im_start|>user" in json.dumps(samples[0]["arguments"])  # the chat template applied
     assert (tmp_path / "rope_ext_passkey_acc_by_length.png").is_file()
-    assert not [r for r in caplog.records if "aggregation is not" in r.getMessage() or "higher_is_better is not" in r.getMessage()]
+    assert not [
+        r
+        for r in caplog.records
+        if "aggregation is not" in r.getMessage() or "higher_is_better is not" in r.getMessage()
+    ]
     assert "predefined maximum length" not in capfd.readouterr().err  # a scaled model's context is its max_length
     with pytest.raises(HarnessError, match="eval.metadata.max_seq_lengths: the lengths are eval.lengths"):
         run_job(tmp_path / "old", "eval=lm_eval", "+eval.metadata.max_seq_lengths=[256]")
@@ -65,7 +83,9 @@ def lm_eval_rolling_nll(model, tokenizer, max_length, metadata):
     """Per-document NLL of the shipped rope_ext_books task, from lm-eval's logged samples."""
     lm = HFLM(pretrained=model, tokenizer=tokenizer, max_length=max_length, batch_size=1)
     manager = TaskManager(include_path=str(TASKS_DIR), metadata=metadata)
-    output = simple_evaluate(model=lm, tasks=["rope_ext_books"], task_manager=manager, metadata=metadata, log_samples=True)
+    output = simple_evaluate(
+        model=lm, tasks=["rope_ext_books"], task_manager=manager, metadata=metadata, log_samples=True
+    )
     samples = sorted(output["samples"]["rope_ext_books"], key=lambda s: s["doc_id"])
     return [-float(s["filtered_resps"][0]) for s in samples]
 
@@ -87,7 +107,9 @@ def test_task_datasets_hide_each_key_in_a_prompt_of_the_asked_length(tokenizer, 
 
     metadata = {"max_seq_lengths": [300, 600], "depths": [0.0, 1.0], "trials": 2}
     rows = list(getattr(rope_ext_utils, dataset)(**metadata)["test"])
-    assert [(r["length"], r["depth"]) for r in rows] == [(L, d) for L in (300, 600) for d in (0.0, 1.0) for _ in range(2)]
+    assert [(r["length"], r["depth"]) for r in rows] == [
+        (L, d) for L in (300, 600) for d in (0.0, 1.0) for _ in range(2)
+    ]
     for row in rows:
         assert all(key in row["input"] for key in row["outputs"])
         assert abs(len(tokenizer(row["input"], add_special_tokens=False)["input_ids"]) - row["length"]) <= 1  # BOS
@@ -99,7 +121,11 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer, tiny_llama):
     sliding protocol differs only in each later window's first token (documented in the README)."""
     from evals.lm_eval_tasks.rope_ext_utils import books_dataset
 
-    model, window, metadata = tiny_llama(vocab=len(tokenizer)), 256, {"max_chars": 2500, "books": ["persuasion", "emma"]}
+    model, window, metadata = (
+        tiny_llama(vocab=len(tokenizer)),
+        256,
+        {"max_chars": 2500, "books": ["persuasion", "emma"]},
+    )
     texts = [row["text"] for row in books_dataset(**metadata)["test"]]
     theirs = lm_eval_rolling_nll(model, tokenizer, window, metadata)
     for text, their_nll in zip(texts, theirs):
@@ -107,7 +133,9 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer, tiny_llama):
         assert len(ids) > 2 * window  # several windows
         ours_exact = 0.0
         for inputs, end, scored in lm_eval_windows(ids, tokenizer.bos_token_id, window):
-            nll = token_nll(model, torch.cat([inputs, ids[end - 1 : end]]), chunk_tokens=128)  # targets: inputs[1:] + last
+            nll = token_nll(
+                model, torch.cat([inputs, ids[end - 1 : end]]), chunk_tokens=128
+            )  # targets: inputs[1:] + last
             ours_exact += float(nll[-scored:].double().sum())
         assert ours_exact == pytest.approx(their_nll, rel=1e-5)
         nll = sliding_nll(model, ids, window, window - 1, tokenizer.bos_token_id, 128)  # BOS + 255 new
@@ -122,10 +150,27 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
     model = tiny_llama(vocab=49152)
     model.save_pretrained(tmp_path / "tiny")
     bundled_tokenizer().save_pretrained(tmp_path / "tiny")
-    lm_eval = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={tmp_path / 'tiny'}",
-               "--include_path", str(TASKS_DIR), "--tasks", "rope_ext_passkey", "--device", "cpu", "--batch_size", "1",
-               "--metadata", json.dumps({"max_seq_lengths": [256], "depths": [0.5], "trials": 2}),
-               "--output_path", str(tmp_path / "out")]
+    lm_eval = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={tmp_path / 'tiny'}",
+        "--include_path",
+        str(TASKS_DIR),
+        "--tasks",
+        "rope_ext_passkey",
+        "--device",
+        "cpu",
+        "--batch_size",
+        "1",
+        "--metadata",
+        json.dumps({"max_seq_lengths": [256], "depths": [0.5], "trials": 2}),
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
     result = subprocess.run(lm_eval, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rope_ext_passkey" in result.stdout and "acc" in result.stdout
@@ -134,13 +179,21 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
 
 
 @pytest.mark.slow  # two CLI runs (~1 min)
-def test_an_interrupted_lm_eval_run_keeps_its_finished_tasks_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
-                                                                                             interrupted_run):
+def test_an_interrupted_lm_eval_run_keeps_its_finished_tasks_and_the_rerun_runs_only_the_rest(
+    tmp_path, run_cli, interrupted_run
+):
     from tests.tiny import TINY
 
     out = tmp_path / "lm"
-    args = [*TINY, "eval=lm_eval", "eval.tasks=[rope_ext_passkey,rope_ext_books,rope_ext_needle]", "eval.lengths=[256,512]",
-            "eval.limit=4", "eval.metadata.max_chars=3000", f"output_dir={out}"]
+    args = [
+        *TINY,
+        "eval=lm_eval",
+        "eval.tasks=[rope_ext_passkey,rope_ext_books,rope_ext_needle]",
+        "eval.lengths=[256,512]",
+        "eval.limit=4",
+        "eval.metadata.max_chars=3000",
+        f"output_dir={out}",
+    ]
     kept = interrupted_run(done := out / "lm_eval_tasks.jsonl", *args)
     assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
     assert 1 <= len(kept) < 3 and kept[0]["task"] == "rope_ext_passkey"

@@ -22,8 +22,10 @@ SHORT, STRIDE, ALPHA, BETA = 48, 16, 0.5, -13.0  # thresholds for a random model
 def text_file(tmp_path_factory):
     """(path, text, tokens): a text of ~500 SmolLM2 tokens whose later paragraphs repeat earlier ones."""
     rng = random.Random(0)
-    words = ("the a of and to in that was her it his she he had for with not be as you at by on could would "
-             "Emma Harriet Knightley Elton Weston said very much").split()
+    words = (
+        "the a of and to in that was her it his she he had for with not be as you at by on could would "
+        "Emma Harriet Knightley Elton Weston said very much"
+    ).split()
     paras = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))).capitalize() + "." for _ in range(15)]
     text = "\n".join(paras + paras[:6])
     path = tmp_path_factory.mktemp("longppl") / "doc.txt"
@@ -33,9 +35,19 @@ def text_file(tmp_path_factory):
 
 def overrides(text_file, *extra, short=SHORT, stride=STRIDE):
     path, _, n = text_file
-    return ["data=text_files", f"data.glob={path}", f"eval.lengths=[{SHORT * 2},{n}]", "eval=perplexity", SHARP,
-            "eval.longppl=true", f"eval.key_tokens.short_context={short}", f"eval.key_tokens.stride={stride}",
-            f"eval.key_tokens.alpha={ALPHA}", f"eval.key_tokens.beta={BETA}", *extra]
+    return [
+        "data=text_files",
+        f"data.glob={path}",
+        f"eval.lengths=[{SHORT * 2},{n}]",
+        "eval=perplexity",
+        SHARP,
+        "eval.longppl=true",
+        f"eval.key_tokens.short_context={short}",
+        f"eval.key_tokens.stride={stride}",
+        f"eval.key_tokens.alpha={ALPHA}",
+        f"eval.key_tokens.beta={BETA}",
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -47,8 +59,18 @@ def oracle(compose, tmp_path):
         model = random_model(resolve_model(compose(*TINY, SHARP).model, False, False), torch.float32).eval()
         tokenizer = bundled_tokenizer()
         save = tmp_path / "oracle_keys.txt"
-        result = longppl.compute_longppl(text, model, model, tokenizer, tokenizer, save_path=str(save),
-                                         trunc_len=short, sliding_window=stride, alpha=ALPHA, beta=BETA)
+        result = longppl.compute_longppl(
+            text,
+            model,
+            model,
+            tokenizer,
+            tokenizer,
+            save_path=str(save),
+            trunc_len=short,
+            sliding_window=stride,
+            alpha=ALPHA,
+            beta=BETA,
+        )
         return result, [list(map(int, s)) for s in longppl.load_key_token(str(save))]
 
     return oracle
@@ -129,8 +151,15 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
     _, shared = run_job(tmp_path / "self", *overrides(text_file))
     # no unscaled reference first: it would find the spans with the same evaluator, and this job read them cached
-    cfg = compose(*TINY, "force=true", f"output_dir={tmp_path / 'other'}", *overrides(text_file),
-                  "scaling=yarn", "scaling.factor=2.0", "verdict.baseline=false")
+    cfg = compose(
+        *TINY,
+        "force=true",
+        f"output_dir={tmp_path / 'other'}",
+        *overrides(text_file),
+        "scaling=yarn",
+        "scaling.factor=2.0",
+        "verdict.baseline=false",
+    )
     cfg.eval.key_tokens.evaluator = OmegaConf.to_container(cfg.model)
     rope_run.run(cfg)
     results = json.loads((tmp_path / "other" / "results.json").read_text())
@@ -140,18 +169,28 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
     assert cached_spans(results) == cached_spans(shared)
 
 
-@pytest.mark.parametrize("values,message", [
-    ({"short_context": 300, "stride": 16}, r"short_context=300 \+ stride=16 is at least every eval.lengths"),
-    ({"short_context": 250}, r"short_context=250 \+ stride=1024 is at least every eval.lengths"),  # the default stride
-    ({"short_context": 64, "stride": 16, "evaluator": "nosuchmodel"}, "is not a model; valid: gemma3, llama, llama3"),
-    ({"short_context": 64, "stride": 0}, "stride=0: must be >= 1"),
-    ({"short_context": 64, "stride": 16, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"short_context": 300, "stride": 16}, r"short_context=300 \+ stride=16 is at least every eval.lengths"),
+        (
+            {"short_context": 250},
+            r"short_context=250 \+ stride=1024 is at least every eval.lengths",
+        ),  # the default stride
+        (
+            {"short_context": 64, "stride": 16, "evaluator": "nosuchmodel"},
+            "is not a model; valid: gemma3, llama, llama3",
+        ),
+        ({"short_context": 64, "stride": 0}, "stride=0: must be >= 1"),
+        ({"short_context": 64, "stride": 16, "alpha": -1.0}, "alpha=-1.0: must be >= 0"),
+    ],
+)
 def test_check_without_a_job(values, message, structured):
     from evals import perplexity
 
-    cfg = structured(perplexity.PerplexityConfig, lengths=[128, 300], longppl=True,
-                     key_tokens=key_tokens.KeyTokensConfig(**values))
+    cfg = structured(
+        perplexity.PerplexityConfig, lengths=[128, 300], longppl=True, key_tokens=key_tokens.KeyTokensConfig(**values)
+    )
     with pytest.raises(perplexity.PerplexityError, match=message):
         perplexity.check_config(cfg)
 
@@ -173,9 +212,18 @@ def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer,
         "is not a model; valid: gemma3, llama": ["eval.key_tokens.evaluator=nosuchmodel"],
         f"stride={n - SHORT} is at least every eval.lengths": [f"eval.key_tokens.stride={n - SHORT}"],
     }
-    running = {message: run_cli(*TINY, *overrides(text_file), *extra, f"output_dir={tmp_path / str(i)}",
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for i, (message, extra) in enumerate(cases.items())}
+    running = {
+        message: run_cli(
+            *TINY,
+            *overrides(text_file),
+            *extra,
+            f"output_dir={tmp_path / str(i)}",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, (message, extra) in enumerate(cases.items())
+    }
     for message, process in running.items():
         out, err = process.communicate(timeout=300)
         assert process.returncode == 2, (message, err[-2000:])
@@ -189,9 +237,16 @@ def test_smollm2_evaluator_by_name_finds_the_spans_of_the_unscaled_run_model(tmp
     import run as rope_run
 
     monkeypatch.setenv("ROPE_EXT_CACHE", str(tmp_path / "cache"))
-    common = ["model=smollm2", "logger=none", "force=true", "eval=perplexity", "eval.lengths=[1024,2048]",
-              "eval.longppl=true", "eval.key_tokens.short_context=512",
-              "eval.key_tokens.stride=256"]
+    common = [
+        "model=smollm2",
+        "logger=none",
+        "force=true",
+        "eval=perplexity",
+        "eval.lengths=[1024,2048]",
+        "eval.longppl=true",
+        "eval.key_tokens.short_context=512",
+        "eval.key_tokens.stride=256",
+    ]
     results = []
     for i, evaluator in enumerate(["null", "smollm2"]):
         cfg = compose(*common, f"eval.key_tokens.evaluator={evaluator}", f"output_dir={tmp_path / str(i)}")

@@ -11,8 +11,17 @@ import rope_ext
 from rope_ext import RotaryNotFoundError, ScalingError
 
 TRAINED = 64
-COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
-              max_position_embeddings=TRAINED, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+COMMON = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    vocab_size=128,
+    max_position_embeddings=TRAINED,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 ARCHITECTURES = {
     "llama": {"num_key_value_heads": 2},
     "qwen2": {"num_key_value_heads": 2},
@@ -24,11 +33,20 @@ ARCHITECTURES = {
 STRATEGIES = {
     "linear": ({"name": "linear", "factor": 4.0}, {"rope_type": "linear", "factor": 4.0}),
     "dynamic_ntk": ({"name": "dynamic_ntk", "factor": 2.0}, {"rope_type": "dynamic", "factor": 2.0}),
-    "yarn": ({"name": "yarn", "factor": 4.0},
-             {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED}),
-    "llama3": ({"name": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
-               {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": TRAINED}),
+    "yarn": (
+        {"name": "yarn", "factor": 4.0},
+        {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED},
+    ),
+    "llama3": (
+        {"name": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": TRAINED,
+        },
+    ),
 }
 
 
@@ -73,8 +91,16 @@ def test_patched_longrope_equals_native():
     model = build("phi3")
     half = rope_ext.find_rotary_slots(model)[0].dim // 2
     short, long = [1.0 + 0.1 * i for i in range(half)], [2.0 + 0.5 * i for i in range(half)]
-    twin = native_twin(model, {"rope_type": "longrope", "short_factor": short, "long_factor": long, "factor": 4.0,
-                               "original_max_position_embeddings": TRAINED})
+    twin = native_twin(
+        model,
+        {
+            "rope_type": "longrope",
+            "short_factor": short,
+            "long_factor": long,
+            "factor": 4.0,
+            "original_max_position_embeddings": TRAINED,
+        },
+    )
     with rope_ext.patch(model, {"name": "longrope", "short_factor": short, "long_factor": long, "factor": 4.0}):
         for length in (TRAINED // 2, 3 * TRAINED, TRAINED // 4):
             torch.testing.assert_close(logits(model, length), logits(twin, length), atol=1e-5, rtol=1e-5)
@@ -156,11 +182,25 @@ def test_trained_context_comes_from_config_or_argument():
 
 def test_trained_context_reads_every_layer_types_rope_parameters():
     """Gemma-3 keeps original_max_position_embeddings under full_attention only, listed after sliding_attention."""
-    config = AutoConfig.for_model("gemma3_text", num_hidden_layers=2, hidden_size=32, intermediate_size=64,
-                                  num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=131072)
-    config.rope_parameters = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                              "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6,
-                                                 "original_max_position_embeddings": 32768}}
+    config = AutoConfig.for_model(
+        "gemma3_text",
+        num_hidden_layers=2,
+        hidden_size=32,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=131072,
+    )
+    config.rope_parameters = {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {
+            "rope_type": "linear",
+            "factor": 8.0,
+            "rope_theta": 1e6,
+            "original_max_position_embeddings": 32768,
+        },
+    }
     assert rope_ext.trained_context(config) == 32768
     config.rope_parameters["full_attention"].pop("original_max_position_embeddings")
     assert rope_ext.trained_context(config) == 131072

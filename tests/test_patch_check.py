@@ -9,9 +9,15 @@ import rope_ext
 from rope_ext.check import PatchCheckError, patch_checked
 from tests.test_export import FAMILIES, TRAINED, family_model
 
-SETTINGS = [{"name": "yarn", "factor": 4}, {"name": "dynamic_ntk", "factor": 4}, {"name": "logn"},
-            {"name": "self_extend", "group_size": 4, "window": 16}, {"name": "dca"}, {"name": "lm_infinite"},
-            {"name": "compose", "stages": [{"name": "yarn", "factor": 2}, {"name": "rerope", "window": 16}]}]
+SETTINGS = [
+    {"name": "yarn", "factor": 4},
+    {"name": "dynamic_ntk", "factor": 4},
+    {"name": "logn"},
+    {"name": "self_extend", "group_size": 4, "window": 16},
+    {"name": "dca"},
+    {"name": "lm_infinite"},
+    {"name": "compose", "stages": [{"name": "yarn", "factor": 2}, {"name": "rerope", "window": 16}]},
+]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -72,18 +78,25 @@ def test_an_attention_layer_that_bypasses_the_hook_is_caught_for_attention_level
     bypass = UnhookedAttention(model.config, layer_idx=1)
     bypass.load_state_dict(model.model.layers[1].self_attn.state_dict())
     model.model.layers[1].self_attn = bypass
-    with pytest.raises(PatchCheckError, match=r"only 1 of the 2 attention layers of LlamaForCausalLM call rope_ext's "
-                                              r"attention hook"):
-        patch_checked(model, rope_ext.resolve({"name": "self_extend", "group_size": 4, "window": 16}, TRAINED),
-                      trained=TRAINED)
+    with pytest.raises(
+        PatchCheckError,
+        match=r"only 1 of the 2 attention layers of LlamaForCausalLM call rope_ext's "
+        r"attention hook",
+    ):
+        patch_checked(
+            model, rope_ext.resolve({"name": "self_extend", "group_size": 4, "window": 16}, TRAINED), trained=TRAINED
+        )
     # a frequency strategy still reaches that layer through the rotary module: checked there, and silent
     patch, found = patch_checked(model, rope_ext.resolve({"name": "yarn", "factor": 4}, TRAINED), trained=TRAINED)
     assert found["changed"] == ["model.layers.0.self_attn"] and found["unobserved"] == 1
     patch.restore()
 
 
-@pytest.mark.parametrize("setting", [{"name": "linear", "factor": 1}, {"name": "yarn", "factor": 1},
-                                     {"name": "p_rope", "fraction": 1.0}], ids=lambda s: s["name"])
+@pytest.mark.parametrize(
+    "setting",
+    [{"name": "linear", "factor": 1}, {"name": "yarn", "factor": 1}, {"name": "p_rope", "fraction": 1.0}],
+    ids=lambda s: s["name"],
+)
 def test_a_setting_that_is_the_models_own_rope_is_not_a_false_alarm(setting):
     model = family_model("gemma3")
     patch, found = patch_checked(model, rope_ext.resolve(setting, TRAINED), trained=TRAINED)

@@ -145,16 +145,22 @@ def test_out_of_memory_at_one_length_is_recorded_and_the_others_report(eval_cont
     hook = ctx.model().get_decoder().register_forward_pre_hook(fail_long_inputs, with_kwargs=True)
     summary = perplexity.evaluate(config(lengths=[64, 128, 256], min_document_tokens=0), ctx)
     hook.remove()
-    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())
-            ["metrics"]["perplexity"]["by_length"]}
+    rows = {
+        r["length"]: r
+        for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]
+    }
     assert rows[256]["oom"] and rows[256]["ppl"] is None
     assert not rows[128]["oom"] and rows[128]["documents"] == 3 and summary["ppl@64"] > 1
 
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"lengths": [-5]}, "lengths=\\[-5\\]: each value must be >= 2"), ({"lengths": []}, "lengths is empty"),
-     ({"protocol": "window"}, "is not one of prefix, sliding"), ({"lengths": ["2y"]}, "'2y' is not a length")],
+    [
+        ({"lengths": [-5]}, "lengths=\\[-5\\]: each value must be >= 2"),
+        ({"lengths": []}, "lengths is empty"),
+        ({"protocol": "window"}, "is not one of prefix, sliding"),
+        ({"lengths": ["2y"]}, "'2y' is not a length"),
+    ],
 )
 def test_bad_options(overrides, message, config):
     with pytest.raises(ConfigError, match=message):
@@ -166,8 +172,13 @@ def test_bad_options(overrides, message, config):
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"protocol": "sliding", "stride": 500, "lengths": [128]}, "stride=500"),
-     ({"protocol": "sliding", "max_tokens": 100, "stride": 64, "lengths": [128]}, "max_tokens=100 is below the longest length 128")],
+    [
+        ({"protocol": "sliding", "stride": 500, "lengths": [128]}, "stride=500"),
+        (
+            {"protocol": "sliding", "max_tokens": 100, "stride": 64, "lengths": [128]},
+            "max_tokens=100 is below the longest length 128",
+        ),
+    ],
 )
 def test_bad_eval_config(overrides, message, config):
     with pytest.raises(perplexity.PerplexityError, match=message):
@@ -184,7 +195,11 @@ def test_each_length_says_its_expected_time_and_memory_before_it_runs(eval_conte
     ctx = eval_context({"name": "dynamic_ntk", "factor": 2.0})
     perplexity.evaluate(config(lengths=[64, 128, 256]), ctx)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("perplexity: ")]
-    assert [line.split(":")[1].strip() for line in lines] == ["64 tokens", "128 tokens", "256 tokens"] * 2  # 2 documents
+    assert [line.split(":")[1].strip() for line in lines] == [
+        "64 tokens",
+        "128 tokens",
+        "256 tokens",
+    ] * 2  # 2 documents
     assert "time known after the first forward" in lines[0] and "GiB on cpu" in lines[0]
     # "about 0.1 s at the rate measured so far, about 0.00 GiB on cpu"
     assert all(" s at the rate measured so far, about " in line for line in lines[1:])

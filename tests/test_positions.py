@@ -14,13 +14,24 @@ import rope_ext
 from rope_ext import attention
 
 TRAINED = 64
-COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              vocab_size=100, max_position_embeddings=TRAINED)
+COMMON = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=100,
+    max_position_embeddings=TRAINED,
+)
 ARCHITECTURES = {
     "llama": {},
     "qwen3": {"head_dim": 16},  # q/k norm before RoPE
-    "gemma3_text": {"head_dim": 16, "num_hidden_layers": 4, "sliding_window": 8,  # sliding + global layers
-                    "layer_types": ["sliding_attention", "full_attention"] * 2},
+    "gemma3_text": {
+        "head_dim": 16,
+        "num_hidden_layers": 4,
+        "sliding_window": 8,  # sliding + global layers
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+    },
     "gpt_neox": {"partial_rotary_factor": 0.5, "num_key_value_heads": 4},  # rotary on half the head dims
     "mistral": {"sliding_window": None},
     "qwen2": {},  # biases on the q, k and v projections
@@ -38,6 +49,7 @@ def tokens(length, seed=1):
 
 
 # -- each paper's formula, written out: the relative position P(m, n) a pair sees, None where not attended ----
+
 
 def paper_position(method, p, m, n):
     d = m - n
@@ -115,8 +127,12 @@ def dense_reference(model, method, params, selected=None):
         angle = relative[..., None] * inv_freq.double()  # (q, k, pairs)
         qa, qb, ka, kb = q[0][..., a], q[0][..., b], k[0][..., a], k[0][..., b]
         # q . R(P) k per pair: cos(P theta)(qa ka + qb kb) + sin(P theta)(qa kb - qb ka)
-        rot = (torch.einsum("hip,hjp,ijp->hij", qa, ka, angle.cos()) + torch.einsum("hip,hjp,ijp->hij", qb, kb, angle.cos())
-               + torch.einsum("hip,hjp,ijp->hij", qa, kb, angle.sin()) - torch.einsum("hip,hjp,ijp->hij", qb, ka, angle.sin()))
+        rot = (
+            torch.einsum("hip,hjp,ijp->hij", qa, ka, angle.cos())
+            + torch.einsum("hip,hjp,ijp->hij", qb, kb, angle.cos())
+            + torch.einsum("hip,hjp,ijp->hij", qa, kb, angle.sin())
+            - torch.einsum("hip,hjp,ijp->hij", qb, ka, angle.sin())
+        )
         rest = q[0][..., ~rotary] @ k[0][..., ~rotary].transpose(-1, -2)
         scores = (rot * rf * rf + rest) * query_factor[:, None] * call.scaling
         scores = scores.masked_fill(~seen, float("-inf"))
@@ -204,7 +220,7 @@ def test_decoding_with_the_kv_cache_equals_recomputing(method, implementation):
             cache = out.past_key_values
             steps = [out.logits[:, -1]]
             for t in range(20, 36):
-                out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True)
+                out = model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
                 cache = out.past_key_values
                 steps.append(out.logits[:, -1])
     decoded = torch.stack(steps[:-1], 1)
@@ -224,10 +240,14 @@ def test_generate_with_left_padding_matches_each_prompt_alone():
     assert torch.equal(both[1, -5:], alone[1][0, -5:])
 
 
-IDENTITY = {"self_extend": {"window": 64}, "rerope": {"window": 64}, "leaky_rerope": {"window": 64},
-            "dca": {"chunk_size": 64, "local_window": 0}, "string": {"offset": 64, "local_window": 0,
-                                                                      "attention_factor": 1.0},
-            "lm_infinite": {"local_span": 64}}
+IDENTITY = {
+    "self_extend": {"window": 64},
+    "rerope": {"window": 64},
+    "leaky_rerope": {"window": 64},
+    "dca": {"chunk_size": 64, "local_window": 0},
+    "string": {"offset": 64, "local_window": 0, "attention_factor": 1.0},
+    "lm_infinite": {"local_span": 64},
+}
 
 
 @pytest.mark.parametrize("model_type", ["llama", pytest.param("gemma3_text", marks=pytest.mark.slow)])
@@ -258,15 +278,18 @@ def test_the_rule_map_is_the_papers_and_the_pieces_are_disjoint():
                         assert float(position[i, j]) == pytest.approx(want, abs=1e-9)
 
 
-@pytest.mark.parametrize("config,message", [
-    ({"name": "self_extend", "group_size": 0}, "group_size=0 must be >= 1"),
-    ({"name": "self_extend", "window": 0}, "window=0 must be >= 1"),
-    ({"name": "rerope", "window": -3}, "window=-3 must be >= 1"),
-    ({"name": "leaky_rerope", "leak": 1.0}, "leak=1.0 must be > 1"),
-    ({"name": "dca", "chunk_size": 16, "local_window": 16}, "chunk_size=16 must be > local_window=16"),
-    ({"name": "string", "offset": 100, "local_window": 200}, "local_window=200 must be < offset=100"),
-    ({"name": "compose", "stages": [{"name": "self_extend"}, {"name": "dca"}]}, "at most one attention-level"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"name": "self_extend", "group_size": 0}, "group_size=0 must be >= 1"),
+        ({"name": "self_extend", "window": 0}, "window=0 must be >= 1"),
+        ({"name": "rerope", "window": -3}, "window=-3 must be >= 1"),
+        ({"name": "leaky_rerope", "leak": 1.0}, "leak=1.0 must be > 1"),
+        ({"name": "dca", "chunk_size": 16, "local_window": 16}, "chunk_size=16 must be > local_window=16"),
+        ({"name": "string", "offset": 100, "local_window": 200}, "local_window=200 must be < offset=100"),
+        ({"name": "compose", "stages": [{"name": "self_extend"}, {"name": "dca"}]}, "at most one attention-level"),
+    ],
+)
 def test_impossible_parameters_are_one_line_errors(config, message):
     with pytest.raises(rope_ext.ScalingError, match=message) as err:
         rope_ext.resolve(config, 4096)
@@ -291,13 +314,20 @@ def test_small_blocks_skip_and_merge_exactly(method, monkeypatch):
 
 # --- as jobs: composed by Hydra, checked before the model loads, run end to end --------------------------------
 
+
 def test_on_a_model_whose_attention_cannot_be_hooked_it_is_one_line_before_loading(tmp_path, compose, models):
     from evals.core.errors import UserError
     from evals.core.job import parse_job
 
-    for scaling in (["scaling=self_extend"], ["scaling=compose", "scaling.stages=[{name: yarn, factor: 2}, {name: dca}]"]):
-        with pytest.raises(UserError, match="sets the relative positions inside attention, but model 'tinyfalcon' "
-                                            r"cannot be hooked: FalconForCausalLM: its attention \(FalconAttention\)"):
+    for scaling in (
+        ["scaling=self_extend"],
+        ["scaling=compose", "scaling.stages=[{name: yarn, factor: 2}, {name: dca}]"],
+    ):
+        with pytest.raises(
+            UserError,
+            match="sets the relative positions inside attention, but model 'tinyfalcon' "
+            r"cannot be hooked: FalconForCausalLM: its attention \(FalconAttention\)",
+        ):
             parse_job(compose("model=tinyfalcon", "logger=none", *scaling, models), tmp_path / "bad")
 
 
@@ -307,8 +337,9 @@ def test_bad_parameters_on_the_command_line_exit_2_in_one_line(run_cli):
 
     done = run_cli(*TINY, "scaling=dca", "scaling.chunk_size=64", "scaling.local_window=64", "eval.lengths=[64]")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-1500:]
-    assert done.stderr.strip() == ("error: scaling 'dca': chunk_size=64 must be > local_window=64 (a chunk holds "
-                                   "chunk_size - local_window tokens)")
+    assert done.stderr.strip() == (
+        "error: scaling 'dca': chunk_size=64 must be > local_window=64 (a chunk holds chunk_size - local_window tokens)"
+    )
 
 
 @pytest.fixture
@@ -321,10 +352,13 @@ def text(tmp_path):
 @pytest.mark.slow  # two jobs; the default suite stays under 10 minutes
 def test_a_perplexity_job_runs_with_each_method_on_gemma3(tmp_path, run_job, models, text):
     """The global layers of Gemma-3 (layer_types=auto) get the rule; the job records what was applied."""
-    for method, params in (("self_extend", ["scaling.group_size=2", "scaling.window=16"]),
-                           ("dca", ["scaling.chunk_size=24", "scaling.local_window=8"])):
-        summary, results = run_job(tmp_path / method, "model=tinygemma", models, f"scaling={method}", *params,
-                                   *text, "eval.lengths=[32,96]")
+    for method, params in (
+        ("self_extend", ["scaling.group_size=2", "scaling.window=16"]),
+        ("dca", ["scaling.chunk_size=24", "scaling.local_window=8"]),
+    ):
+        summary, results = run_job(
+            tmp_path / method, "model=tinygemma", models, f"scaling={method}", *params, *text, "eval.lengths=[32,96]"
+        )
         assert math.isfinite(summary["ppl@96"])
         assert {"attention": results["rope"]["label"], "layer_types": ["full_attention"]} in results["rope"]["patched"]
 
@@ -345,8 +379,9 @@ def test_rope_decay_draws_the_map_and_the_decay_the_last_query_sees(tmp_path, ru
     rows = list(csv.DictReader(open(tmp_path / "dca" / "rope_decay.csv")))
     dca = [r for r in rows if r["strategy"] != "none"]
     assert max(float(r["position_seen"]) for r in dca) <= 1536 < max(int(r["distance"]) for r in dca)
-    summary, _ = run_job(tmp_path / "lmi", *DECAY, "scaling=lm_infinite",
-                         "scaling.local_span=1024", "scaling.global_tokens=4")
+    summary, _ = run_job(
+        tmp_path / "lmi", *DECAY, "scaling=lm_infinite", "scaling.local_span=1024", "scaling.global_tokens=4"
+    )
     rows = list(csv.DictReader(open(tmp_path / "lmi" / "rope_decay.csv")))
     gaps = [r for r in rows if r["strategy"] != "none" and r["mean"] == ""]
     assert gaps and all(1024 <= int(r["distance"]) < 8191 - 3 for r in gaps)

@@ -14,10 +14,20 @@ from rope_ext import analysis
 
 
 def captured_layers(model_type="llama", tokens=40, **extra):
-    fields = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  vocab_size=100, max_position_embeddings=64, **extra)
+    fields = dict(
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=64,
+        **extra,
+    )
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields), attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(model_type, **fields), attn_implementation="sdpa"
+    ).eval()
     layers = []
     with rope_ext.capture(model, layers.append), torch.no_grad():
         model(torch.randint(3, 100, (1, tokens), generator=torch.Generator().manual_seed(1)))
@@ -32,7 +42,11 @@ def test_fft_profile_equals_brute_force_over_token_pairs(model_type, extra):
     k = k.repeat_interleave(groups, 0)
     n, d = q.shape[1], q.shape[2]
     rotary = 2 * len(layer.pairs[0])
-    for inv_freq in (layer.inv_freq, layer.inv_freq / 4, rope_ext.frequencies({"name": "p_rope", "fraction": 0.5}, rotary, 1e4)[0]):
+    for inv_freq in (
+        layer.inv_freq,
+        layer.inv_freq / 4,
+        rope_ext.frequencies({"name": "p_rope", "fraction": 0.5}, rotary, 1e4)[0],
+    ):
         # brute force: every query at m + r against every key at m, rotated explicitly, averaged per distance
         positions = torch.arange(n)[None]
         rq = rope_ext.attention.rotate(q[None], positions, inv_freq, layer.pairs)[0]
@@ -48,14 +62,18 @@ def test_fft_profile_equals_brute_force_over_token_pairs(model_type, extra):
         fft = analysis.profile_from_correlation(analysis.cross_correlation(zq, zk), theta)
         torch.testing.assert_close(fft, brute, atol=1e-9, rtol=1e-9)
         if inv_freq is layer.inv_freq:  # and, with the model's frequencies, the scores attention computed
-            model_scores = layer.call.query[0].double() @ layer.call.key[0].double().repeat_interleave(groups, 0).transpose(-1, -2)
+            model_scores = layer.call.query[0].double() @ layer.call.key[0].double().repeat_interleave(
+                groups, 0
+            ).transpose(-1, -2)
             torch.testing.assert_close(scores, model_scores, atol=1e-4, rtol=1e-4)
 
 
 def test_mean_field_profile_is_the_mean_query_rotated_against_the_mean_key():
     layer = captured_layers()[0]
     mu_q = analysis.complex_pairs(layer.query[0], layer.pairs).mean(1)  # (H, P)
-    mu_k = analysis.complex_pairs(layer.key[0], layer.pairs).mean(1).repeat_interleave(2, 0)  # GQA: 2 query heads per key head
+    mu_k = (
+        analysis.complex_pairs(layer.key[0], layer.pairs).mean(1).repeat_interleave(2, 0)
+    )  # GQA: 2 query heads per key head
     profile = analysis.mean_field_profile(mu_q, mu_k, layer.inv_freq, 300, attention_factor=1.5, chunk=64)
     a, b = layer.pairs
     mean_q, mean_k = layer.query[0].double().mean(1), layer.key[0].double().mean(1)  # (H, d)
@@ -73,11 +91,22 @@ def test_mean_field_profile_is_the_mean_query_rotated_against_the_mean_key():
 
 
 def test_claims_read_the_sign_and_size_of_the_means():
-    heads = [{"mean_dot": m, "mean_norm": abs(m), "locality": 0.8 * m + 0.01 * i, "locality_meanfield": m,
-              "variance_share_q": 1 - abs(m) / 3, "variance_share_k": 1 - abs(m) / 3, "relative_locality": m}
-             for i, m in enumerate([-2.0, -1.5, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])]
+    heads = [
+        {
+            "mean_dot": m,
+            "mean_norm": abs(m),
+            "locality": 0.8 * m + 0.01 * i,
+            "locality_meanfield": m,
+            "variance_share_q": 1 - abs(m) / 3,
+            "variance_share_k": 1 - abs(m) / 3,
+            "relative_locality": m,
+        }
+        for i, m in enumerate([-2.0, -1.5, -1.0, -0.5, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0])
+    ]
     found = claims(heads)
-    assert found["mean_predicts_decay"]["verdict"] == "holds" and found["mean_predicts_decay"]["rho"] == pytest.approx(1.0)
+    assert found["mean_predicts_decay"]["verdict"] == "holds" and found["mean_predicts_decay"]["rho"] == pytest.approx(
+        1.0
+    )
     assert found["signed_mean_orders_decay"]["verdict"] == "holds"
     assert found["opposite_means_rise"]["fraction_rising"] == 1.0 and found["opposite_means_rise"]["verdict"] == "holds"
     assert found["mean_field_explains_decay"]["verdict"] == "holds"
@@ -85,23 +114,51 @@ def test_claims_read_the_sign_and_size_of_the_means():
     assert flipped["signed_mean_orders_decay"]["verdict"] == "contradicted"
 
 
-QK = ["eval=qk_study", "eval.tokens=128", "eval.near=4", "eval.bins=16", "eval.pair_samples=256", "data.books=[persuasion]"]
+QK = [
+    "eval=qk_study",
+    "eval.tokens=128",
+    "eval.near=4",
+    "eval.bins=16",
+    "eval.pair_samples=256",
+    "data.books=[persuasion]",
+]
 
 
 def test_qk_study_runs_end_to_end_and_reports_through_the_output_sink(tmp_path, run_job):
     text = tmp_path / "text.txt"  # a text file instead of the novels: nothing to unpack, the same eval
     text.write_text(" ".join(f"Sentence {i} of a plain text that the tiny model reads once." for i in range(60)))
-    summary, results = run_job(tmp_path / "run", *QK[:-1], "data=text_files", f"data.glob={text}", "scaling=compose",
-                               "scaling.stages=[{name: yarn, factor: 2}, {name: logn}]")
+    summary, results = run_job(
+        tmp_path / "run",
+        *QK[:-1],
+        "data=text_files",
+        f"data.glob={text}",
+        "scaling=compose",
+        "scaling.stages=[{name: yarn, factor: 2}, {name: logn}]",
+    )
     assert results["status"] == "done" and summary["heads"] == 2 * 4
     out = tmp_path / "run"
-    for name in ("qk_heads.csv", "qk_layers.csv", "qk_pairs.csv", "qk_profiles.csv", "qk_strategies.csv",
-                 "qk_dimensions.csv", "qk_heatmaps.png", "qk_profiles_local.png", "qk_profiles_global.png",
-                 "qk_energy.png", "qk_claims.png"):
+    for name in (
+        "qk_heads.csv",
+        "qk_layers.csv",
+        "qk_pairs.csv",
+        "qk_profiles.csv",
+        "qk_strategies.csv",
+        "qk_dimensions.csv",
+        "qk_heatmaps.png",
+        "qk_profiles_local.png",
+        "qk_profiles_global.png",
+        "qk_energy.png",
+        "qk_claims.png",
+    ):
         assert (out / name).is_file(), name
     metrics = results["metrics"]["qk_study"]
-    assert set(metrics["claims"]) == {"mean_predicts_decay", "signed_mean_orders_decay", "variance_weakens_decay",
-                                      "mean_field_explains_decay", "opposite_means_rise"}
+    assert set(metrics["claims"]) == {
+        "mean_predicts_decay",
+        "signed_mean_orders_decay",
+        "variance_weakens_decay",
+        "mean_field_explains_decay",
+        "opposite_means_rise",
+    }
     assert all(0 <= layer["local_fraction"] <= 1 for layer in metrics["layers"])
     # TINY: d = 64 / 4 heads = 16, b = 1e4, L = 2048: lambda_i = 2 pi 10^(i/2); i <= 5 turn within L (1987 < 2048),
     # i = 6, 7 do not (6283, 19869): Liu et al.'s critical dimension is 6 of the 8 pairs
@@ -115,7 +172,9 @@ def test_qk_study_runs_end_to_end_and_reports_through_the_output_sink(tmp_path, 
 def test_qk_study_bad_input_is_one_line_before_the_model_loads(tmp_path, compose, run_job):
     text = tmp_path / "short.txt"
     text.write_text("A short text. " * 20)
-    with pytest.raises(QKStudyError, match=r"eval.tokens=128 exceeds document 0 \(short: \d+ tokens; the longest has \d+\)"):
+    with pytest.raises(
+        QKStudyError, match=r"eval.tokens=128 exceeds document 0 \(short: \d+ tokens; the longest has \d+\)"
+    ):
         run_job(tmp_path / "run", *QK[:2], "data=text_files", f"data.glob={text}")
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert "model_load_s" not in results["timings"] and results["error"]["user_error"]
@@ -124,5 +183,7 @@ def test_qk_study_bad_input_is_one_line_before_the_model_loads(tmp_path, compose
     from evals.core.errors import ScalingConfigError
 
     with pytest.raises(ScalingConfigError, match="fraction=2.0 must be <= 1"):
-        parse_job(compose(*QK, "model=tinyllama", "model.weights=random",
-                          "eval.compare=[{name: p_rope, fraction: 2.0}]"), tmp_path / "y")
+        parse_job(
+            compose(*QK, "model=tinyllama", "model.weights=random", "eval.compare=[{name: p_rope, fraction: 2.0}]"),
+            tmp_path / "y",
+        )

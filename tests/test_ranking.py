@@ -11,7 +11,9 @@ from evals.core.registry import Metric
 from evals.core.verdict import DEFAULTS, paired_ratio
 from evals.report import judge_all
 
-PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True, unit="token block").declared("perplexity")
+PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True, unit="token block").declared(
+    "perplexity"
+)
 PASSKEY = Metric("passkey_acc", verdict=True, count="passkey_trials", bounds=(0, 1), unit="prompt").declared("passkey")
 DIFFICULTY = np.random.default_rng(11).normal(0, 0.3, (6, 64))  # the same tokens in every run: shared block effects
 
@@ -24,19 +26,39 @@ def blocks(length: int, ppl: float, seed: int, noise: float = 0.01, docs=range(6
 
 def job(strategy: str, eval_name: str, measurements: list, seconds: float = 100.0, memory: int = 2**30, where="sweep"):
     declared = {"perplexity": {"ppl": PPL}, "passkey": {"passkey_acc": PASSKEY}}[eval_name]
-    return {"job": {"scaling": strategy, "eval": eval_name, "model_label": "smollm2", "weights": "gguf", "role": "job",
-                    "trained_context": 8192, "target_length": 16384, "compare": {eval_name: f"same-{eval_name}"},
-                    "environment": "e"},
-            "status": "done", "state": "done", "declared": declared, "dir": f"{where}/{strategy}-{eval_name}",
-            "measurements": [m.record() for m in measurements], "timings": {"elapsed_s": seconds, "model_load_s": 5.0,
-                                                                          "peak_memory_bytes": memory}}
+    return {
+        "job": {
+            "scaling": strategy,
+            "eval": eval_name,
+            "model_label": "smollm2",
+            "weights": "gguf",
+            "role": "job",
+            "trained_context": 8192,
+            "target_length": 16384,
+            "compare": {eval_name: f"same-{eval_name}"},
+            "environment": "e",
+        },
+        "status": "done",
+        "state": "done",
+        "declared": declared,
+        "dir": f"{where}/{strategy}-{eval_name}",
+        "measurements": [m.record() for m in measurements],
+        "timings": {"elapsed_s": seconds, "model_load_s": 5.0, "peak_memory_bytes": memory},
+    }
 
 
 def ppl_job(strategy: str, at_target: float, seed: int, **kw) -> dict:
     short = {4096: 25.0, 8192: 25.7}
     values = {**short, 16384: at_target} if strategy != "none" else {**short, 16384: 53.0}
-    return job(strategy, "perplexity", [Measurement("ppl", L, v, 6 * L, "256-token block",
-                                                    blocks(L, v, seed if L == 16384 else 0)) for L, v in values.items()], **kw)
+    return job(
+        strategy,
+        "perplexity",
+        [
+            Measurement("ppl", L, v, 6 * L, "256-token block", blocks(L, v, seed if L == 16384 else 0))
+            for L, v in values.items()
+        ],
+        **kw,
+    )
 
 
 def passkey_job(strategy: str, correct_at_target: int, prompts: int = 24, **kw) -> dict:
@@ -45,19 +67,30 @@ def passkey_job(strategy: str, correct_at_target: int, prompts: int = 24, **kw) 
 
     found = [Measurement("passkey_acc", 8192, 1.0, prompts, "prompt", prompts_of(prompts))]
     if strategy != "none":
-        found.append(Measurement("passkey_acc", 16384, correct_at_target / prompts, prompts, "prompt",
-                                 prompts_of(correct_at_target)))
+        found.append(
+            Measurement(
+                "passkey_acc", 16384, correct_at_target / prompts, prompts, "prompt", prompts_of(correct_at_target)
+            )
+        )
     return job(strategy, "passkey", found, **kw)
 
 
 def sweep() -> list[dict]:
-    return [ppl_job("none", 53.0, 0, seconds=100.0), passkey_job("none", 24, seconds=50.0),
-            ppl_job("dca", 26.20, 1, seconds=110.0), passkey_job("dca", 24, seconds=60.0),
-            ppl_job("self_extend", 26.21, 2, seconds=115.0), passkey_job("self_extend", 24, seconds=55.0),
-            ppl_job("yarn", 27.40, 3), passkey_job("yarn", 23),
-            ppl_job("lm_infinite", 25.90, 4, seconds=90.0), passkey_job("lm_infinite", 1, seconds=45.0),
-            ppl_job("string", 34.7, 5), passkey_job("string", 0),
-            ppl_job("ntk_by_parts", 26.0, 6)]  # the best perplexity of all, and passkey never run
+    return [
+        ppl_job("none", 53.0, 0, seconds=100.0),
+        passkey_job("none", 24, seconds=50.0),
+        ppl_job("dca", 26.20, 1, seconds=110.0),
+        passkey_job("dca", 24, seconds=60.0),
+        ppl_job("self_extend", 26.21, 2, seconds=115.0),
+        passkey_job("self_extend", 24, seconds=55.0),
+        ppl_job("yarn", 27.40, 3),
+        passkey_job("yarn", 23),
+        ppl_job("lm_infinite", 25.90, 4, seconds=90.0),
+        passkey_job("lm_infinite", 1, seconds=45.0),
+        ppl_job("string", 34.7, 5),
+        passkey_job("string", 0),
+        ppl_job("ntk_by_parts", 26.0, 6),
+    ]  # the best perplexity of all, and passkey never run
 
 
 def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_cost():
@@ -99,12 +132,27 @@ def test_a_ranking_without_a_recommended_strategy_says_so():
 def test_merged_runs_pair_only_the_units_they_share():
     """The reference merges two unscaled runs from two directories; a strategy that scored fewer documents pairs
     only those: the unpaired comparison is wider than the paired one on the same values."""
-    reference_a = job("none", "perplexity", [Measurement("ppl", 4096, 25.0, 6 * 4096, "256-token block", blocks(4096, 25.0, 0))],
-                      where="first")
-    reference_b = job("none", "perplexity", [Measurement("ppl", 8192, 25.7, 6 * 8192, "256-token block", blocks(8192, 25.7, 0))],
-                      where="second")
-    strategy = job("yarn", "perplexity", [Measurement("ppl", L, v, 4 * L, "256-token block", blocks(L, v, 1, docs=range(4)))
-                                          for L, v in ((4096, 25.4), (8192, 26.0), (16384, 26.4))], where="third")
+    reference_a = job(
+        "none",
+        "perplexity",
+        [Measurement("ppl", 4096, 25.0, 6 * 4096, "256-token block", blocks(4096, 25.0, 0))],
+        where="first",
+    )
+    reference_b = job(
+        "none",
+        "perplexity",
+        [Measurement("ppl", 8192, 25.7, 6 * 8192, "256-token block", blocks(8192, 25.7, 0))],
+        where="second",
+    )
+    strategy = job(
+        "yarn",
+        "perplexity",
+        [
+            Measurement("ppl", L, v, 4 * L, "256-token block", blocks(L, v, 1, docs=range(4)))
+            for L, v in ((4096, 25.4), (8192, 26.0), (16384, 26.4))
+        ],
+        where="third",
+    )
     jobs = [reference_a, reference_b, strategy]
     verdicts, references, _ = judge_all(jobs, dict(DEFAULTS))
     assert references[2].sources == ["first/none-perplexity", "second/none-perplexity"]

@@ -24,13 +24,32 @@ def runs(tmp_path_factory, run_job):
     run_job(root / "sweep" / "yarn", *books, "eval.lengths=[256,512,2048,4096]", "scaling=yarn")
     run_job(root / "sweep" / "ntk", *books, "eval.lengths=[256,512,2048,4096]", "scaling=ntk")
     run_job(root / "other" / "none_seed1", *books, "eval.lengths=[256,512,2048,4096]", "model.seed=1")
-    run_job(root / "two_books" / "yarn", "data.books=[persuasion,emma]", "eval.documents=2", "eval.lengths=[256,512,2048,4096]",
-            "scaling=yarn", "verdict.baseline=false", "resume_from=[]")
+    run_job(
+        root / "two_books" / "yarn",
+        "data.books=[persuasion,emma]",
+        "eval.documents=2",
+        "eval.lengths=[256,512,2048,4096]",
+        "scaling=yarn",
+        "verdict.baseline=false",
+        "resume_from=[]",
+    )
     for name in ("none", "yarn"):
-        run_job(root / "sweep" / f"needle_{name}", *books, "eval=needle", "eval.lengths=[256,512,2048]", "eval.depths=[0.2,0.8]",
-                "eval.trials=1", f"scaling={name}")
-    run_job(root / "sweep" / "decay", "eval=rope_decay", "scaling=yarn", "eval.max_distance=8192",
-            "eval.bound_contexts=[1024,2048]")
+        run_job(
+            root / "sweep" / f"needle_{name}",
+            *books,
+            "eval=needle",
+            "eval.lengths=[256,512,2048]",
+            "eval.depths=[0.2,0.8]",
+            "eval.trials=1",
+            f"scaling={name}",
+        )
+    run_job(
+        root / "sweep" / "decay",
+        "eval=rope_decay",
+        "scaling=yarn",
+        "eval.max_distance=8192",
+        "eval.bound_contexts=[1024,2048]",
+    )
     with pytest.raises(Exception):
         run_job(root / "sweep" / "failed", *books, "eval.lengths=[256,100000000]")
     return root
@@ -43,23 +62,52 @@ def table(md: str, heading: str) -> list[list[str]]:
 
 def test_report_answers_with_verdicts_and_merges_runs_one_row_per_identity(runs):
     written = write_report([runs / "sweep", runs / "other"], runs / "report")
-    assert {p.name for p in written} >= {"report.csv", "report.md", "report.html", "report_verdict.csv",
-                                        "report_ppl_by_length.png", "report_ppl_by_length.svg",
-                                        "report_needle_heatmaps.png", "report_needle_acc_by_length.png", "report_decay.png"}
+    assert {p.name for p in written} >= {
+        "report.csv",
+        "report.md",
+        "report.html",
+        "report_verdict.csv",
+        "report_ppl_by_length.png",
+        "report_ppl_by_length.svg",
+        "report_needle_heatmaps.png",
+        "report_needle_acc_by_length.png",
+        "report_decay.png",
+    }
     md = (runs / "report" / "report.md").read_text()
     verdicts = table(md, "## Verdict: does each strategy keep the model working?")
     head, rows = verdicts[0], {(r[2], r[3]): dict(zip(verdicts[0], r)) for r in verdicts[2:]}
     assert head[:6] == ["model", "data", "eval", "strategy", "trained", "target"] and "verdict@4096" in head
-    assert {("perplexity", "none"), ("perplexity", "yarn-factor2"), ("perplexity", "ntk-factor2"),
-            ("needle", "none"), ("needle", "yarn-factor2")} <= set(rows)
+    assert {
+        ("perplexity", "none"),
+        ("perplexity", "yarn-factor2"),
+        ("perplexity", "ntk-factor2"),
+        ("needle", "none"),
+        ("needle", "yarn-factor2"),
+    } <= set(rows)
     yarn = rows[("perplexity", "yarn-factor2")]
-    assert yarn["target"] == "4096" and yarn["verdict"] in ("yes", "NO", "inconclusive") and yarn["reference"].endswith("sweep/none")
+    assert (
+        yarn["target"] == "4096"
+        and yarn["verdict"] in ("yes", "NO", "inconclusive")
+        and yarn["reference"].endswith("sweep/none")
+    )
     assert rows[("perplexity", "none")]["reference"] == "itself"
     header = next(line for line in md.split("## Jobs", 1)[1].splitlines() if line.startswith("| model |"))
     columns = [c.strip() for c in header.strip("|").split("|")]
-    assert columns[:9] == ["model", "weights", "data", "eval", "strategy", "state", "target", "verdict", "effective_length"]
+    assert columns[:9] == [
+        "model",
+        "weights",
+        "data",
+        "eval",
+        "strategy",
+        "state",
+        "target",
+        "verdict",
+        "effective_length",
+    ]
     assert columns.index("ppl@256") < columns.index("ppl@512") < columns.index("ppl@4096")  # lengths in order
-    jobs = [line for line in md.split("## Jobs", 1)[1].splitlines() if line.startswith("| tinyllama[random] | random |")]
+    jobs = [
+        line for line in md.split("## Jobs", 1)[1].splitlines() if line.startswith("| tinyllama[random] | random |")
+    ]
     ppl_rows = [line for line in jobs if "| perplexity |" in line]
     assert len(ppl_rows) == 5  # none, yarn, ntk, none with other weights, the failed one
     assert "Not finished: 1 of" in md and "exceed every document" in md
@@ -101,16 +149,36 @@ def test_two_unscaled_references_that_disagree_are_named(runs, tmp_path):
 
 def test_report_cli_help_and_two_directories(runs, tmp_path):
     result = subprocess.run([sys.executable, "-m", "evals.report", "--help"], cwd=ROOT, capture_output=True, text=True)
-    assert result.returncode == 0 and "usage: python -m evals.report" in result.stdout and "report.html" in result.stdout
+    assert (
+        result.returncode == 0 and "usage: python -m evals.report" in result.stdout and "report.html" in result.stdout
+    )
     assert ":class:" not in result.stdout and "``" not in result.stdout
-    result = subprocess.run([sys.executable, "-m", "evals.report", str(runs / "sweep"), str(runs / "other"), "--out",
-                             str(tmp_path), "--tolerance", "0.5"], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "evals.report",
+            str(runs / "sweep"),
+            str(runs / "other"),
+            "--out",
+            str(tmp_path),
+            "--tolerance",
+            "0.5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "verdict: tinyllama[random], perplexity on books" in result.stdout  # the answer, printed
     assert (tmp_path / "report.html").stat().st_size > 50_000  # figures embedded
     assert "lower-is-better metrics (ppl, LongPPL) pass at most 1.5" in (tmp_path / "report.md").read_text()
-    bad = subprocess.run([sys.executable, "-m", "evals.report", str(runs / "sweep"), "--retained", "2"], cwd=ROOT,
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "evals.report", str(runs / "sweep"), "--retained", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "--retained=2.0 is out of range" in bad.stderr
 
 
@@ -123,15 +191,27 @@ def _chromium(tmp_path, width: int = 1400, height: int = 1000):
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},{height}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--window-size={width},{height}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(DRIVER), options=options)
 
 
-@pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="Debian's chromium and chromium-driver are not installed "
-                                                      "(.ci/run installs them: apt-get install chromium chromium-driver)")
+@pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="Debian's chromium and chromium-driver are not installed "
+    "(.ci/run installs them: apt-get install chromium chromium-driver)",
+)
 def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_path):
     failing = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())  # a strategy that breaks at 4096
     failing["job"].update(key="f" * 16, scaling="yarn-broken")
@@ -146,22 +226,33 @@ def test_report_html_renders_tables_and_figures_in_headless_chromium(runs, tmp_p
     try:
         driver.get((tmp_path / "report.html").as_uri())
         images = driver.execute_script(
-            "return [...document.images].map(i => [i.alt, i.complete, i.naturalWidth, i.getBoundingClientRect().width])")
-        tables = driver.execute_script("return [...document.querySelectorAll('table')].map(t => [t.className, t.rows.length])")
+            "return [...document.images].map(i => [i.alt, i.complete, i.naturalWidth, i.getBoundingClientRect().width])"
+        )
+        tables = driver.execute_script(
+            "return [...document.querySelectorAll('table')].map(t => [t.className, t.rows.length])"
+        )
         text = driver.execute_script("return document.body.innerText")
         overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         verdict_cells = driver.execute_script(
             "return [...document.querySelectorAll('table.verdict td.yes, table.verdict td.no')].map(td => "
-            "getComputedStyle(td).backgroundColor)")
+            "getComputedStyle(td).backgroundColor)"
+        )
         # the interactive chart: a click on a legend entry hides that run's line, a second click shows it again
         chart = "document.querySelector('.chart')"
-        shown = driver.execute_script(f"return [...{chart}.querySelectorAll('svg g[data-series]')]"
-                                      ".map(g => getComputedStyle(g).display)")
+        shown = driver.execute_script(
+            f"return [...{chart}.querySelectorAll('svg g[data-series]')].map(g => getComputedStyle(g).display)"
+        )
         driver.execute_script(f"{chart}.querySelector('.legend [data-series=\"0\"]').click()")
-        hidden = driver.execute_script(f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display")
-        tips = driver.execute_script("return [...document.querySelectorAll('.chart circle title')].map(t => t.textContent)")
+        hidden = driver.execute_script(
+            f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display"
+        )
+        tips = driver.execute_script(
+            "return [...document.querySelectorAll('.chart circle title')].map(t => t.textContent)"
+        )
         driver.execute_script(f"{chart}.querySelector('.legend [data-series=\"0\"]').click()")
-        again = driver.execute_script(f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display")
+        again = driver.execute_script(
+            f"return getComputedStyle({chart}.querySelector('svg g[data-series=\"0\"]')).display"
+        )
         height = driver.execute_script("return document.body.scrollHeight")
         driver.set_window_size(1400, min(height + 100, 12000))
         driver.save_screenshot(str(tmp_path / "report.png"))
@@ -201,20 +292,23 @@ def test_the_length_chart_tells_five_close_strategies_apart_in_headless_chromium
     unscaled = json.loads((runs / "sweep" / "none" / "results.json").read_text())
     (tmp_path / "close" / "none").mkdir(parents=True)
     (tmp_path / "close" / "none" / "results.json").write_text(
-        json.dumps(_ppl_at(unscaled, dict(zip(lengths, (26.0, 26.1, 26.3, 90.0))))))
+        json.dumps(_ppl_at(unscaled, dict(zip(lengths, (26.0, 26.1, 26.3, 90.0)))))
+    )
     for k, name in enumerate(("yarn", "ntk", "linear", "longrope", "dynamic_ntk")):
         result = json.loads((runs / "sweep" / "yarn" / "results.json").read_text())
         result["job"].update(key=f"{k}" * 16, scaling=name)
         result["config"]["scaling"]["name"] = name
         (tmp_path / "close" / name).mkdir()
-        (tmp_path / "close" / name / "results.json").write_text(json.dumps(_ppl_at(
-            result, {L: 26.05 + 0.2 * k + 0.02 * i for i, L in enumerate(lengths)})))
+        (tmp_path / "close" / name / "results.json").write_text(
+            json.dumps(_ppl_at(result, {L: 26.05 + 0.2 * k + 0.02 * i for i, L in enumerate(lengths)}))
+        )
     write_report([tmp_path / "close"], tmp_path)
     driver = _chromium(tmp_path)
     try:
         driver.get((tmp_path / "report.html").as_uri())
         chart = driver.find_element("css selector", ".chart")
-        found = driver.execute_script("""
+        found = driver.execute_script(
+            """
             const chart = arguments[0], last = pl => {  // the last point of a polyline, in screen pixels
               const p = pl.points[pl.points.numberOfItems - 1], m = pl.getScreenCTM();
               return p.x * m.b + p.y * m.d + m.f; };
@@ -224,7 +318,9 @@ def test_the_length_chart_tells_five_close_strategies_apart_in_headless_chromium
                     levels: [...chart.querySelectorAll('.ratio line.level')].map(l => l.getAttribute('stroke-dasharray')),
                     last: Object.fromEntries([...chart.querySelectorAll('.ratio g[data-series]')].map(g =>
                       [g.getAttribute('data-strategy'), last(g.querySelector('polyline'))])),
-                    width: chart.querySelector('svg').getBoundingClientRect().width};""", chart)
+                    width: chart.querySelector('svg').getBoundingClientRect().width};""",
+            chart,
+        )
         chart.screenshot(str(tmp_path / "chart.png"))
     finally:
         driver.quit()
@@ -232,28 +328,48 @@ def test_the_length_chart_tells_five_close_strategies_apart_in_headless_chromium
     assert found["bands"] == 6 and found["levels"] == ["6,4", "6,4"], found  # 1 and the verdict limit, dashed
     scaled = [y for name, y in found["last"].items() if name != "none"]
     assert len(scaled) == 5 and found["width"] > 600, found
-    assert all(abs(a - b) >= 3 for i, a in enumerate(scaled) for b in scaled[i + 1:]), found
+    assert all(abs(a - b) >= 3 for i, a in enumerate(scaled) for b in scaled[i + 1 :]), found
     assert (tmp_path / "chart.png").stat().st_size > 0
 
 
 @pytest.mark.slow  # a CLI run with its reference, and the report CLI (~25 s)
 def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with_no_project_edit(
-        plugin, run_cli, searchpath, tmp_path):
+    plugin, run_cli, searchpath, tmp_path
+):
     """The plugin's prefix_nll declares one lower-is-better metric and a report section -- nothing else: the
     reference is run for it, its retention and verdict are in the summary, and the report draws its section."""
     from tests.tiny import MICRO
 
     plug, env = plugin
     out = tmp_path / "out"
-    result = run_cli(*MICRO, "model.architecture.vocab_size=49152", searchpath(plug), "scaling=halve_slow", "scaling.factor=4", "eval=prefix_nll",
-                     "data.books=[persuasion]", "verdict.baseline=true", f"output_dir={out}", env=env)
+    result = run_cli(
+        *MICRO,
+        "model.architecture.vocab_size=49152",
+        searchpath(plug),
+        "scaling=halve_slow",
+        "scaling.factor=4",
+        "eval=prefix_nll",
+        "data.books=[persuasion]",
+        "verdict.baseline=true",
+        f"output_dir={out}",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "results.json").read_text())["summary"]
-    assert set(summary) >= {"prefix_nll@32", "prefix_nll@64", "prefix_nll@128", "prefix_nll_retention@32",
-                            "prefix_nll_retention@64", "verdict@32", "verdict@64", "verdict@128"}
+    assert set(summary) >= {
+        "prefix_nll@32",
+        "prefix_nll@64",
+        "prefix_nll@128",
+        "prefix_nll_retention@32",
+        "prefix_nll_retention@64",
+        "verdict@32",
+        "verdict@64",
+        "verdict@128",
+    }
     assert isinstance(summary["verdict@128"], bool)
-    report = subprocess.run([sys.executable, "-m", "evals.report", str(out)], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+    report = subprocess.run(
+        [sys.executable, "-m", "evals.report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     md = (out / "report.md").read_text()
     assert "report_prefix_nll_bars.png" in md and (out / "report_prefix_nll_bars.png").is_file()
@@ -276,6 +392,8 @@ def test_the_report_lists_files_it_cannot_read_and_refuses_an_out_it_cannot_writ
     assert md.count("unreadable") >= 4
     (tmp_path / "afile").write_text("x")
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "afile")]) == 2
-    assert capsys.readouterr().err.strip() == (f"error: the report cannot be written to {tmp_path / 'afile'}: "
-                                               f"{tmp_path / 'afile'} is a file, not a directory; give a writable "
-                                               f"directory with --out")
+    assert capsys.readouterr().err.strip() == (
+        f"error: the report cannot be written to {tmp_path / 'afile'}: "
+        f"{tmp_path / 'afile'} is a file, not a directory; give a writable "
+        f"directory with --out"
+    )

@@ -30,8 +30,17 @@ def retrieval(structured):
     """``retrieval(**overrides)``: a typed RetrievalConfig, a small grid unless overridden."""
 
     def retrieval(**overrides):
-        return structured(RetrievalConfig, **{"lengths": [256, 512], "depths": [0.0, 0.3, 1.0], "trials": 2,
-                                              "max_new_tokens": 4, "prefill_chunk": 64, **overrides})
+        return structured(
+            RetrievalConfig,
+            **{
+                "lengths": [256, 512],
+                "depths": [0.0, 0.3, 1.0],
+                "trials": 2,
+                "max_new_tokens": 4,
+                "prefill_chunk": 64,
+                **overrides,
+            },
+        )
 
     return retrieval
 
@@ -49,16 +58,18 @@ def test_prompts_have_exact_length_and_needle_at_depth(tokenizer, corpus, haysta
             at = prompt.needle_position
             assert torch.equal(prompt.ids[at : at + len(needle_ids)], needle_ids)
             question, answer_prefix = cfg.question.format(for_name=""), cfg.answer_prefix.format(for_name="")
-            overhead = len(builder.head) + len(needle_ids) + len(builder.encode(question)) + len(builder.encode(answer_prefix))
+            overhead = (
+                len(builder.head) + len(needle_ids) + len(builder.encode(question)) + len(builder.encode(answer_prefix))
+            )
             budget = length - overhead
             expected = len(builder.head) + round(depth * budget)
             assert expected - snap <= at <= expected
             assert prompt.answer_ids.tolist() == builder.encode(" " + prompt.keys[0]).tolist()
             assert tokenizer.decode(prompt.ids).endswith(question + answer_prefix)
             if haystack == "filler":  # canonical: the text re-tokenizes to the same ids (no " " + "The" joins)
-                text = tokenizer.decode(prompt.ids[len(builder.head):])
+                text = tokenizer.decode(prompt.ids[len(builder.head) :])
                 assert "  " not in text
-                assert builder.encode(text).tolist() == prompt.ids[len(builder.head):].tolist()
+                assert builder.encode(text).tolist() == prompt.ids[len(builder.head) :].tolist()
 
 
 def test_keys_are_seeded_and_vary_by_trial(tokenizer, corpus, retrieval):
@@ -80,8 +91,13 @@ def test_multi_needle_with_distractors(tokenizer, corpus, retrieval):
     assert f"{target}s" in prompt.all_keys  # a near-identical distractor name
     everything = PromptBuilder(retrieval(num_needles=3, ask="all"), tokenizer, builder.haystack).build(512, 0.5, 0)
     assert len(everything.keys) == 3 and "What are all the special magic numbers" in tokenizer.decode(everything.ids)
-    assert needle.is_correct(f"{everything.keys[0]}, {everything.keys[2]}", everything.keys, "exact") == pytest.approx(2 / 3)
-    assert needle.is_correct("x1234567y", ["1234567"], "substring") == 1 and needle.is_correct("x1234567y", ["123456"], "exact") == 0
+    assert needle.is_correct(f"{everything.keys[0]}, {everything.keys[2]}", everything.keys, "exact") == pytest.approx(
+        2 / 3
+    )
+    assert (
+        needle.is_correct("x1234567y", ["1234567"], "substring") == 1
+        and needle.is_correct("x1234567y", ["123456"], "exact") == 0
+    )
 
 
 @pytest.fixture
@@ -119,9 +135,13 @@ def test_dynamic_strategy_falls_back_to_cell_by_cell(run_grid):
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"depths": [0.5, 1.5]}, "each value must be <= 1"), ({"depths": [-0.1]}, "must be >= 0"),
-     ({"scoring": "judge"}, "generate, teacher_forced, both"), ({"lengths": [0]}, "each value must be >= 1 tokens"),
-     ({"num_needles": 40}, "must be <= 16")],
+    [
+        ({"depths": [0.5, 1.5]}, "each value must be <= 1"),
+        ({"depths": [-0.1]}, "must be >= 0"),
+        ({"scoring": "judge"}, "generate, teacher_forced, both"),
+        ({"lengths": [0]}, "each value must be >= 1 tokens"),
+        ({"num_needles": 40}, "must be <= 16"),
+    ],
 )
 def test_bad_options(overrides, message, retrieval):
     with pytest.raises(ConfigError, match=message):
@@ -132,8 +152,11 @@ def test_bad_options(overrides, message, retrieval):
 
 @pytest.mark.parametrize(
     "overrides,message",
-    [({"key_digits": [7, 5]}, "must be \\[min, max\\]"), ({"needle": "The number is {code}."}, "placeholder other than"),
-     ({"needle": "No key here."}, "must contain \\{key\\}")],
+    [
+        ({"key_digits": [7, 5]}, "must be \\[min, max\\]"),
+        ({"needle": "The number is {code}."}, "placeholder other than"),
+        ({"needle": "No key here."}, "must contain \\{key\\}"),
+    ],
 )
 def test_bad_config(overrides, message, retrieval):
     with pytest.raises(HaystackError, match=message):

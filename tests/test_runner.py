@@ -26,6 +26,7 @@ def read(path: Path) -> dict:
 
 # --- finished results are never written over ------------------------------------------------------------
 
+
 def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys, compose, run_job):
     out = tmp_path / "run"
     args = ["data.books=[persuasion]", "eval.lengths=[256,512]"]
@@ -55,30 +56,49 @@ def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path,
     again = run_cli(*command)
     assert again.returncode == 0 and again.stdout.count("skip: the same job finished") == 2
     assert {p: p.read_bytes() for p in sweep_dir.glob("*/results.json")} == before and len(before) == 2
-    shared = run_cli("-m", *SMALL, f"hydra.sweep.dir={tmp_path / 'other'}", f"output_dir={tmp_path / 'shared'}",
-                     "resume_from=[]", "scaling=none,linear", "force=true")
+    shared = run_cli(
+        "-m",
+        *SMALL,
+        f"hydra.sweep.dir={tmp_path / 'other'}",
+        f"output_dir={tmp_path / 'shared'}",
+        "resume_from=[]",
+        "scaling=none,linear",
+        "force=true",
+    )
     assert shared.returncode == 0  # output_dir in a multirun: one subdirectory per job, not one folder for all
-    assert sorted(p.parent.name for p in (tmp_path / "shared").glob("*/results.json")) == ["0_tinyllama_none",
-                                                                                           "1_tinyllama_linear_x2"]
+    assert sorted(p.parent.name for p in (tmp_path / "shared").glob("*/results.json")) == [
+        "0_tinyllama_none",
+        "1_tinyllama_linear_x2",
+    ]
 
 
 # --- every input that changes a number changes the key ------------------------------------------------------
+
 
 def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models, compose):
     texts = tmp_path / "texts"
     texts.mkdir()
     (texts / "a.txt").write_text("Some text to score. " * 400)
 
-    def key(*overrides, base=(*TINY, "scaling=yarn", "eval.lengths=[256]", "data=text_files", f"data.glob={texts}/*.txt")):
+    def key(
+        *overrides, base=(*TINY, "scaling=yarn", "eval.lengths=[256]", "data=text_files", f"data.glob={texts}/*.txt")
+    ):
         return parse_job(compose(*base, models, *overrides), tmp_path / "k").key
 
     reference = key()
     assert key() == reference  # deterministic
     changed = {
-        "factor": key("scaling.factor=4"), "beta_fast": key("scaling.beta_fast=16"), "strategy": key("scaling=ntk"),
-        "lengths": key("eval.lengths=[512]"), "eval option": key("eval.chunk_tokens=64"), "seed": key("seed=1"),
-        "weights seed": key("model.seed=1"), "dtype": key("model.dtype=bfloat16"), "size": key("model.architecture.hidden_size=128"),
-        "attention": key("model.attn_implementation=eager"), "tokenizer": key(f"model.tokenizer={ROOT / 'tests'}"),
+        "factor": key("scaling.factor=4"),
+        "beta_fast": key("scaling.beta_fast=16"),
+        "strategy": key("scaling=ntk"),
+        "lengths": key("eval.lengths=[512]"),
+        "eval option": key("eval.chunk_tokens=64"),
+        "seed": key("seed=1"),
+        "weights seed": key("model.seed=1"),
+        "dtype": key("model.dtype=bfloat16"),
+        "size": key("model.architecture.hidden_size=128"),
+        "attention": key("model.attn_implementation=eager"),
+        "tokenizer": key(f"model.tokenizer={ROOT / 'tests'}"),
         "trained context": key("model.original_max_position=1024"),
     }
     (texts / "a.txt").write_text("Other text to score. " * 400)
@@ -98,8 +118,12 @@ def test_the_code_in_the_key_covers_the_lm_eval_task_files():
     from evals.lm_harness import TASKS_DIR
 
     files = set(code_files())
-    for name in ("_ruler_template_yaml", "_retrieval_template_yaml", "rope_ext_ruler_niah_single_1.yaml",
-                 "rope_ext_ruler_utils.py"):
+    for name in (
+        "_ruler_template_yaml",
+        "_retrieval_template_yaml",
+        "rope_ext_ruler_niah_single_1.yaml",
+        "rope_ext_ruler_utils.py",
+    ):
         assert str(TASKS_DIR / name) in files
 
 
@@ -107,8 +131,14 @@ def test_weights_file_identity_is_in_the_key(tmp_path, compose, tiny_llama):
     """A local checkpoint replaced by another one with the same name is another job."""
     checkpoint = tmp_path / "ckpt"
     tiny_llama(vocab=49152).save_pretrained(checkpoint)
-    args = [*TINY, "model.weights=pretrained", f"model.path={checkpoint}", f"model.tokenizer={ROOT / 'tests'}",
-            "eval.lengths=[64]", "data.books=[persuasion]"]
+    args = [
+        *TINY,
+        "model.weights=pretrained",
+        f"model.path={checkpoint}",
+        f"model.tokenizer={ROOT / 'tests'}",
+        "eval.lengths=[64]",
+        "data.books=[persuasion]",
+    ]
     first = parse_job(compose(*args), tmp_path / "k").key
     time.sleep(0.01)
     tiny_llama(vocab=49152, seed=1).save_pretrained(checkpoint)
@@ -117,20 +147,31 @@ def test_weights_file_identity_is_in_the_key(tmp_path, compose, tiny_llama):
 
 # --- a sweep survives its failures ------------------------------------------------------------------------
 
+
 @pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
 def test_a_sweep_runs_every_job_it_can_reports_failures_and_exits_nonzero(tmp_path, plugin, run_cli, searchpath):
     plug, env = plugin
     sweep_dir = tmp_path / "sweep"
-    result = run_cli("-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=linear",
-                     "scaling.factor=0.5,2")
+    result = run_cli(
+        "-m", *SMALL, f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", "scaling=linear", "scaling.factor=0.5,2"
+    )
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     jobs = {j["dir"].name: j for j in load_jobs([sweep_dir]) if j.get("job", {}).get("role") != "reference"}
     assert [j["state"] for _, j in sorted(jobs.items())] == ["failed", "done"]
     report = (sweep_dir / "report.md").read_text()
     assert "Not finished: 1 of 3 jobs" in report and "factor=0.5 must be >= 1" in report  # 3: the reference too
-    crash = run_cli("-m", *TINY, "data.books=[persuasion]", searchpath(plug), f"hydra.sweep.dir={tmp_path / 'crash'}",
-                    "resume_from=[]", "eval=first_tokens", "eval.crash=true,false", env=env)
+    crash = run_cli(
+        "-m",
+        *TINY,
+        "data.books=[persuasion]",
+        searchpath(plug),
+        f"hydra.sweep.dir={tmp_path / 'crash'}",
+        "resume_from=[]",
+        "eval=first_tokens",
+        "eval.crash=true,false",
+        env=env,
+    )
     assert crash.returncode == 1 and "crashed: RuntimeError: boom" in crash.stderr
     jobs = sorted(load_jobs([tmp_path / "crash"]), key=lambda j: j["dir"].name)
     assert [j["state"] for j in jobs] == ["failed", "done"]
@@ -162,7 +203,10 @@ BAD_VALUES = [
     (["data.max_documents=0"], "data.max_documents=0: must be >= 1"),
     (["scaling=compose", "scaling.stages=[]"], "scaling 'compose' needs at least one stage"),
     (["scaling=compose", "scaling.stages=[yarn]"], "scaling 'compose': stage 'yarn' is not a scaling config"),
-    (["+eval.chunk_tokenz=64"], "eval.chunk_tokenz is not an option here; valid: lengths,"),  # + adds past Hydra's check
+    (
+        ["+eval.chunk_tokenz=64"],
+        "eval.chunk_tokenz is not an option here; valid: lengths,",
+    ),  # + adds past Hydra's check
     (["eval.longppl=true", "+eval.key_tokens.alfa=1"], "eval.key_tokens.alfa is not an option here; valid: evaluator,"),
     (["eval=suite", "+eval.perplexty.lengths=[64]"], "eval.perplexty is not an option here; valid: run,"),
     (["+verdict.tolerence=0.2"], "verdict.tolerence is not an option here"),
@@ -203,8 +247,10 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
         (["data=text_files", f"data.glob={empty}"], f"data file {empty} is empty"),
         (["data=text_files", f"data.glob={latin}"], f"data file {latin} is not UTF-8 text"),
         ([models, "model=tinygpt2", "eval=rope_decay"], "model 'tinygpt2' (gpt2) has no RoPE"),
-        ([f"model.path={tmp_path / 'broken'}", "model.gguf_file=model.gguf", "model.gguf_package=null"],
-         "cannot be read as GGUF"),
+        (
+            [f"model.path={tmp_path / 'broken'}", "model.gguf_file=model.gguf", "model.gguf_package=null"],
+            "cannot be read as GGUF",
+        ),
         ([*TINY, "+model.architecture.head_dim=15"], "RoPE requires an even rotary dimension"),
         ([*TINY, "model.architecture.head_dim=15"], "model.architecture.head_dim is not in the config; to add a key"),
     ]
@@ -214,6 +260,7 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 
 # --- memory: a failed allocation at one length is a result ---------------------------------------------
 
+
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin, run_cli):
     """Under a 3 GiB process memory limit, eager attention at 32768 tokens (17 GiB of scores) cannot be
@@ -221,10 +268,18 @@ def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(
     plug, env = plugin
     env = {**env, "TEST_MEMORY_LIMIT_GIB": "3"}
     common = [*TINY, "model.attn_implementation=eager", "data.books=[emma]"]
-    suite = run_cli(*common, "eval=suite", "eval.run=[perplexity,needle]", "eval.perplexity.lengths=[256,1024,32768]",
-                    "eval.needle.lengths=[256,32768]", "eval.needle.depths=[0.5]", "eval.needle.trials=1",
-                    "eval.needle.prefix_sharing=false",  # shared prefixes prefill in 1024-token chunks: they fit
-                    f"output_dir={tmp_path / 'suite'}", env=env)
+    suite = run_cli(
+        *common,
+        "eval=suite",
+        "eval.run=[perplexity,needle]",
+        "eval.perplexity.lengths=[256,1024,32768]",
+        "eval.needle.lengths=[256,32768]",
+        "eval.needle.depths=[0.5]",
+        "eval.needle.trials=1",
+        "eval.needle.prefix_sharing=false",  # shared prefixes prefill in 1024-token chunks: they fit
+        f"output_dir={tmp_path / 'suite'}",
+        env=env,
+    )
     assert suite.returncode == 0, suite.stderr[-3000:]
     assert "memory: perplexity at 32768 tokens needs about" in suite.stdout  # said before it is tried
     assert "memory: perplexity at 1024 tokens" not in suite.stdout
@@ -234,15 +289,24 @@ def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(
     assert not rows[1024]["oom"] and rows[1024]["ppl"] > 1 and rows[256]["ppl"] > 1
     needle = {r["length"]: r for r in results["metrics"]["needle"]["by_length"]}
     assert needle[32768]["oom"] and needle[32768]["accuracy"] is None and needle[256]["accuracy"] is not None
-    sliding = run_cli(*common, "eval.protocol=sliding", "eval.stride=256", "eval.lengths=[256,32768]",
-                      f"output_dir={tmp_path / 'sliding'}", env=env)
+    sliding = run_cli(
+        *common,
+        "eval.protocol=sliding",
+        "eval.stride=256",
+        "eval.lengths=[256,32768]",
+        f"output_dir={tmp_path / 'sliding'}",
+        env=env,
+    )
     assert sliding.returncode == 0, sliding.stderr[-3000:]
     rows = {r["length"]: r for r in read(tmp_path / "sliding" / "results.json")["metrics"]["perplexity"]["by_length"]}
     assert rows[32768]["oom"] and rows[256]["ppl"] > 1
-    assert rows[256]["tokens"] == 32768 - 32768 // 256  # max_tokens: the longest length; no BOS: each window's first unscored
+    assert (
+        rows[256]["tokens"] == 32768 - 32768 // 256
+    )  # max_tokens: the longest length; no BOS: each window's first unscored
 
 
 # --- interrupted, dead and concurrent runs ------------------------------------------------------------
+
 
 def wait_for_status(path: Path, wanted: str, timeout: float = 120) -> dict:
     deadline = time.time() + timeout
@@ -264,8 +328,15 @@ def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, pl
     args = [*TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=60"]
     # Ctrl-C as a terminal sends it: a job started from a background shell inherits SIGINT ignored, and Python then
     # installs no KeyboardInterrupt handler -- so the child gets SIGINT's default back, whatever ran the tests
-    process = run_cli(*args, f"output_dir={tmp_path / 'int'}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                      text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    process = run_cli(
+        *args,
+        f"output_dir={tmp_path / 'int'}",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     wait_for_status(tmp_path / "int" / "results.json", "running")
     deadline = time.time() + 120  # the eval writes its table, then sleeps: Ctrl-C lands in the eval, not in imports
     while not (tmp_path / "int" / "first_tokens.csv").is_file() and time.time() < deadline:
@@ -276,8 +347,9 @@ def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, pl
     assert read(tmp_path / "int" / "results.json")["status"] == "interrupted"
 
     args[-1] = "eval.sleep=3"  # long enough to be killed while running, short enough to re-run
-    process = run_cli(*args, f"output_dir={tmp_path / 'dead'}", env=env, stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL)
+    process = run_cli(
+        *args, f"output_dir={tmp_path / 'dead'}", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     wait_for_status(tmp_path / "dead" / "results.json", "running")
     process.kill()
     process.wait()
@@ -300,8 +372,18 @@ def _report_lines(directory):
 @pytest.mark.slow  # two concurrent CLI runs (~25 s)
 def test_two_runs_into_one_directory_both_complete(tmp_path, run_cli):
     out = tmp_path / "together"
-    processes = [run_cli(*SMALL, "eval.lengths=[256,2048]", f"output_dir={out}", "force=true", stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    processes = [
+        run_cli(
+            *SMALL,
+            "eval.lengths=[256,2048]",
+            f"output_dir={out}",
+            "force=true",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     for process in processes:
         _, stderr = process.communicate(timeout=300)
         assert process.returncode == 0, stderr[-2000:]
@@ -313,11 +395,21 @@ def test_two_runs_into_one_directory_both_complete(tmp_path, run_cli):
 
 # --- W&B unreachable ----------------------------------------------------------------------------------
 
+
 @pytest.mark.slow  # waits out a W&B timeout (~20 s)
 def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path, run_cli):
     env = {**os.environ, "WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_SILENT": "true"}
-    result = run_cli("-m", *SMALL, "logger=wandb", "logger.mode=online", "logger.init_timeout=5",
-                     f"hydra.sweep.dir={tmp_path / 'sweep'}", "resume_from=[]", "scaling=none,linear,ntk", env=env)
+    result = run_cli(
+        "-m",
+        *SMALL,
+        "logger=wandb",
+        "logger.mode=online",
+        "logger.init_timeout=5",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "resume_from=[]",
+        "scaling=none,linear,ntk",
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     # skipped without a wait: linear, ntk and the sweep's report (the sweep's own none job is their reference: every
     # length is within the trained context, so no other unscaled run is needed)
@@ -328,6 +420,7 @@ def test_unreachable_wandb_costs_one_timeout_per_process_not_per_job(tmp_path, r
 
 
 # --- correctness defects ------------------------------------------------------------------------------------
+
 
 def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context, structured):
     from evals import perplexity
@@ -342,16 +435,32 @@ def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context, st
 
 
 def test_rope_decay_studies_the_layers_the_strategy_scales(tmp_path, models, run_job):
-    _, results = run_job(tmp_path, models, "model=tinygemma", "eval=rope_decay", "scaling=yarn",
-                         "eval.max_distance=1024", "eval.bound_contexts=[256]")
+    _, results = run_job(
+        tmp_path,
+        models,
+        "model=tinygemma",
+        "eval=rope_decay",
+        "scaling=yarn",
+        "eval.max_distance=1024",
+        "eval.bound_contexts=[256]",
+    )
     summary = results["summary"]
     assert summary["base"] == 1e6 and summary["rotary_dim"] == 32  # the global layers', not 1e4
-    _, results = run_job(tmp_path / "all", models, "model=tinygemma", "eval=rope_decay", "scaling=yarn",
-                         "scaling.layer_types=all", "eval.max_distance=1024", "eval.bound_contexts=[256]")
+    _, results = run_job(
+        tmp_path / "all",
+        models,
+        "model=tinygemma",
+        "eval=rope_decay",
+        "scaling=yarn",
+        "scaling.layer_types=all",
+        "eval.max_distance=1024",
+        "eval.bound_contexts=[256]",
+    )
     assert {results["summary"]["base_full_attention"], results["summary"]["base_sliding_attention"]} == {1e6, 1e4}
 
 
 # --- files that are not ours, and a full disk ---------------------------------------------------------------
+
 
 def test_foreign_and_damaged_results_files_are_skipped_and_named_once(tmp_path, capsys, compose):
     import run as rope_run
@@ -359,8 +468,12 @@ def test_foreign_and_damaged_results_files_are_skipped_and_named_once(tmp_path, 
 
     files._SAID.clear()
     other = tmp_path / "elsewhere"
-    for name, text in {"a_list": "[]", "an_object": "{}", "another_tool": '{"status": 3, "job": []}',
-                       "cut": '{"status": "done", "job": {"key"'}.items():
+    for name, text in {
+        "a_list": "[]",
+        "an_object": "{}",
+        "another_tool": '{"status": 3, "job": []}',
+        "cut": '{"status": "done", "job": {"key"',
+    }.items():
         (other / name).mkdir(parents=True)
         (other / name / "results.json").write_text(text)
     out = tmp_path / "run"
@@ -390,15 +503,26 @@ def test_a_figure_that_a_full_disk_refuses_leaves_a_finished_job_with_its_number
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     out = tmp_path / "full"
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300, preexec_fn=full_disk)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=full_disk,
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     results = read(out / "results.json")
     assert results["status"] == "done" and results["summary"]["ppl@512"] > 0
     assert results["unwritten"] and all(why == "File too large" for why in results["unwritten"].values())
     assert f"warning: could not write {out / next(iter(results['unwritten']))} (File too large)" in result.stderr
-    rerun = subprocess.run([sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
+    rerun = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *SMALL, f"output_dir={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert rerun.returncode == 0 and "skip: the same job finished in" in rerun.stdout  # not recomputed
 
 
@@ -418,12 +542,22 @@ def test_two_identical_sweeps_into_one_directory_compute_each_job_once_and_both_
     assert "wait: " in waited or "skip: the same job finished in" in waited
 
 
-def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_readable(tmp_path, plugin, run_cli,
-                                                                                     searchpath):
+def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_readable(
+    tmp_path, plugin, run_cli, searchpath
+):
     plug, env = plugin
     sweep = tmp_path / "sweep"
-    args = ["-m", *TINY, "data.books=[persuasion]", searchpath(plug), "eval=first_tokens", "eval.sleep=2",
-            "scaling=none,linear,ntk", f"hydra.sweep.dir={sweep}", "resume_from=[]"]
+    args = [
+        "-m",
+        *TINY,
+        "data.books=[persuasion]",
+        searchpath(plug),
+        "eval=first_tokens",
+        "eval.sleep=2",
+        "scaling=none,linear,ntk",
+        f"hydra.sweep.dir={sweep}",
+        "resume_from=[]",
+    ]
     process = run_cli(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_status(sweep / "1_tinyllama_linear_x2" / "results.json", "running")
     process.send_signal(signal.SIGTERM)
@@ -432,7 +566,9 @@ def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_reada
     assert read(sweep / "0_tinyllama_none" / "results.json")["status"] == "done"
     assert read(sweep / "1_tinyllama_linear_x2" / "results.json")["status"] == "interrupted"
     assert not (sweep / "2_tinyllama_ntk_x2").exists()
-    states = sorted(line.split(":")[0] for line in _report_lines(sweep) if line.split(":")[0] in ("interrupted", "done"))
+    states = sorted(
+        line.split(":")[0] for line in _report_lines(sweep) if line.split(":")[0] in ("interrupted", "done")
+    )
     assert states == ["interrupted"]  # the report reads every file; only the unfinished one is listed as such
     rerun = run_cli(*args, env=env)
     assert rerun.returncode == 0 and rerun.stdout.count("skip: the same job finished") == 1

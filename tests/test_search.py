@@ -78,12 +78,17 @@ def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_spa
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    study.optimize(lambda t: 25 * (1 + 10 * (t.suggest_float("factor", 1, 4) - 2) ** 2) + t.suggest_float("beta", 1, 2),
-                   n_trials=12)  # perplexity-like: 25 at the best, hundreds far from it
+    study.optimize(
+        lambda t: 25 * (1 + 10 * (t.suggest_float("factor", 1, 4) - 2) ** 2) + t.suggest_float("beta", 1, 2),
+        n_trials=12,
+    )  # perplexity-like: 25 at the best, hundreds far from it
     importance = plots.plot_param_importances(study)  # Optuna titles this one on the left
     retitle(importance, "importance: yarn, minimize ppl@16384")
     assert [importance.get_title(loc=loc) for loc in ("left", "center", "right")] == [
-        "", "importance: yarn, minimize ppl@16384", ""]
+        "",
+        "importance: yarn, minimize ppl@16384",
+        "",
+    ]
     history = plots.plot_optimization_history(study)
     log_scale_if_wide(history)
     assert history.get_yscale() == "log"
@@ -97,27 +102,44 @@ def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_spa
 SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suite, the others after it in CI
 
 
-@pytest.mark.parametrize("args, says", [
-    (["objective=longppl@512"], "objective=longppl@512: no job of this search reports longppl"),
-    pytest.param(["objective=ppl@1024"], "objective=ppl@1024: the job evaluates [256, 512], not 1024", marks=SLOW),
-    pytest.param(["objective=ppl@512", "scaling.beta_fast=interval(0,64)"],
-                 "scaling.beta_fast=interval(0,64): 0.0 is outside what 'yarn' declares: beta_fast=0.0 must be > 0",
-                 marks=SLOW),
-    pytest.param(["objective=ppl@512", 'constraints=["needle_acc_retention@256>=0.9"]'],
-                 "constraints=needle_acc_retention@256: no job of this search reports needle_acc_retention", marks=SLOW),
-    # several objectives written as a sweep, not a list: not a searched parameter
-    pytest.param(["objective=ppl@512,ppl@256"], "objective=ppl@512,ppl@256: a search explores the strategy's "
-                 "parameters (scaling.<name>), not objective; several objectives are a list: objective=[ppl@512,ppl@256]",
-                 marks=SLOW),
-    pytest.param(["objective=ppl@512", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be at least 1",
-                 marks=SLOW),
-    pytest.param(["objective=ppl@512", "scaling.factor=tag(log,range(1,8,0.5))"],
-                 "a log scale takes interval(a,b) (or range(a,b) of an int parameter), not range() with a step of 0.5",
-                 marks=SLOW),
-    pytest.param(["objective=ppl@512", "hydra.sweeper.enqueue=[{scaling.betafast:32}]"],
-                 "hydra.sweeper.enqueue: scaling.betafast is not searched; the searched values: scaling.factor, "
-                 "scaling.beta_fast, scaling.beta_slow, scaling.attention_factor", marks=SLOW),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["objective=longppl@512"], "objective=longppl@512: no job of this search reports longppl"),
+        pytest.param(["objective=ppl@1024"], "objective=ppl@1024: the job evaluates [256, 512], not 1024", marks=SLOW),
+        pytest.param(
+            ["objective=ppl@512", "scaling.beta_fast=interval(0,64)"],
+            "scaling.beta_fast=interval(0,64): 0.0 is outside what 'yarn' declares: beta_fast=0.0 must be > 0",
+            marks=SLOW,
+        ),
+        pytest.param(
+            ["objective=ppl@512", 'constraints=["needle_acc_retention@256>=0.9"]'],
+            "constraints=needle_acc_retention@256: no job of this search reports needle_acc_retention",
+            marks=SLOW,
+        ),
+        # several objectives written as a sweep, not a list: not a searched parameter
+        pytest.param(
+            ["objective=ppl@512,ppl@256"],
+            "objective=ppl@512,ppl@256: a search explores the strategy's "
+            "parameters (scaling.<name>), not objective; several objectives are a list: objective=[ppl@512,ppl@256]",
+            marks=SLOW,
+        ),
+        pytest.param(
+            ["objective=ppl@512", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be at least 1", marks=SLOW
+        ),
+        pytest.param(
+            ["objective=ppl@512", "scaling.factor=tag(log,range(1,8,0.5))"],
+            "a log scale takes interval(a,b) (or range(a,b) of an int parameter), not range() with a step of 0.5",
+            marks=SLOW,
+        ),
+        pytest.param(
+            ["objective=ppl@512", "hydra.sweeper.enqueue=[{scaling.betafast:32}]"],
+            "hydra.sweeper.enqueue: scaling.betafast is not searched; the searched values: scaling.factor, "
+            "scaling.beta_fast, scaling.beta_slow, scaling.attention_factor",
+            marks=SLOW,
+        ),
+    ],
+)
 def test_bad_search_input_is_one_line_and_exit_2_before_any_trial(tmp_path, run_cli, args, says):
     sweep_dir = tmp_path / "search"
     result = run_cli(*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", *args, env=ENV)
@@ -131,9 +153,11 @@ def test_an_objective_without_a_search_is_one_line_and_exit_2_before_the_job(tmp
     # -m forgotten: Hydra would run one plain job and search nothing
     result = run_cli(*SEARCH[2:], "objective=ppl@512", f"hydra.run.dir={tmp_path}", env=ENV)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr.strip() == ("error: objective=ppl@512: objective and constraints are what a search "
-                                     "optimises; run it as one: python run.py -m hydra/sweeper=optuna ... (one trial "
-                                     "alone: objective=null constraints=[])")
+    assert result.stderr.strip() == (
+        "error: objective=ppl@512: objective and constraints are what a search "
+        "optimises; run it as one: python run.py -m hydra/sweeper=optuna ... (one trial "
+        "alone: objective=null constraints=[])"
+    )
     assert not list(tmp_path.rglob("results.json"))
 
 
@@ -144,14 +168,24 @@ def trials(sweep_dir: Path) -> list:
 
 @pytest.mark.slow  # heavy: two CLI searches (about a minute); CI runs it after the default suite
 def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_writes_its_best_config(
-        tmp_path, run_cli, compose):
+    tmp_path, run_cli, compose
+):
     sweep_dir = tmp_path / "search"
-    args = [*SEARCH, "model.original_max_position=256", "logger=none", "objective=ppl@512", "hydra.sweeper.n_trials=4",
-            'constraints=["ppl_retention@256>=0.5"]', f"hydra.sweep.dir={sweep_dir}",
-            # the first trial fails: beta_fast 0.5 is not above beta_slow 1 (the job rejects it; the search goes on);
-            # the second is the published default, which the report sets the best against
-            "hydra.sweeper.enqueue=[{scaling.beta_fast:0.5,scaling.beta_slow:1.0},{scaling.beta_fast:32.0,scaling.beta_slow:1.0}]"]
-    process = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    args = [
+        *SEARCH,
+        "model.original_max_position=256",
+        "logger=none",
+        "objective=ppl@512",
+        "hydra.sweeper.n_trials=4",
+        'constraints=["ppl_retention@256>=0.5"]',
+        f"hydra.sweep.dir={sweep_dir}",
+        # the first trial fails: beta_fast 0.5 is not above beta_slow 1 (the job rejects it; the search goes on);
+        # the second is the published default, which the report sets the best against
+        "hydra.sweeper.enqueue=[{scaling.beta_fast:0.5,scaling.beta_slow:1.0},{scaling.beta_fast:32.0,scaling.beta_slow:1.0}]",
+    ]
+    process = run_cli(
+        *args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     deadline, before = time.time() + 300, {}
     while time.time() < deadline and not list(sweep_dir.glob("0_*")):  # the study exists: reading it creates nothing
         time.sleep(0.1)
@@ -186,8 +220,10 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
     assert (sweep_dir / "search_history.png").stat().st_size > 0
     # 4 trials: no importance or parallel chart, and the terminal says why
     assert not (sweep_dir / "search_importance.png").exists() and not (sweep_dir / "search_parallel.png").exists()
-    assert "search: no importance or parallel-coordinate figure from 3 finished trial(s): importances (fANOVA) need " \
-           "at least 10" in result.stdout
+    assert (
+        "search: no importance or parallel-coordinate figure from 3 finished trial(s): importances (fANOVA) need "
+        "at least 10" in result.stdout
+    )
     report = (sweep_dir / "report.md").read_text()
     assert "## Search" in report
     assert report.index("## Search") < report.index("## Verdict")  # the search first, the trials' verdicts after
@@ -195,15 +231,21 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
     assert [g["trial"] for g in given] == [1] and given[0]["scaling"]["beta_fast"] == 32.0
     assert given[0]["reported"]["ppl@512"] == values[1] and "ppl_retention@256" in given[0]["reported"]
     assert (f"against a setting given (hydra.sweeper.enqueue), trial 1: ppl@512 = {values[1]:.5g}" in report) == (
-        best["trial"] != 1)
+        best["trial"] != 1
+    )
     # the terminal says what the search found, against the published default it was given
     assert f"search: best: trial {best['trial']}, ppl@512 = {best['values']['ppl@512']:.5g}" in result.stdout
     assert (f"search: against the given setting, trial 1: ppl@512 = {values[1]:.5g}" in result.stdout) == (
-        best["trial"] != 1)
+        best["trial"] != 1
+    )
     # the best setting is a ready-to-use scaling option: composed, parsed and equal to the best trial's
     config = sweep_dir / "conf" / "scaling" / "yarn_searched.yaml"
-    cfg = compose(*TINY, "model.original_max_position=256", f"hydra.searchpath=[file://{sweep_dir / 'conf'}]",
-                  "scaling=yarn_searched")
+    cfg = compose(
+        *TINY,
+        "model.original_max_position=256",
+        f"hydra.searchpath=[file://{sweep_dir / 'conf'}]",
+        "scaling=yarn_searched",
+    )
     job = parse_job(cfg, tmp_path / "use")
     ran = json.loads((Path(best["dir"]) / "results.json").read_text())
     stored = {k: v for k, v in ran["config"]["scaling"].items() if k != "label"}
@@ -213,13 +255,26 @@ def test_a_four_trial_search_resumes_after_a_kill_survives_a_failing_trial_and_w
 @pytest.mark.slow  # heavy: a CLI search; CI runs it after the default suite
 def test_per_dimension_two_objective_search_gives_a_pareto_front_of_valid_longrope_configs(tmp_path, run_cli):
     sweep_dir = tmp_path / "longrope"
-    result = run_cli("-m", "hydra/sweeper=optuna", *TINY, "data.books=[persuasion]", "eval.lengths=[256,512]",
-                     "model.original_max_position=256", "scaling=longrope", "objective=[ppl@512,ppl@256]",
-                     "hydra.sweeper.n_trials=3", "logger=wandb", "logger.mode=offline", f"hydra.sweep.dir={sweep_dir}",
-                     env=ENV)
+    result = run_cli(
+        "-m",
+        "hydra/sweeper=optuna",
+        *TINY,
+        "data.books=[persuasion]",
+        "eval.lengths=[256,512]",
+        "model.original_max_position=256",
+        "scaling=longrope",
+        "objective=[ppl@512,ppl@256]",
+        "hydra.sweeper.n_trials=3",
+        "logger=wandb",
+        "logger.mode=offline",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=ENV,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((sweep_dir / "search.json").read_text())
-    assert summary["directions"] == ["minimize", "minimize"] and summary["sampler"] == "tpe" and summary["complete"] == 3
+    assert (
+        summary["directions"] == ["minimize", "minimize"] and summary["sampler"] == "tpe" and summary["complete"] == 3
+    )
     # the tiny model's head_dim is 64 / 4 heads = 16, so d/2 = 8 factors per list, both searched under LongRoPE's rule
     for best in summary["best"]:
         for key in ("short_factor", "long_factor"):
@@ -241,11 +296,26 @@ def test_per_dimension_two_objective_search_gives_a_pareto_front_of_valid_longro
 def test_a_search_runs_its_trials_in_parallel_through_the_launcher_into_its_own_directory(tmp_path):
     # no hydra.sweep.dir: the search names its directory, and every trial (launched by joblib, which composes each
     # job's config anew) must land there with the study and the report, not in Hydra's dated default
-    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *SEARCH, "model.original_max_position=256",
-                             "logger=none", "objective=ppl@512", 'constraints=["ppl_retention@256>=0.5"]',
-                             "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
-                             "hydra.launcher.n_jobs=2"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            *SEARCH,
+            "model.original_max_position=256",
+            "logger=none",
+            "objective=ppl@512",
+            'constraints=["ppl_retention@256>=0.5"]',
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+        ],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Joblib.Parallel" in result.stdout + result.stderr  # Hydra's joblib launcher ran the batch
     (sweep_dir,) = (tmp_path / "multirun" / "search").iterdir()
@@ -270,10 +340,20 @@ def test_a_search_runs_its_trials_in_parallel_through_the_launcher_into_its_own_
 def test_a_trial_whose_worker_dies_is_a_failed_trial_and_the_search_goes_on(tmp_path, run_cli):
     # the launcher itself fails (a joblib worker killed, as the OOM killer would): not a traceback that ends the search
     sweep_dir = tmp_path / "killed_worker"
-    process = run_cli(*SEARCH, "model.original_max_position=256", "logger=none", "objective=ppl@512",
-                      "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                      f"hydra.sweep.dir={sweep_dir}", env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                      text=True)
+    process = run_cli(
+        *SEARCH,
+        "model.original_max_position=256",
+        "logger=none",
+        "objective=ppl@512",
+        "hydra.sweeper.n_trials=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline, killed = time.time() + 300, None
     while time.time() < deadline and killed is None and process.poll() is None:
         for path in sweep_dir.glob("0_*/results.json"):
@@ -292,9 +372,17 @@ def test_a_trial_whose_worker_dies_is_a_failed_trial_and_the_search_goes_on(tmp_
     rows = (sweep_dir / "search_trials.csv").read_text()
     assert "the launcher failed" in rows and json.loads((sweep_dir / "search.json").read_text())["failed"] == 1
     # its job never said how the setting does: a re-run tries it again (a failing job's trial is not retried)
-    rerun = run_cli(*SEARCH, "model.original_max_position=256", "logger=none", "objective=ppl@512",
-                    "hydra.sweeper.n_trials=2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                    f"hydra.sweep.dir={sweep_dir}", env=ENV)
+    rerun = run_cli(
+        *SEARCH,
+        "model.original_max_position=256",
+        "logger=none",
+        "objective=ppl@512",
+        "hydra.sweeper.n_trials=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=ENV,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "search: trial 0 was lost with its launcher; it runs again" in rerun.stdout
     study = trials(sweep_dir)
@@ -307,8 +395,9 @@ def test_a_damaged_study_file_is_one_line_and_exit_2(tmp_path, run_cli):
     sweep_dir = tmp_path / "search"
     sweep_dir.mkdir()
     (sweep_dir / "optuna.db").write_bytes(b"SQLite format 3\x00" + b"\x00" * 40)
-    result = run_cli(*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", "objective=ppl@512",
-                     env=ENV)
+    result = run_cli(
+        *SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", "objective=ppl@512", env=ENV
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.strip().splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and "is damaged: move it away to start the search anew" in lines[0], result.stderr[-2000:]
@@ -321,8 +410,14 @@ def test_two_identical_searches_started_together_share_the_studys_budget(tmp_pat
     import optuna
 
     sweep_dir = tmp_path / "search"
-    args = [*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", "objective=ppl@512",
-            "hydra.sweeper.n_trials=3", "verdict.baseline=false"]
+    args = [
+        *SEARCH,
+        "model.original_max_position=256",
+        f"hydra.sweep.dir={sweep_dir}",
+        "objective=ppl@512",
+        "hydra.sweeper.n_trials=3",
+        "verdict.baseline=false",
+    ]
     first = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(1.0)  # the first creates the study; the second joins it
     second = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -336,16 +431,23 @@ def test_two_identical_searches_started_together_share_the_studys_budget(tmp_pat
 def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
     from evals.search.outputs import summary_lines
 
-    closest = {"trial": 2, "reported": {"ppl@4096": 27.5, "ppl_retention@2048": 0.97}, "feasible": False,
-               "scaling": {"factor": 2.0, "beta_fast": 20.0}}
+    closest = {
+        "trial": 2,
+        "reported": {"ppl@4096": 27.5, "ppl_retention@2048": 0.97},
+        "feasible": False,
+        "scaling": {"factor": 2.0, "beta_fast": 20.0},
+    }
     lines = summary_lines({"best": [], "closest": closest, "constraints": ["ppl_retention@2048>=0.98"], "given": []})
-    assert lines == ["search: no trial met the constraints (ppl_retention@2048>=0.98); the closest: trial 2, "
-                     "ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"]
+    assert lines == [
+        "search: no trial met the constraints (ppl_retention@2048>=0.98); the closest: trial 2, "
+        "ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"
+    ]
     best = {"trial": 1, "reported": {"ppl@4096": 26.1}, "scaling": {"factor": 2.0}}
     given = [{**closest, "trial": 0, "feasible": True}]
     assert summary_lines({"best": [best], "closest": None, "constraints": [], "given": given}) == [
         "search: best: trial 1, ppl@4096 = 26.1 (factor=2)",
-        "search: against the given setting, trial 0: ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)"]
+        "search: against the given setting, trial 0: ppl@4096 = 27.5, ppl_retention@2048 = 0.97 (factor=2, beta_fast=20)",
+    ]
 
 
 def test_a_search_trial_runs_only_the_references_its_objective_and_constraints_judge(tmp_path, compose):
@@ -365,9 +467,17 @@ def test_a_search_trial_runs_only_the_references_its_objective_and_constraints_j
 
 
 def test_a_search_suite_reference_keeps_only_the_evals_whose_lengths_are_judged(tmp_path, compose):
-    cfg = compose(*TINY, "data.books=[persuasion]", "eval=suite", "eval.run=[perplexity,passkey]",
-                  "eval.perplexity.lengths=[1024,4096]", "eval.passkey.lengths=[4096]", "scaling=yarn",
-                  "objective=ppl@4096", 'constraints=["ppl_retention@1024>=0.9"]')
+    cfg = compose(
+        *TINY,
+        "data.books=[persuasion]",
+        "eval=suite",
+        "eval.run=[perplexity,passkey]",
+        "eval.perplexity.lengths=[1024,4096]",
+        "eval.passkey.lengths=[4096]",
+        "scaling=yarn",
+        "objective=ppl@4096",
+        'constraints=["ppl_retention@1024>=0.9"]',
+    )
     job = parse_job(cfg, tmp_path / "job", multirun=True)
     assert list(job.reference.eval_cfg.run) == ["perplexity"]  # passkey's reference would have no length left
     assert list(job.reference.eval_cfg.perplexity.lengths) == [1024]

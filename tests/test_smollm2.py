@@ -32,9 +32,13 @@ def test_gguf_model_has_the_documented_geometry(smollm2):
 
 @pytest.mark.parametrize(
     "ours,native",
-    [({"name": "yarn", "factor": 2.0}, {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192}),
-     pytest.param({"name": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0},
-                  marks=pytest.mark.slow)],  # the same check with another strategy: the slow set
+    [
+        (
+            {"name": "yarn", "factor": 2.0},
+            {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192},
+        ),
+        pytest.param({"name": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 2.0}, marks=pytest.mark.slow),
+    ],  # the same check with another strategy: the slow set
 )
 def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, native):
     loaded, emma = smollm2
@@ -58,8 +62,15 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose
     verdict says so, each strategy judged against the unscaled run it finds (no reference run of its own)."""
     results = {}
     for scaling in ("none", "yarn", "ntk"):
-        cfg = compose(f"scaling={scaling}", "scaling.factor=2", "logger=none", "force=true",
-                      f"output_dir={tmp_path / scaling}", "eval.lengths=[1x,2x]", f"resume_from=[{tmp_path}]")
+        cfg = compose(
+            f"scaling={scaling}",
+            "scaling.factor=2",
+            "logger=none",
+            "force=true",
+            f"output_dir={tmp_path / scaling}",
+            "eval.lengths=[1x,2x]",
+            f"resume_from=[{tmp_path}]",
+        )
         results[scaling] = rope_run.run(cfg)
         assert json.loads((tmp_path / scaling / "results.json").read_text())["status"] == "done"
     none = results["none"]
@@ -72,15 +83,26 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose
         assert results[scaling]["verdict_state"] in ("yes", "inconclusive"), results[scaling]["verdict_reason"]
         assert results[scaling]["ppl_ratio@16384"] < 1.1 and results[scaling]["ppl_ratio_ci95_low@16384"] < 1.1
         verdict = json.loads((tmp_path / scaling / "results.json").read_text())["verdict"]
-        assert verdict["reference"]["sources"] == [str(tmp_path / "none")] and not (tmp_path / scaling / "baseline").exists()
+        assert (
+            verdict["reference"]["sources"] == [str(tmp_path / "none")]
+            and not (tmp_path / scaling / "baseline").exists()
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["passkey", "needle"])
 def test_retrieval_works_within_the_trained_context(tmp_path, task, compose):
     """Passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
-    cfg = compose(f"eval={task}", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.lengths=[1024,4096]",
-                  "eval.depths=[0.1,0.5,0.9]", "eval.trials=2", "data.books=[persuasion]")
+    cfg = compose(
+        f"eval={task}",
+        "logger=none",
+        "force=true",
+        f"output_dir={tmp_path}",
+        "eval.lengths=[1024,4096]",
+        "eval.depths=[0.1,0.5,0.9]",
+        "eval.trials=2",
+        "data.books=[persuasion]",
+    )
     summary = rope_run.run(cfg)
     assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
     assert summary[f"{task}_prefix_sharing"] is True
@@ -93,15 +115,31 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
     import sys
 
     sweep_dir = tmp_path / "sweep"
-    command = [sys.executable, str(ROOT / "run.py"), "-m", "experiment=smollm2_extension", "logger.mode=offline",
-               "eval.perplexity.lengths=[512,1024]", "eval.needle.lengths=[512]", "eval.needle.depths=[0.5]",
-               f"hydra.sweep.dir={sweep_dir}", "force=true"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800,
-                            env={**__import__("os").environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"})
+    command = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "-m",
+        "experiment=smollm2_extension",
+        "logger.mode=offline",
+        "eval.perplexity.lengths=[512,1024]",
+        "eval.needle.lengths=[512]",
+        "eval.needle.depths=[0.5]",
+        f"hydra.sweep.dir={sweep_dir}",
+        "force=true",
+    ]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env={**__import__("os").environ, "WANDB_SILENT": "true", "TQDM_DISABLE": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = [json.loads(p.read_text()) for p in sorted(sweep_dir.glob("*/results.json"))]
     assert sorted(j["config"]["scaling"]["name"] for j in jobs) == sorted(
-        ["none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3"])
+        ["none", "linear", "ntk", "dynamic_ntk", "yarn", "llama3"]
+    )
     assert all(j["status"] == "done" and "needle_acc@512" in j["summary"] and "ppl@1024" in j["summary"] for j in jobs)
     assert sum(j["timings"]["model_load_s"] > 1 for j in jobs) == 1  # loaded once, re-patched for the other jobs
     assert len(list(sweep_dir.glob("*/wandb/offline-run-*"))) == 6
@@ -113,8 +151,16 @@ def test_smollm2_extension_experiment_offline_with_wandb_and_report(tmp_path):
 @pytest.mark.slow
 def test_lm_eval_on_smollm2_with_our_offline_tasks(tmp_path, compose):
     """eval=lm_eval on the real model, small limit; the metrics land in results.json."""
-    cfg = compose("eval=lm_eval", "logger=none", "force=true", f"output_dir={tmp_path}", "eval.limit=2",
-                  "eval.lengths=[1024]", "eval.metadata.max_chars=4000", "eval.metadata.books=[emma]")
+    cfg = compose(
+        "eval=lm_eval",
+        "logger=none",
+        "force=true",
+        f"output_dir={tmp_path}",
+        "eval.limit=2",
+        "eval.lengths=[1024]",
+        "eval.metadata.max_chars=4000",
+        "eval.metadata.books=[emma]",
+    )
     summary = rope_run.run(cfg)
     results = json.loads((tmp_path / "results.json").read_text())["metrics"]["lm_eval"]
     assert results["max_length"] == 8192

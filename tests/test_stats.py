@@ -28,15 +28,23 @@ def test_one_document_gets_a_block_bootstrap_interval_and_two_a_t_interval(eval_
     one = [Document("one", torch.randint(3, 96, (1200,), generator=generator))]
     ctx = eval_context(None, docs=one)
     perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 1024], bootstrap_block=128), ctx)
-    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]}
+    rows = {
+        r["length"]: r
+        for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]
+    }
     assert rows[1024]["ci_method"] == "block bootstrap, 128-token blocks"
     assert rows[1024]["ci95_low"] < rows[1024]["ppl"] < rows[1024]["ci95_high"]
     assert rows[64]["ci_method"] is None and rows[64]["ci95_low"] is None  # one block: no interval claimed
     nll = torch.rand(1000, generator=generator)
     assert block_bootstrap(nll, 100, seed=3) == block_bootstrap(nll, 100, seed=3)  # seeded
     ctx = eval_context(None)  # three documents (300, 260, 150 tokens)
-    summary = perplexity.evaluate(structured(perplexity.PerplexityConfig, lengths=[64, 200], min_document_tokens=0), ctx)
-    rows = {r["length"]: r for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]}
+    summary = perplexity.evaluate(
+        structured(perplexity.PerplexityConfig, lengths=[64, 200], min_document_tokens=0), ctx
+    )
+    rows = {
+        r["length"]: r
+        for r in json.loads((ctx.output.dir / "results.json").read_text())["metrics"]["perplexity"]["by_length"]
+    }
     assert rows[64]["ci_method"] == "t, 3 documents" and rows[200]["ci_method"] == "t, 2 documents"
     assert summary["ppl_ci95_low@200"] == rows[200]["ci95_low"] and summary["tokens@200"] == 2 * 199
 

@@ -47,8 +47,13 @@ def test_dynamic_ntk_matches_transformers(dim, base, factor, trained, seq_len):
 @pytest.mark.parametrize("dim,base,factor,trained", GRID)
 @pytest.mark.parametrize(
     "extra",
-    [{}, {"beta_fast": 16.0, "beta_slow": 2.0}, {"truncate": False}, {"mscale": 0.707, "mscale_all_dim": 1.0},
-     {"attention_factor": 1.3}],
+    [
+        {},
+        {"beta_fast": 16.0, "beta_slow": 2.0},
+        {"truncate": False},
+        {"mscale": 0.707, "mscale_all_dim": 1.0},
+        {"attention_factor": 1.3},
+    ],
 )
 def test_yarn_matches_transformers(dim, base, factor, trained, extra):
     rope = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": trained, **extra}
@@ -60,11 +65,25 @@ def test_yarn_matches_transformers(dim, base, factor, trained, extra):
 @pytest.mark.parametrize("dim,base,factor,trained", GRID)
 @pytest.mark.parametrize("low,high", [(1.0, 4.0), (2.0, 8.0)])
 def test_llama3_matches_transformers(dim, base, factor, trained, low, high):
-    rope = {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
-            "original_max_position_embeddings": trained}
+    rope = {
+        "rope_type": "llama3",
+        "factor": factor,
+        "low_freq_factor": low,
+        "high_freq_factor": high,
+        "original_max_position_embeddings": trained,
+    }
     config = hf_config(dim, base, trained, rope)
-    ours = frequencies({"name": "llama3", "factor": factor, "original_max_position": trained,
-                        "low_freq_factor": low, "high_freq_factor": high}, dim, base)
+    ours = frequencies(
+        {
+            "name": "llama3",
+            "factor": factor,
+            "original_max_position": trained,
+            "low_freq_factor": low,
+            "high_freq_factor": high,
+        },
+        dim,
+        base,
+    )
     assert_same(ours, ROPE_INIT_FUNCTIONS["llama3"](config))
 
 
@@ -74,11 +93,26 @@ def test_longrope_matches_transformers(dim, base, factor, trained, seq_len):
     generator = torch.Generator().manual_seed(dim + int(factor))
     short = (1 + torch.rand(dim // 2, generator=generator)).tolist()
     long = (1 + 4 * torch.rand(dim // 2, generator=generator)).tolist()
-    rope = {"rope_type": "longrope", "short_factor": short, "long_factor": long, "factor": factor,
-            "original_max_position_embeddings": trained}
+    rope = {
+        "rope_type": "longrope",
+        "short_factor": short,
+        "long_factor": long,
+        "factor": factor,
+        "original_max_position_embeddings": trained,
+    }
     config = hf_config(dim, base, int(trained * factor), rope)
-    ours = frequencies({"name": "longrope", "short_factor": short, "long_factor": long, "factor": factor,
-                        "original_max_position": trained}, dim, base, seq_len)
+    ours = frequencies(
+        {
+            "name": "longrope",
+            "short_factor": short,
+            "long_factor": long,
+            "factor": factor,
+            "original_max_position": trained,
+        },
+        dim,
+        base,
+        seq_len,
+    )
     assert_same(ours, ROPE_INIT_FUNCTIONS["longrope"](config, seq_len=seq_len))
 
 
@@ -106,7 +140,10 @@ def test_ntk_by_parts_is_yarn_without_temperature():
 
 def test_dynamic_yarn_follows_length():
     params = {"name": "yarn", "dynamic": True, "original_max_position": 4096}
-    assert rope_ext.resolve(params).dynamic and not rope_ext.resolve({"name": "yarn", "original_max_position": 4096}).dynamic
+    assert (
+        rope_ext.resolve(params).dynamic
+        and not rope_ext.resolve({"name": "yarn", "original_max_position": 4096}).dynamic
+    )
     short, short_attention = frequencies(params, 64, 1e4, seq_len=2000)
     torch.testing.assert_close(short, default_inv_freq(64, 1e4))
     assert short_attention == 1.0
@@ -121,11 +158,15 @@ def test_mixed_bands_by_wavelength_and_by_dims_and_list_agree():
     lam = wavelengths(default_inv_freq(dim, base))
     by_wavelength = frequencies(
         {"name": "mixed", "bands": [{"max_wavelength": 2048, "factor": 1.0}, {"min_wavelength": 2048, "factor": 3.0}]},
-        dim, base)[0]
+        dim,
+        base,
+    )[0]
     cut = int((lam < 2048).sum())
     by_dims = frequencies(
         {"name": "mixed", "bands": [{"dims": [0, cut], "factor": 1.0}, {"dims": [cut, dim // 2], "factor": 3.0}]},
-        dim, base)[0]
+        dim,
+        base,
+    )[0]
     listed = frequencies({"name": "mixed", "factors": [1.0] * cut + [3.0] * (dim // 2 - cut)}, dim, base)[0]
     torch.testing.assert_close(by_wavelength, by_dims)
     torch.testing.assert_close(by_dims, listed)
@@ -133,8 +174,9 @@ def test_mixed_bands_by_wavelength_and_by_dims_and_list_agree():
 
 
 def test_compose_base_then_linear_and_base_then_yarn():
-    composed = frequencies({"name": "compose", "stages": [{"name": "base", "base": 5e5}, {"name": "linear", "factor": 2}]},
-                           64, 1e4)[0]
+    composed = frequencies(
+        {"name": "compose", "stages": [{"name": "base", "base": 5e5}, {"name": "linear", "factor": 2}]}, 64, 1e4
+    )[0]
     torch.testing.assert_close(composed, default_inv_freq(64, 5e5) / 2)
     yarn = {"name": "yarn", "factor": 4.0, "original_max_position": 2048}
     composed, attention = frequencies({"name": "compose", "stages": [{"name": "base", "base": 5e5}, yarn]}, 64, 1e4)
@@ -155,8 +197,17 @@ def test_compose_base_then_linear_and_base_then_yarn():
         ({"name": "linear", "beta_fast": 3}, 64, "does not take beta_fast"),
         ({"name": "yarn", "factor": 2}, 64, "needs original_max_position"),
         ({"name": "mixed", "factors": [1.0] * 31}, 64, "needs d/2 = 32 values"),
-        ({"name": "longrope", "short_factor": [1.0] * 32, "long_factor": [2.0] * 3, "factor": 2,
-          "original_max_position": 100}, 64, "long_factor needs d/2 = 32"),
+        (
+            {
+                "name": "longrope",
+                "short_factor": [1.0] * 32,
+                "long_factor": [2.0] * 3,
+                "factor": 2,
+                "original_max_position": 100,
+            },
+            64,
+            "long_factor needs d/2 = 32",
+        ),
         ({"name": "mixed", "bands": [{"dims": [0, 20], "factor": 1}, {"dims": [10, 32], "factor": 2}]}, 64, "overlaps"),
         ({"name": "mixed", "bands": [{"dims": [0, 20], "factor": 1}]}, 64, "uncovered"),
         ({"name": "mixed", "bands": [{"max_wavelength": 100, "factor": 1}]}, 64, "uncovered"),
@@ -166,11 +217,21 @@ def test_compose_base_then_linear_and_base_then_yarn():
         ({"name": "linear", "factor": "2"}, 64, "factor='2' must be a number"),
         ({"name": "yarn", "factor": 2, "original_max_position": 0}, 64, "original_max_position=0 must be >= 1"),
         ({"name": "yarn", "factor": 2, "original_max_position": 100, "beta_fast": 0}, 64, "beta_fast=0 must be > 0"),
-        ({"name": "yarn", "factor": 2, "original_max_position": 100, "beta_fast": 1, "beta_slow": 2}, 64,
-         "scaling 'yarn': beta_fast=1 must be > beta_slow=2"),
-        ({"name": "yarn", "factor": 2, "original_max_position": 100, "truncate": 1}, 64, "truncate=1 must be true or false"),
-        ({"name": "llama3", "factor": 2, "original_max_position": 100, "low_freq_factor": 4, "high_freq_factor": 1}, 64,
-         "high_freq_factor=1 must be > low_freq_factor=4"),
+        (
+            {"name": "yarn", "factor": 2, "original_max_position": 100, "beta_fast": 1, "beta_slow": 2},
+            64,
+            "scaling 'yarn': beta_fast=1 must be > beta_slow=2",
+        ),
+        (
+            {"name": "yarn", "factor": 2, "original_max_position": 100, "truncate": 1},
+            64,
+            "truncate=1 must be true or false",
+        ),
+        (
+            {"name": "llama3", "factor": 2, "original_max_position": 100, "low_freq_factor": 4, "high_freq_factor": 1},
+            64,
+            "high_freq_factor=1 must be > low_freq_factor=4",
+        ),
         ({"name": "mixed", "factors": [1.0] * 31 + [float("nan")]}, 64, "values must be finite and > 0"),
         ({"name": "mixed", "bands": [{"dims": [0, 32], "factor": 0}]}, 64, "needs a finite factor > 0"),
     ],
@@ -182,9 +243,17 @@ def test_bad_scaling_is_a_clear_error(scaling, dim, message):
 
 def test_resolve_once_fills_defaults_and_the_trained_context_and_labels_the_scaling():
     yarn = rope_ext.resolve({"name": "yarn", "factor": 4}, trained_context=4096)
-    assert yarn.params == {"factor": 4.0, "original_max_position": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
-                           "truncate": True, "attention_factor": None, "mscale": None, "mscale_all_dim": None,
-                           "dynamic": False}
+    assert yarn.params == {
+        "factor": 4.0,
+        "original_max_position": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+        "attention_factor": None,
+        "mscale": None,
+        "mscale_all_dim": None,
+        "dynamic": False,
+    }
     assert rope_ext.resolve(yarn) is yarn  # a resolved scaling is taken as it is
     assert rope_ext.resolve(yarn.to_dict()) == yarn
     assert yarn.label == "yarn-factor4"
@@ -192,8 +261,10 @@ def test_resolve_once_fills_defaults_and_the_trained_context_and_labels_the_scal
     assert rope_ext.resolve({"name": "pi", "factor": 2, "layer_types": "all"}).label == "linear-factor2-layers_all"
     assert rope_ext.resolve({"name": "none", "factor": 4}).label == "none"
     assert rope_ext.resolve({"name": "none", "factor": 4}).effective() == {"name": "none"}
-    compose = rope_ext.resolve({"name": "compose", "stages": [{"name": "base", "base": 5e5}, {"name": "yarn", "factor": 2}]},
-                               trained_context=2048)
+    compose = rope_ext.resolve(
+        {"name": "compose", "stages": [{"name": "base", "base": 5e5}, {"name": "yarn", "factor": 2}]},
+        trained_context=2048,
+    )
     assert compose.label == "compose[base-base500000,yarn-factor2]"
     assert compose.params["stages"][1].params["original_max_position"] == 2048 and not compose.dynamic
 

@@ -42,8 +42,9 @@ def results(sweep_dir):
 def wandb_artifacts(run_dir: Path) -> set[str]:
     """The names of the artifacts an offline run logged, read with wandb's own `wandb leet inspect`."""
     (offline,) = run_dir.glob("wandb/offline-run-*")
-    records = subprocess.run([str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True,
-                             timeout=120, check=True).stdout.splitlines()
+    records = subprocess.run(
+        [str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
     return {json.loads(line)["artifact"]["name"] for line in records if json.loads(line).get("type") == "artifact"}
 
 
@@ -51,11 +52,23 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
     """(summary, run record, history rows, metric definitions) of an offline run, read with wandb's own
     `wandb leet inspect`."""
     (offline,) = run_dir.glob("wandb/offline-run-*")
-    summary = subprocess.run([str(WANDB), "leet", "inspect", "--summary", "--json", str(offline)], capture_output=True,
-                             text=True, timeout=120, check=True)
-    records = [json.loads(line) for line in subprocess.run(
-        [str(WANDB), "leet", "inspect", "--json", str(offline)], capture_output=True, text=True, timeout=120,
-        check=True).stdout.splitlines()]
+    summary = subprocess.run(
+        [str(WANDB), "leet", "inspect", "--summary", "--json", str(offline)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    records = [
+        json.loads(line)
+        for line in subprocess.run(
+            [str(WANDB), "leet", "inspect", "--json", str(offline)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.splitlines()
+    ]
     run = next(r["run"] for r in records if r["type"] == "run")
     history = [r["history"]["item"] for r in records if r["type"] == "history"]
     metrics = [r["metric"] for r in records if r["type"] == "metric"]
@@ -64,8 +77,14 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
 
 def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, sweep):
     sweep_dir = tmp_path / "sweep"
-    sweep(sweep_dir, "scaling=none,yarn", "scaling.factor=2", "logger=wandb", "logger.mode=offline",
-          "eval.lengths=[256,512,1x,2x,4x]")
+    sweep(
+        sweep_dir,
+        "scaling=none,yarn",
+        "scaling.factor=2",
+        "logger=wandb",
+        "logger.mode=offline",
+        "eval.lengths=[256,512,1x,2x,4x]",
+    )
     jobs = results(sweep_dir)
     assert len(jobs) == 2 and all(j["status"] == "done" for j in jobs.values())
     groups, names = set(), set()
@@ -76,7 +95,10 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
         assert summary["summary"]["ppl@512"] == pytest.approx(by_length[1]["ppl"])
         assert summary["summary"]["tokens@512"] == 511
         # the answer, and the value at the run's target (2x = 4096), not at the last length logged (8192)
-        assert summary["summary"]["target_length"] == 4096 and summary["summary"]["verdict_state"] == job["summary"]["verdict_state"]
+        assert (
+            summary["summary"]["target_length"] == 4096
+            and summary["summary"]["verdict_state"] == job["summary"]["verdict_state"]
+        )
         assert summary["summary"]["perplexity/ppl"] == pytest.approx(job["summary"]["ppl@4096"])
         assert summary["summary"]["perplexity/ppl"] != pytest.approx(job["summary"]["ppl@8192"])
         assert run["job_type"] == "perplexity" and f"scaling:{job['config']['scaling']['name']}" in run["tags"]
@@ -88,13 +110,16 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
         curve = [(row["length"], row["perplexity/ppl"]) for row in history if "perplexity/ppl" in row]
         assert curve == [(r["length"], pytest.approx(r["ppl"])) for r in by_length]
         assert {"name": "perplexity/ppl", "step_metric": "length"} in [
-            {k: m.get(k) for k in ("name", "step_metric")} for m in metrics]
+            {k: m.get(k) for k in ("name", "step_metric")} for m in metrics
+        ]
         groups.add(run["run_group"])
         names.add(run["display_name"])
     assert groups == {f"sweep-{tmp_path.name}_sweep"}
     assert names == {"tinyllama[random]-none-perplexity", "tinyllama[random]-yarn-factor2-perplexity"}
     report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
-    assert "| yarn-factor2 |" in report and report.index("| none |") < report.index("| yarn-factor2 |")  # baseline first
+    assert "| yarn-factor2 |" in report and report.index("| none |") < report.index(
+        "| yarn-factor2 |"
+    )  # baseline first
     assert (sweep_dir / "report_ppl_by_length.png").stat().st_size > 0
     assert (sweep_dir / "report.csv").read_text().count("\n") == 3
     # the sweep's report is a run of the same group, with the verdict table and the page as an artifact
@@ -102,8 +127,10 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
     assert run["run_group"] == f"sweep-{tmp_path.name}_sweep" and run["job_type"] == "report"
     assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "inconclusive", "?")
     assert summary["summary"]["answer"].startswith("at 4096 (2x) on tinyllama[random]: ")  # the ranked answer
-    assert {k for k in summary["summary"] if k.startswith("rank/")} == {"rank/tinyllama[random]@4096/none",
-                                                                         "rank/tinyllama[random]@4096/yarn-factor2"}
+    assert {k for k in summary["summary"] if k.startswith("rank/")} == {
+        "rank/tinyllama[random]@4096/none",
+        "rank/tinyllama[random]@4096/yarn-factor2",
+    }
     assert "report-sweep" in wandb_artifacts(sweep_dir)
 
 
@@ -146,8 +173,11 @@ def test_killed_sweep_resumes_skipping_finished_jobs(tmp_path, sweep):
 def test_report_cli_on_a_single_run_and_a_missing_dir(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_report([tmp_path])
-    result = subprocess.run([sys.executable, "-m", "evals.report", str(tmp_path / "nope")], cwd=ROOT, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "evals.report", str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 2 and "not a directory" in result.stderr
-    result = subprocess.run([sys.executable, "-m", "evals.report", str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "evals.report", str(tmp_path)], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 2 and "no results.json" in result.stderr

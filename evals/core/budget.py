@@ -21,7 +21,11 @@ def _lengths(values, trained: int, target: int | None) -> list[int]:
 
 def forwards(eval_cfg, trained: int, target: int | None, documents: int) -> list[tuple[str, int, int]]:
     """(eval, length, forwards) of one job of ``eval_cfg`` (a single eval or a suite)."""
-    parts = [(name, eval_cfg[name]) for name in eval_cfg.run] if eval_cfg.get("name") == "suite" else [(eval_cfg.name, eval_cfg)]
+    parts = (
+        [(name, eval_cfg[name]) for name in eval_cfg.run]
+        if eval_cfg.get("name") == "suite"
+        else [(eval_cfg.name, eval_cfg)]
+    )
     found = []
     for name, part in parts:
         lengths = _lengths(part.get("lengths"), trained, target)
@@ -45,8 +49,13 @@ def measured_seconds(roots, model: str) -> dict[int, tuple[float, str]]:
             except (OSError, ValueError):
                 continue
             job, timings, summary = data.get("job") or {}, data.get("timings") or {}, data.get("summary") or {}
-            if data.get("status") != "done" or job.get("model") != model or job.get("eval") != "perplexity" \
-                    or data.get("resumed_from") or not timings.get("elapsed_s"):
+            if (
+                data.get("status") != "done"
+                or job.get("model") != model
+                or job.get("eval") != "perplexity"
+                or data.get("resumed_from")
+                or not timings.get("elapsed_s")
+            ):
                 continue
             tokens = {int(k.split("@")[1]): v for k, v in summary.items() if k.startswith("tokens@") and v}
             if not tokens:
@@ -68,11 +77,18 @@ def describe(jobs: int, work: list[tuple[str, int, int]], rates: dict[int, tuple
     if known:
         per_job = sum(n * s for n, s in known)
         hours = per_job * (jobs + 1) / 3600
-        source = ", ".join(f"{L} tokens: {rates[L][0]:.0f} s per forward ({rates[L][1]})" for L in sorted({L for _, L, _ in work if L in rates}))
-        lines.append(f"budget: about {hours:.1f} h of compute at the rates measured here before ({source})"
-                     + (f"; lengths never measured here ({', '.join(map(str, unknown))}) not counted" if unknown else "")
-                     + "; attention-level methods cost more (docs/benchmarks.md, 'What each method costs')")
+        source = ", ".join(
+            f"{L} tokens: {rates[L][0]:.0f} s per forward ({rates[L][1]})"
+            for L in sorted({L for _, L, _ in work if L in rates})
+        )
+        lines.append(
+            f"budget: about {hours:.1f} h of compute at the rates measured here before ({source})"
+            + (f"; lengths never measured here ({', '.join(map(str, unknown))}) not counted" if unknown else "")
+            + "; attention-level methods cost more (docs/benchmarks.md, 'What each method costs')"
+        )
     else:
-        lines.append("budget: no earlier run of this model on this machine measured these lengths: each job says its "
-                     "time after its first forward")
+        lines.append(
+            "budget: no earlier run of this model on this machine measured these lengths: each job says its "
+            "time after its first forward"
+        )
     return lines

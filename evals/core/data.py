@@ -64,10 +64,14 @@ def fetch_austen(root: Path) -> Path:
                 f"try `apt-get update`): {detail!s:.300}. Or use data=text_files data.glob='...'"
             ) from err
         deb = next(Path(tmp).glob("*.deb"))
-        unpacked = subprocess.run(["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], capture_output=True, text=True)
+        unpacked = subprocess.run(
+            ["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], capture_output=True, text=True
+        )
         if unpacked.returncode != 0 or not (data_dir / "Rdata.rdb").is_file():
-            raise DataError(f"could not unpack {AUSTEN_PACKAGE} into the cache {root} ({unpacked.stderr.strip()[:200]}); "
-                            f"set data.cache_dir or $ROPE_EXT_CACHE to a writable directory")
+            raise DataError(
+                f"could not unpack {AUSTEN_PACKAGE} into the cache {root} ({unpacked.stderr.strip()[:200]}); "
+                f"set data.cache_dir or $ROPE_EXT_CACHE to a writable directory"
+            )
     return data_dir
 
 
@@ -129,8 +133,9 @@ def read_text_file(path: Path) -> str:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise DataError(f"data file {path} is not UTF-8 text (byte {err.start}: {err.reason}); convert it or "
-                        f"narrow data.glob") from None
+        raise DataError(
+            f"data file {path} is not UTF-8 text (byte {err.start}: {err.reason}); convert it or narrow data.glob"
+        ) from None
     except OSError as err:
         raise DataError(f"data file {path} cannot be read: {err.strerror}") from None
     if not text.strip():
@@ -156,8 +161,10 @@ def data_identity(cfg) -> dict:
         from .hub import hub_reachable
 
         if not hub_reachable():
-            raise DataError(f"data '{cfg.name}' ({cfg.hub_id}) needs the Hugging Face hub, which is not reachable. "
-                            f"Offline, use data=books or data=text_files data.glob='/path/*.txt'")
+            raise DataError(
+                f"data '{cfg.name}' ({cfg.hub_id}) needs the Hugging Face hub, which is not reachable. "
+                f"Offline, use data=books or data=text_files data.glob='/path/*.txt'"
+            )
     return identity
 
 

@@ -40,6 +40,8 @@ def write_deploy(scaling, geo, model_config: dict, out: Path) -> list[Path]:
         path = deploy / FILES[engine]
         atomic_write(path, render(engine, found))
         written.append(path)
-        readme.append(f"- {engine}: {path.name}" + (" (the keys to set in config.json)" if engine == "transformers" else ""))
+        readme.append(
+            f"- {engine}: {path.name}" + (" (the keys to set in config.json)" if engine == "transformers" else "")
+        )
     atomic_write(deploy / "README.md", "\n".join(readme) + "\n")
     return [*written, deploy / "README.md"]

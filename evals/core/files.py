@@ -39,8 +39,10 @@ def cache_dir(configured: str | None = None) -> Path:
             problem = _reason(err)
     if problem:
         _UNWRITABLE.add(path)
-        note_once(f"note: the cache directory {path} cannot be written ({problem}); what it holds is read, nothing "
-                  f"new is cached (set data.cache_dir or $ROPE_EXT_CACHE to a writable directory)")
+        note_once(
+            f"note: the cache directory {path} cannot be written ({problem}); what it holds is read, nothing "
+            f"new is cached (set data.cache_dir or $ROPE_EXT_CACHE to a writable directory)"
+        )
     return path
 
 
@@ -67,8 +69,7 @@ def read_cache(path: Path, load: Callable[[Path], object], what: str):
     try:
         return load(path)
     except Exception as err:  # json, torch, nltk and transformers raise many types on damaged files
-        note_once(f"note: damaged cache entry {path} ({what}; {type(err).__name__}: {str(err)[:120]}); "
-                  f"recomputing it")
+        note_once(f"note: damaged cache entry {path} ({what}; {type(err).__name__}: {str(err)[:120]}); recomputing it")
         try:
             path.unlink()
         except OSError:

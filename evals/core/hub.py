@@ -46,6 +46,8 @@ def hub_hint(cfg) -> str:
 def require_hub(cfg) -> None:
     """Fail in seconds, not after the hub client's retries, when a hub model is neither cached nor reachable."""
     if not cfg.hub_id:
-        raise ModelLoadError(f"model '{cfg.name}' has no path, gguf_package or hub_id: set model.path=/path/to/checkpoint")
+        raise ModelLoadError(
+            f"model '{cfg.name}' has no path, gguf_package or hub_id: set model.path=/path/to/checkpoint"
+        )
     if not hub_cached(cfg.hub_id) and not hub_reachable():
         raise ModelLoadError(hub_hint(cfg))

@@ -29,8 +29,18 @@ from omegaconf import OmegaConf
 
 from rope_ext.targets import TargetError, set_up, shortfalls
 
-from .config import (DataConfig, LoggerConfig, ModelConfig, VerdictConfig, check_lengths, check_options,
-                     identity_fields, length_fields, parse_length, resolve_lengths)
+from .config import (
+    DataConfig,
+    LoggerConfig,
+    ModelConfig,
+    VerdictConfig,
+    check_lengths,
+    check_options,
+    identity_fields,
+    length_fields,
+    parse_length,
+    resolve_lengths,
+)
 from .data import data_identity
 from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
 from .files import cache_dir, unwritable
@@ -46,7 +56,9 @@ class Job:
     name: str  # <model>-<scaling label>-<eval>: the W&B run name
     model: ResolvedModel
     scaling: rope_ext.Scaling
-    scaled: tuple[rope_ext.RotarySlot, ...] | None  # the slots the scaling patches, selected once (None: geometry not read)
+    scaled: (
+        tuple[rope_ext.RotarySlot, ...] | None
+    )  # the slots the scaling patches, selected once (None: geometry not read)
     eval: EvalSpec
     eval_cfg: Any
     data_cfg: Any
@@ -60,7 +72,9 @@ class Job:
     resume_from: tuple[str, ...]
     multirun: bool = False
     verdict: Any = None  # how results are judged (verdict.tolerance, .retained, .baseline): not in the key
-    target: int | None = None  # the length the question is about (target=; verdict.target; trained x factor; the longest)
+    target: int | None = (
+        None  # the length the question is about (target=; verdict.target; trained x factor; the longest)
+    )
     derived: dict = field(default_factory=dict)  # {scaling parameter: (value, why)} set up for target=
     compare: dict = field(default_factory=dict)  # {eval: its comparison key} -- what must match a reference's
     compare_fields: dict = field(default_factory=dict)  # {eval: the compared fields}, to say what differs
@@ -74,26 +88,47 @@ class Job:
 
     def info(self) -> dict:
         """The job as results.json and the report name it."""
-        return {"name": self.name, "key": self.key, "model": self.model.name, "model_label": self.model.label,
-                "weights": self.model.cfg.weights, "scaling": self.scaling.label, "eval": self.eval.name,
-                "data": self.data_cfg.name, "trained_context": self.trained_context, "target_length": self.target,
-                "compare": self.compare, "environment": self.environment, "role": self.role}
+        return {
+            "name": self.name,
+            "key": self.key,
+            "model": self.model.name,
+            "model_label": self.model.label,
+            "weights": self.model.cfg.weights,
+            "scaling": self.scaling.label,
+            "eval": self.eval.name,
+            "data": self.data_cfg.name,
+            "trained_context": self.trained_context,
+            "target_length": self.target,
+            "compare": self.compare,
+            "environment": self.environment,
+            "role": self.role,
+        }
 
     def sections(self) -> dict:
         """What results.json records of the job before anything runs."""
-        return {"job": self.info(), "config": self.config, "identity": self.identity,
-                "compare": self.compare_fields, "declared": self.declared()}
+        return {
+            "job": self.info(),
+            "config": self.config,
+            "identity": self.identity,
+            "compare": self.compare_fields,
+            "declared": self.declared(),
+        }
 
     def declared(self) -> dict:
         """The per-length metrics its evals declare, as results.json records them."""
-        return {m.name: m.declared(spec.name) for spec, part in self.eval.parts_of(self.eval_cfg)
-                for m in spec.metrics_for(part)}
+        return {
+            m.name: m.declared(spec.name)
+            for spec, part in self.eval.parts_of(self.eval_cfg)
+            for m in spec.metrics_for(part)
+        }
 
     def needs_reference(self) -> bool:
         """Whether the verdict judges anything this job measures: a metric declared with ``verdict``, or an eval
         with lengths whose metrics are known only when it runs (lm-eval's tasks)."""
         return any(m["verdict"] for m in self.declared().values()) or any(
-            length_fields(spec.config) and not spec.metrics_for(part) for spec, part in self.eval.parts_of(self.eval_cfg))
+            length_fields(spec.config) and not spec.metrics_for(part)
+            for spec, part in self.eval.parts_of(self.eval_cfg)
+        )
 
 
 def _container(node) -> Any:
@@ -108,19 +143,24 @@ def parse_target(cfg, trained: int | None = None) -> int | None:
         return None
     target = parse_length(value, trained or 1 << 20, "target")  # without trained: the syntax (0.5x is fine)
     if target < 1:
-        raise ConfigError(f"target={value} is not a positive length: give tokens (32768) or a multiple of the trained "
-                          f"context, e.g. target=4x")
+        raise ConfigError(
+            f"target={value} is not a positive length: give tokens (32768) or a multiple of the trained "
+            f"context, e.g. target=4x"
+        )
     if trained is None:
         return None
     given = cfg.verdict.get("target")
     if given is not None and parse_length(given, trained, "verdict.target") != target:
-        raise ConfigError(f"target={value} ({target} tokens) and verdict.target={given} disagree: the verdict answers "
-                          f"for the target; give one of them")
+        raise ConfigError(
+            f"target={value} ({target} tokens) and verdict.target={given} disagree: the verdict answers "
+            f"for the target; give one of them"
+        )
     return target
 
 
-def parse_scaling(cfg, model: ResolvedModel, longest: int | None, target: int | None = None
-                  ) -> tuple[rope_ext.Scaling, tuple | None, dict]:
+def parse_scaling(
+    cfg, model: ResolvedModel, longest: int | None, target: int | None = None
+) -> tuple[rope_ext.Scaling, tuple | None, dict]:
     """The scaling resolved once against the model (set up for ``target`` when given: :mod:`rope_ext.targets`;
     the derived values and why), the slots it patches selected once (handed to the patcher), and its frequencies
     computed on each (at the trained length and, for dynamic strategies, beyond it) so any bad value fails now."""
@@ -156,8 +196,12 @@ def code_files(*functions) -> tuple[str, ...]:
     """rope_ext's and evals' source (lm-eval task YAMLs and their ``*_yaml`` templates included), and the
     files defining ``functions`` (plugins)."""
     roots = [Path(rope_ext.__file__).parent, Path(__file__).resolve().parents[1]]
-    files = {str(p) for root in roots for p in root.rglob("*")
-             if (p.suffix in (".py", ".yaml") or p.name.endswith("_yaml")) and p.is_file()}
+    files = {
+        str(p)
+        for root in roots
+        for p in root.rglob("*")
+        if (p.suffix in (".py", ".yaml") or p.name.endswith("_yaml")) and p.is_file()
+    }
     for fn in functions:
         with_source = inspect.getsourcefile(fn)
         if with_source:
@@ -201,8 +245,10 @@ def resolved_config(cfg, spec: EvalSpec, scaling: rope_ext.Scaling, derived: dic
     if spec.parts is not None:
         names = {part_spec.name for part_spec, _, _ in parts(spec, cfg.eval)}
         config["eval"] = {k: v for k, v in config["eval"].items() if k not in EVALS or k in names}
-    config["scaling"] = {"label": scaling.label, **({"name": "none", "layer_types": scaling.layer_types}
-                                                    if scaling.name == "none" else scaling.to_dict())}
+    config["scaling"] = {
+        "label": scaling.label,
+        **({"name": "none", "layer_types": scaling.layer_types} if scaling.name == "none" else scaling.to_dict()),
+    }
     if derived:
         config["scaling"]["derived"] = {key: why for key, (value, why) in derived.items()}
     return config
@@ -228,8 +274,10 @@ def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[in
     if cfg.target is not None:
         target = parse_length(cfg.target, trained, "verdict.target")
         if target < 1:
-            raise ConfigError(f"verdict.target={cfg.target} is {target} tokens: a target is a positive length, in tokens "
-                              f"(16384) or as a multiple of the trained context ({trained}), e.g. 2x")
+            raise ConfigError(
+                f"verdict.target={cfg.target} is {target} tokens: a target is a positive length, in tokens "
+                f"(16384) or as a multiple of the trained context ({trained}), e.g. 2x"
+            )
         return target
     factor = scaling.factor or (factor if scaling.name == "none" else None)
     if factor and factor > 1:
@@ -249,9 +297,11 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
         raise ConfigError(f"output_dir {out_dir} cannot be written: {problem}; choose another output_dir")
     if not multirun and (cfg.get("objective") not in (None, "", []) or cfg.get("constraints")):
         # a search forgotten: without -m Hydra runs this one job and nothing is searched
-        raise ConfigError(f"objective={cfg.get('objective')}: objective and constraints are what a search optimises; "
-                          f"run it as one: python run.py -m hydra/sweeper=optuna ... (one trial alone: objective=null "
-                          f"constraints=[])")
+        raise ConfigError(
+            f"objective={cfg.get('objective')}: objective and constraints are what a search optimises; "
+            f"run it as one: python run.py -m hydra/sweeper=optuna ... (one trial alone: objective=null "
+            f"constraints=[])"
+        )
     cache_dir(cfg.data.get("cache_dir"))  # a cache that cannot be written is said now, and the run goes on
     name = cfg.eval.get("name")
     if name not in EVALS:
@@ -277,13 +327,24 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     try:
         scaling, scaled, derived = parse_scaling(cfg.scaling, model, max(lengths, default=None), target)
     except TargetUnreachable as err:  # what the sweep's answer lists it under
-        err.job.update({"model": model.name, "model_label": model.label, "weights": model.cfg.weights,
-                        "scaling": strategy.name, "eval": spec.name, "data": cfg.data.get("name"),
-                        "trained_context": model.trained_context, "target_length": target, "role": "job"})
+        err.job.update(
+            {
+                "model": model.name,
+                "model_label": model.label,
+                "weights": model.cfg.weights,
+                "scaling": strategy.name,
+                "eval": spec.name,
+                "data": cfg.data.get("name"),
+                "trained_context": model.trained_context,
+                "target_length": target,
+                "role": "job",
+            }
+        )
         raise
     if scaling.scales_attention:
-        check_attention_hook(model, f"scaling '{scaling.label}' sets the relative positions inside attention",
-                             rotation=True)
+        check_attention_hook(
+            model, f"scaling '{scaling.label}' sets the relative positions inside attention", rotation=True
+        )
     elif scaling.scales_query:
         check_attention_hook(model, f"scaling '{scaling.label}' scales queries inside attention")
     data = data_identity(cfg.data) if "data" in needs else None
@@ -299,16 +360,36 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     compare_fields = {}
     for part_spec, part, _ in parts(spec, cfg.eval):  # what a reference must share, eval by eval
         part_needs = part_spec.needs_for(part)
-        compare_fields[part_spec.name] = {"model": model.identity, "data": data if "data" in part_needs else None,
-                                          "eval": {"name": part_spec.name, **identity_fields(part_spec.config, part, "compare")},
-                                          "seed": cfg.seed}
-    job = Job(name=f"{model.label}-{scaling.label}-{spec.name}", model=model, scaling=scaling, scaled=scaled, eval=spec,
-              eval_cfg=cfg.eval, data_cfg=cfg.data, seed=cfg.seed, config=resolved_config(cfg, spec, scaling, derived),
-              identity=identity, key=_hash(identity), out_dir=Path(out_dir), logger=cfg.logger, force=bool(cfg.force),
-              resume_from=tuple(cfg.resume_from), multirun=multirun, verdict=cfg.verdict,
-              target=target_length(cfg.verdict, scaling, model.trained_context, lengths, cfg.scaling.get("factor")),
-              compare={name: _hash(fields) for name, fields in compare_fields.items()}, compare_fields=compare_fields,
-              environment=_hash({"versions": identity["versions"], "code": identity["code"]}), derived=derived)
+        compare_fields[part_spec.name] = {
+            "model": model.identity,
+            "data": data if "data" in part_needs else None,
+            "eval": {"name": part_spec.name, **identity_fields(part_spec.config, part, "compare")},
+            "seed": cfg.seed,
+        }
+    job = Job(
+        name=f"{model.label}-{scaling.label}-{spec.name}",
+        model=model,
+        scaling=scaling,
+        scaled=scaled,
+        eval=spec,
+        eval_cfg=cfg.eval,
+        data_cfg=cfg.data,
+        seed=cfg.seed,
+        config=resolved_config(cfg, spec, scaling, derived),
+        identity=identity,
+        key=_hash(identity),
+        out_dir=Path(out_dir),
+        logger=cfg.logger,
+        force=bool(cfg.force),
+        resume_from=tuple(cfg.resume_from),
+        multirun=multirun,
+        verdict=cfg.verdict,
+        target=target_length(cfg.verdict, scaling, model.trained_context, lengths, cfg.scaling.get("factor")),
+        compare={name: _hash(fields) for name, fields in compare_fields.items()},
+        compare_fields=compare_fields,
+        environment=_hash({"versions": identity["versions"], "code": identity["code"]}),
+        derived=derived,
+    )
     for line in describe_target(job):
         print(line)
     for part_spec, part, _ in parts(spec, cfg.eval):
@@ -319,9 +400,12 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     for warning in setting_warnings(scaling, model.trained_context, max(lengths, default=0)):
         print(f"warning: {warning}", file=sys.stderr)
     if job.target and lengths and job.target not in lengths and job.needs_reference():
-        print(f"warning: the verdict's target {job.target} is not among the lengths evaluated {sorted(set(lengths))}: "
-              f"the job will answer at those lengths but not at the target; add it (e.g. eval.lengths=[...,"
-              f"{job.target}]) or set verdict.target", file=sys.stderr)
+        print(
+            f"warning: the verdict's target {job.target} is not among the lengths evaluated {sorted(set(lengths))}: "
+            f"the job will answer at those lengths but not at the target; add it (e.g. eval.lengths=[...,"
+            f"{job.target}]) or set verdict.target",
+            file=sys.stderr,
+        )
     return replace(job, reference=parse_reference(cfg, job))
 
 
@@ -332,13 +416,20 @@ def search_reference_lengths(cfg, trained: int) -> set[int] | None:
     objective = cfg.get("objective")
     if objective in (None, "", []):
         return None
-    texts = [str(o) for o in (objective if not isinstance(objective, str) and hasattr(objective, "__iter__")
-                              else [objective])]
+    texts = [
+        str(o)
+        for o in (objective if not isinstance(objective, str) and hasattr(objective, "__iter__") else [objective])
+    ]
     texts += [re.split(r"[<>]=", str(c))[0] for c in cfg.get("constraints") or []]
     needed = set()
     for text in texts:
         match = AT.match(text.strip())
-        if match and match.group(1).endswith(("_retention", "_ratio")) or match and match.group(1).startswith("verdict"):
+        if (
+            match
+            and match.group(1).endswith(("_retention", "_ratio"))
+            or match
+            and match.group(1).startswith("verdict")
+        ):
             length = int(match.group(2))
             needed.add(length if length <= trained else trained)
     return needed
@@ -387,9 +478,13 @@ def setting_warnings(scaling: rope_ext.Scaling, trained: int, longest: int) -> l
     """Settings that run but cannot do what they are for at the longest length evaluated, said before the model
     loads (:func:`rope_ext.targets.shortfalls`: a static factor that covers less, an attention-level rule whose last
     query sees relative positions beyond what the model was trained on), with where to look."""
-    return [problem if problem.endswith("covers it") else
-            f"{problem}; choose its parameters for this length (target={longest} sets them, python run.py --cfg job "
-            f"scaling={scaling.name} target={longest} shows them)" for problem in shortfalls(scaling, trained, longest)]
+    return [
+        problem
+        if problem.endswith("covers it")
+        else f"{problem}; choose its parameters for this length (target={longest} sets them, python run.py --cfg job "
+        f"scaling={scaling.name} target={longest} shows them)"
+        for problem in shortfalls(scaling, trained, longest)
+    ]
 
 
 def target_setup(cfg) -> list[str]:
@@ -406,9 +501,25 @@ def target_setup(cfg) -> list[str]:
             scaling, setup = set_up(_container(cfg.scaling), model.trained_context, target)
         except TargetError as err:
             raise TargetUnreachable(str(err)) from None
-    job = Job(name="", model=model, scaling=scaling, scaled=None, eval=None, eval_cfg=None, data_cfg=None, seed=0,
-              config={"target": cfg.get("target")}, identity={}, key="", out_dir=Path("."), logger=None, force=False,
-              resume_from=(), target=target, derived=setup.why)
+    job = Job(
+        name="",
+        model=model,
+        scaling=scaling,
+        scaled=None,
+        eval=None,
+        eval_cfg=None,
+        data_cfg=None,
+        seed=0,
+        config={"target": cfg.get("target")},
+        identity={},
+        key="",
+        out_dir=Path("."),
+        logger=None,
+        force=False,
+        resume_from=(),
+        target=target,
+        derived=setup.why,
+    )
     return describe_target(job)
 
 
@@ -417,11 +528,15 @@ def describe_target(job: "Job") -> list[str]:
     if not job.derived and job.config.get("target") in (None, ""):
         return []
     trained = job.trained_context
-    lines = [f"target: {job.target} tokens ({job.target / trained:g}x {job.model.label}'s trained {trained}); "
-             f"{job.scaling.name}: " + ("nothing derived (explicit or no target rule)" if not job.derived else
-                                        "set up for it")]
-    lines += [f"  scaling.{key}={value:g}" if isinstance(value, float) else f"  scaling.{key}={value}" for key, (value, _)
-              in job.derived.items()]
+    lines = [
+        f"target: {job.target} tokens ({job.target / trained:g}x {job.model.label}'s trained {trained}); "
+        f"{job.scaling.name}: "
+        + ("nothing derived (explicit or no target rule)" if not job.derived else "set up for it")
+    ]
+    lines += [
+        f"  scaling.{key}={value:g}" if isinstance(value, float) else f"  scaling.{key}={value}"
+        for key, (value, _) in job.derived.items()
+    ]
     lines = lines[:1] + [f"{line:<34} # {why}" for line, (_, (_, why)) in zip(lines[1:], job.derived.items())]
     return lines
 

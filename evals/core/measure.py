@@ -68,7 +68,11 @@ def by_metric(records: list[dict]) -> dict[str, dict[int, dict]]:
 
 def measured_value(record: dict | None) -> float | None:
     value = (record or {}).get("value")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def token_blocks(document: str, nll, positions, block: int) -> dict:
@@ -80,5 +84,7 @@ def token_blocks(document: str, nll, positions, block: int) -> dict:
     starts = (positions.long() // block) * block
     keys, inverse = torch.unique(starts, return_inverse=True)
     sums = torch.zeros(len(keys), dtype=torch.float64).index_add_(0, inverse, nll.double())
-    counts = torch.zeros(len(keys), dtype=torch.float64).index_add_(0, inverse, torch.ones_like(nll, dtype=torch.float64))
+    counts = torch.zeros(len(keys), dtype=torch.float64).index_add_(
+        0, inverse, torch.ones_like(nll, dtype=torch.float64)
+    )
     return {f"{document}/{int(k)}": (float(t), float(n)) for k, t, n in zip(keys, sums, counts)}

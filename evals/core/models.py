@@ -66,10 +66,14 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ModelLoadError(f"model.device={device!r} but this machine has no CUDA device (torch "
-                                 f"{torch.__version__}); use model.device=auto or cpu")
+            raise ModelLoadError(
+                f"model.device={device!r} but this machine has no CUDA device (torch "
+                f"{torch.__version__}); use model.device=auto or cpu"
+            )
         if resolved.index is not None and resolved.index >= count:
-            raise ModelLoadError(f"model.device={device!r} but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}")
+            raise ModelLoadError(
+                f"model.device={device!r} but this machine has {count} CUDA device(s): cuda:0..cuda:{count - 1}"
+            )
     elif resolved.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ModelLoadError(f"model.device={device!r} but MPS is not available here; use model.device=auto or cpu")
     elif resolved.type not in ("cpu", "cuda", "mps"):
@@ -115,8 +119,10 @@ def _gguf_location(cfg) -> tuple[Path, str] | None:
         return None
     if cfg.gguf_parts and not cfg.path:
         if not assembled_path(cfg).is_file():
-            raise ModelLoadError(f"model '{cfg.name}' is not installed: {cfg.gguf_file} is assembled from "
-                                 f"{len(cfg.gguf_parts)} PyPI chunk packages at set-up; {install_hint(cfg)}")
+            raise ModelLoadError(
+                f"model '{cfg.name}' is not installed: {cfg.gguf_file} is assembled from "
+                f"{len(cfg.gguf_parts)} PyPI chunk packages at set-up; {install_hint(cfg)}"
+            )
         return assembled_dir(), cfg.gguf_file
     directory = Path(cfg.path) if cfg.path else package_dir(cfg.gguf_package) if cfg.gguf_package else None
     if directory is None:
@@ -194,8 +200,12 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
         try:
             slots = tuple(rotary_slots(model)) if geometry else None
         except rope_ext.RotaryNotFoundError as err:
-            raise ModelLoadError(f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}") from None
-    identity = model_identity(cfg, source, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
+            raise ModelLoadError(
+                f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}"
+            ) from None
+    identity = (
+        model_identity(cfg, source, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
+    )
     return ResolvedModel(cfg, source, device, dtype, config, trained, slots, identity)
 
 
@@ -219,8 +229,10 @@ def _config_from_architecture(cfg):
         root = err
         while root.__cause__ is not None:
             root = root.__cause__
-        raise ModelLoadError(f"model '{cfg.name}': model.architecture does not make a {model_type} config: "
-                             f"{str(root).splitlines()[0][:200]}") from None
+        raise ModelLoadError(
+            f"model '{cfg.name}': model.architecture does not make a {model_type} config: "
+            f"{str(root).splitlines()[0][:200]}"
+        ) from None
 
 
 def _gguf_config(directory: Path, filename: str):
@@ -237,8 +249,10 @@ def _gguf_config(directory: Path, filename: str):
     try:
         config = AutoConfig.from_pretrained(str(directory), gguf_file=filename)
     except Exception as err:  # gguf and transformers raise many types on a damaged file
-        raise ModelLoadError(f"model file {directory / filename} cannot be read as GGUF ({type(err).__name__}: "
-                             f"{str(err)[:160]}); re-install it or point model.path/gguf_file at a good copy") from None
+        raise ModelLoadError(
+            f"model file {directory / filename} cannot be read as GGUF ({type(err).__name__}: "
+            f"{str(err)[:160]}); re-install it or point model.path/gguf_file at a good copy"
+        ) from None
     write_cache(cached, config.to_json_string())
     return config
 
@@ -253,15 +267,21 @@ def model_config(cfg, source: Source, allow_architecture: bool = True):
         return _config_from_architecture(cfg)
     if source.kind == "gguf":
         return _gguf_config(Path(source.location), source.file)
-    where = source.location if source.kind == "path" or (source.kind == "hub" and source.location and (
-        hub_cached(source.location) or hub_reachable())) else None
+    where = (
+        source.location
+        if source.kind == "path"
+        or (source.kind == "hub" and source.location and (hub_cached(source.location) or hub_reachable()))
+        else None
+    )
     if where:
         try:
             return AutoConfig.from_pretrained(where)
         except Exception as err:  # a damaged or foreign directory
             if source.kind == "path":
-                raise ModelLoadError(f"model.path={cfg.path!r} has no readable transformers config "
-                                     f"({type(err).__name__}: {str(err)[:160]})") from None
+                raise ModelLoadError(
+                    f"model.path={cfg.path!r} has no readable transformers config "
+                    f"({type(err).__name__}: {str(err)[:160]})"
+                ) from None
     if allow_architecture and _architecture(cfg):
         return _config_from_architecture(cfg)
     require_hub(cfg)
@@ -278,8 +298,12 @@ def meta_model(config, attn_implementation: str | None = None):
         with torch.device("meta"):
             return AutoModelForCausalLM.from_config(config, **kwargs)
     except (ValueError, ImportError, KeyError) as err:
-        what = f"attn_implementation={attn_implementation!r}" if attn_implementation else f"a {config.model_type} config"
-        raise ModelLoadError(f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}") from None
+        what = (
+            f"attn_implementation={attn_implementation!r}" if attn_implementation else f"a {config.model_type} config"
+        )
+        raise ModelLoadError(
+            f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}"
+        ) from None
 
 
 def check_attention_hook(model: ResolvedModel, why: str, rotation: bool = False) -> None:
@@ -294,8 +318,10 @@ def check_attention_hook(model: ResolvedModel, why: str, rotation: bool = False)
         raise ModelLoadError(f"{why}, but model '{model.name}' cannot be hooked: {err}") from None
     missing = sorted(set(probed.called) - set(probed.with_rotation))
     if rotation and missing:
-        raise ModelLoadError(f"{why}, but in model '{model.name}' {missing[0]} (and {len(missing) - 1} more) receives "
-                             "no position_embeddings to re-rotate its query and key")
+        raise ModelLoadError(
+            f"{why}, but in model '{model.name}' {missing[0]} (and {len(missing) - 1} more) receives "
+            "no position_embeddings to re-rotate its query and key"
+        )
 
 
 def rotary_slots(model) -> list:
@@ -307,7 +333,9 @@ def rotary_slots(model) -> list:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     slots = rope_ext.find_rotary_slots(model)
     if head_dim % 2 or any(s.dim > head_dim for s in slots):
-        raise ModelLoadError(f"the model config has head_dim={head_dim}: RoPE rotates pairs of dimensions, so it must be even")
+        raise ModelLoadError(
+            f"the model config has head_dim={head_dim}: RoPE rotates pairs of dimensions, so it must be even"
+        )
     return slots
 
 
@@ -321,8 +349,14 @@ def model_identity(cfg, source: Source, device: torch.device, dtype: torch.dtype
     random architecture and seed), the tokenizer's source, dtype, device type and attention kernel."""
     from importlib import metadata
 
-    identity = {"name": cfg.name, "weights": cfg.weights, "dtype": str(dtype), "device": device.type,
-                "attn_implementation": cfg.attn_implementation, "tokenizer": tokenizer_identity(source)}
+    identity = {
+        "name": cfg.name,
+        "weights": cfg.weights,
+        "dtype": str(dtype),
+        "device": device.type,
+        "attn_implementation": cfg.attn_implementation,
+        "tokenizer": tokenizer_identity(source),
+    }
     if source.kind == "random":
         identity.update(architecture=_architecture(cfg), seed=cfg.seed)
     elif source.kind == "gguf":
@@ -400,8 +434,10 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     cfg, source = model.cfg, model.source
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
     if source.kind == "random":
-        loaded, where = random_model(model, model.dtype, "cpu" if cfg.device_map else model.device), \
-            f"random weights, {cfg.name} architecture"
+        loaded, where = (
+            random_model(model, model.dtype, "cpu" if cfg.device_map else model.device),
+            f"random weights, {cfg.name} architecture",
+        )
     else:
         if source.kind == "hub":
             require_hub(cfg)
@@ -410,17 +446,22 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
             kwargs["device_map"] = cfg.device_map
         log.info("loading %s from %s", cfg.name, source.location)
         try:
-            loaded = AutoModelForCausalLM.from_pretrained(source.location, dtype=model.dtype,
-                                                          attn_implementation=cfg.attn_implementation, **kwargs)
+            loaded = AutoModelForCausalLM.from_pretrained(
+                source.location, dtype=model.dtype, attn_implementation=cfg.attn_implementation, **kwargs
+            )
         except OSError as err:
             if source.kind == "hub":
                 raise ModelLoadError(hub_hint(cfg)) from err
-            raise ModelLoadError(f"the checkpoint in {source.location} cannot be loaded: {str(err).splitlines()[0][:200]}") from None
+            raise ModelLoadError(
+                f"the checkpoint in {source.location} cannot be loaded: {str(err).splitlines()[0][:200]}"
+            ) from None
         except Exception as err:  # a damaged weights file: safetensors, torch and gguf raise many types
             if "memory" in str(err).lower():
                 raise
-            raise ModelLoadError(f"the checkpoint in {source.location} cannot be loaded ({type(err).__name__}: "
-                                 f"{str(err).splitlines()[0][:200] if str(err) else ''})") from None
+            raise ModelLoadError(
+                f"the checkpoint in {source.location} cannot be loaded ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200] if str(err) else ''})"
+            ) from None
         where = f"{source.location}/{source.file}" if source.kind == "gguf" else source.location
     if not cfg.device_map:
         loaded.to(model.device)

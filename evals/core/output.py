@@ -47,8 +47,15 @@ class RunRecord:
         self.dir = Path(run_dir)
         self.path = self.dir / "results.json"
         self.started = time.time()
-        self.data = {"status": "running", **sections, "versions": versions(), "process": this_process(), "timings": {},
-                     "metrics": {}, "summary": {}}
+        self.data = {
+            "status": "running",
+            **sections,
+            "versions": versions(),
+            "process": this_process(),
+            "timings": {},
+            "metrics": {},
+            "summary": {},
+        }
         self.data.setdefault("declared", {})
         self.data.setdefault("measurements", [])
         self.write()
@@ -76,7 +83,9 @@ def save_figure(fig, dpi: int = 120) -> dict[str, bytes]:
     found = {}
     for suffix in ("png", "svg"):
         buffer = io.BytesIO()
-        fig.savefig(buffer, format=suffix, dpi=dpi, bbox_inches="tight", metadata={"Date": None} if suffix == "svg" else None)
+        fig.savefig(
+            buffer, format=suffix, dpi=dpi, bbox_inches="tight", metadata={"Date": None} if suffix == "svg" else None
+        )
         found[suffix] = buffer.getvalue()
     plt.close(fig)
     return found
@@ -95,8 +104,9 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 class Output:
     """Where an eval reports everything; see the module docstring."""
 
-    def __init__(self, record: RunRecord, tracker, target: int | None = None, artifact: str | None = None,
-                 resumed: bool = False):
+    def __init__(
+        self, record: RunRecord, tracker, target: int | None = None, artifact: str | None = None, resumed: bool = False
+    ):
         self.record, self.tracker, self.target = record, tracker, target
         self.resumed = resumed  # the directory holds what an interrupted run of this same job wrote
         self.artifact = artifact or f"results-{record.dir.name}"
@@ -111,8 +121,11 @@ class Output:
         the job goes on, and results.json names the file that is missing and why."""
         why = err.strerror or type(err).__name__
         self.unwritten[path.name] = why
-        print(f"warning: could not write {path} ({why}); the run goes on, its numbers are in results.json",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: could not write {path} ({why}); the run goes on, its numbers are in results.json",
+            file=sys.stderr,
+            flush=True,
+        )
         self.record.update("unwritten", {path.name: why})
 
     def declare(self, metrics: dict) -> None:
@@ -140,9 +153,11 @@ class Output:
         records = self.record.data["measurements"]
         for m in measurements:
             if m.metric not in declared:
-                raise EvalDefect(f"measurement {m.metric}@{m.length}: {m.metric} is not among the metrics this job "
-                                 f"declares ({', '.join(sorted(declared)) or 'none'}); declare it in the eval's "
-                                 f"registration (evals/core/registry.py Metric)")
+                raise EvalDefect(
+                    f"measurement {m.metric}@{m.length}: {m.metric} is not among the metrics this job "
+                    f"declares ({', '.join(sorted(declared)) or 'none'}); declare it in the eval's "
+                    f"registration (evals/core/registry.py Metric)"
+                )
             record = m.record()
             records[:] = [r for r in records if (r["metric"], r["length"]) != (m.metric, m.length)] + [record]
             self.record.data["summary"].update(summary_keys(record, declared[m.metric].get("count")))
@@ -245,8 +260,9 @@ class Output:
         try:
             yield write
         finally:
-            self._tables[name] = [{k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()}
-                                  for r in rows]
+            self._tables[name] = [
+                {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()} for r in rows
+            ]
             try:
                 handle.close()
             except OSError as err:  # what a full disk refused at the last flush

@@ -74,34 +74,71 @@ def _styles(curves: list[Curve]) -> list[tuple]:
     return styles
 
 
-def length_figure(curves: list[Curve], y: str, *, ylabel: str, title: str, band: tuple[str, str] | None = None,
-                  logy: bool = False, ylim=None, trained: int | None = None, target: int | None = None,
-                  ratio: dict | None = None):
+def length_figure(
+    curves: list[Curve],
+    y: str,
+    *,
+    ylabel: str,
+    title: str,
+    band: tuple[str, str] | None = None,
+    logy: bool = False,
+    ylim=None,
+    trained: int | None = None,
+    target: int | None = None,
+    ratio: dict | None = None,
+):
     """A metric against context length, one line per curve, with an interval band where the rows have one.
     ``ratio`` ({"label", "limit"}) adds a lower panel: each value over the unscaled reference the verdict
     compares it with (the same length up to ``trained``, the trained context beyond), the verdict's limit
     drawn, so a reader sees where a strategy passes."""
     with_ratio = ratio is not None and any(c.reference for c in curves)
-    fig, axes = plt.subplots(2 if with_ratio else 1, 1, figsize=(8, 6.4 if with_ratio else 4.6), sharex=True,
-                             squeeze=False, gridspec_kw={"height_ratios": [2.2, 1]} if with_ratio else None)
+    fig, axes = plt.subplots(
+        2 if with_ratio else 1,
+        1,
+        figsize=(8, 6.4 if with_ratio else 4.6),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [2.2, 1]} if with_ratio else None,
+    )
     ax = axes[0][0]
     lengths = []
     for curve, (colour, style) in zip(curves, _styles(curves)):
         rows = [r for r in curve.rows if r.get(y) is not None]
         x = [r["length"] for r in rows]
         lengths += x
-        ax.plot(x, [r[y] for r in rows], marker="o", markersize=4, linewidth=1.5, color=colour, linestyle=style,
-                label=curve.label)
+        ax.plot(
+            x,
+            [r[y] for r in rows],
+            marker="o",
+            markersize=4,
+            linewidth=1.5,
+            color=colour,
+            linestyle=style,
+            label=curve.label,
+        )
         if band and any(r.get(band[0]) is not None for r in rows):  # where a row has no interval, a gap
             nan = float("nan")
-            ax.fill_between(x, [nan if r.get(band[0]) is None else r[band[0]] for r in rows],
-                            [nan if r.get(band[1]) is None else r[band[1]] for r in rows], color=colour, alpha=0.15,
-                            linewidth=0)
+            ax.fill_between(
+                x,
+                [nan if r.get(band[0]) is None else r[band[0]] for r in rows],
+                [nan if r.get(band[1]) is None else r[band[1]] for r in rows],
+                color=colour,
+                alpha=0.15,
+                linewidth=0,
+            )
         if with_ratio and curve.reference:
-            pairs = [(r["length"], r[y] / curve.reference[r["length"]]) for r in rows
-                     if curve.reference.get(r["length"])]
-            axes[1][0].plot([p[0] for p in pairs], [p[1] for p in pairs], marker="o", markersize=4, linewidth=1.5,
-                            color=colour, linestyle=style)
+            pairs = [
+                (r["length"], r[y] / curve.reference[r["length"]]) for r in rows if curve.reference.get(r["length"])
+            ]
+            axes[1][0].plot(
+                [p[0] for p in pairs],
+                [p[1] for p in pairs],
+                marker="o",
+                markersize=4,
+                linewidth=1.5,
+                color=colour,
+                linestyle=style,
+            )
     length_axis(ax, lengths, trained, target)
     values = [r[y] for c in curves for r in c.rows if r.get(y)]
     if logy and values and max(values) > 2 * min(values):  # a log axis only where the values span a factor of 2
@@ -134,15 +171,35 @@ def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None
     """Scores 0-100 as a heatmap: rows = tasks (RULER's, and their average), columns = lengths, cells annotated."""
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 0.9 * len(lengths)), 1.2 + 0.36 * len(tasks)))
     title = f"{title} ({samples} samples per cell)" if samples else title
-    image = _heatmap_on(ax, grid, lengths, list(tasks), title, trained, vmax=100, ylabel=None, wrap=48, fontsize=9,
-                        cell=lambda value: "" if value != value else f"{value:.0f}")
+    image = _heatmap_on(
+        ax,
+        grid,
+        lengths,
+        list(tasks),
+        title,
+        trained,
+        vmax=100,
+        ylabel=None,
+        wrap=48,
+        fontsize=9,
+        cell=lambda value: "" if value != value else f"{value:.0f}",
+    )
     fig.colorbar(image, ax=ax, fraction=0.046, label="score (0-100)")
     fig.tight_layout()
     return fig
 
 
-def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str, title: str,
-              logx: bool = False, logy: bool = False, vline: float | None = None, vlabel: str = ""):
+def line_plot(
+    series: dict[str, tuple[list, list]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    logy: bool = False,
+    vline: float | None = None,
+    vlabel: str = "",
+):
     """One figure with a line per series {label: (x, y)}; an optional vertical marker (e.g. trained length)."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, (x, y) in series.items():
@@ -162,8 +219,20 @@ def line_plot(series: dict[str, tuple[list, list]], *, xlabel: str, ylabel: str,
     return fig
 
 
-def _heatmap_on(ax, grid, lengths, rows: list[str], title, trained, *, vmax: float = 1, ylabel: str | None = "needle depth",
-                wrap: int = 28, fontsize: int = 8, cell=lambda value: f"{value:.2f}"):
+def _heatmap_on(
+    ax,
+    grid,
+    lengths,
+    rows: list[str],
+    title,
+    trained,
+    *,
+    vmax: float = 1,
+    ylabel: str | None = "needle depth",
+    wrap: int = 28,
+    fontsize: int = 8,
+    cell=lambda value: f"{value:.2f}",
+):
     """grid[row][length] on ``ax`` (scale 0..vmax, red to green), each cell annotated with ``cell(value)``."""
     image = ax.imshow(grid, vmin=0, vmax=vmax, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [f"{length_label(L)}{'*' if trained and L > trained else ''}" for L in lengths])
@@ -178,8 +247,12 @@ def _heatmap_on(ax, grid, lengths, rows: list[str], title, trained, *, vmax: flo
     return image
 
 
-def heatmaps(panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]], *, trials: int | None = None,
-             label: str = "accuracy"):
+def heatmaps(
+    panels: list[tuple[str, list[list[float]], list[int], list[float], int | None]],
+    *,
+    trials: int | None = None,
+    label: str = "accuracy",
+):
     """Accuracy heatmaps side by side on one colour scale, one panel per (title, grid[depth][length], lengths,
     depths, trained); ``trials`` per cell said in the figure's title."""
     width = sum(max(2.6, 1.2 + 0.9 * len(p[2])) for p in panels)
@@ -205,8 +278,9 @@ def matrix_heatmaps(panels: list[tuple[str, list[list[float]]]], *, xlabel: str,
 
     rows = max(len(grid) for _, grid in panels)
     columns = max(max((len(r) for r in grid), default=1) for _, grid in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(1.6 + (1.2 + 0.35 * columns) * len(panels), 1.6 + 0.22 * rows),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(1.6 + (1.2 + 0.35 * columns) * len(panels), 1.6 + 0.22 * rows), squeeze=False
+    )
     for ax, (title, grid) in zip(axes[0], panels):
         values = np.array(grid, dtype=float)
         finite = values[np.isfinite(values)]

@@ -36,8 +36,9 @@ def quiet_libraries() -> None:
         hf_logging.disable_progress_bar()
 
 
-def progress(items: Iterable[T], desc: str, unit: str, total: int | None = None,
-             stop: Callable[[], bool] | None = None) -> Iterator[T]:
+def progress(
+    items: Iterable[T], desc: str, unit: str, total: int | None = None, stop: Callable[[], bool] | None = None
+) -> Iterator[T]:
     """``items``, with a bar on a terminal or a throttled line in a log; ``stop()`` ends the loop early
     (checked before each item)."""
     if os.environ.get("TQDM_DISABLE"):

@@ -53,8 +53,10 @@ def _primary(members: dict[str, list[tuple[dict, dict]]], target: int) -> tuple[
     if not counts:
         return None
     order = list(counts)
-    best = sorted(order, key=lambda n: (-counts[n], not (declared[n].get("nll") and declared[n]["lower_is_better"]),
-                                        order.index(n)))[0]
+    best = sorted(
+        order,
+        key=lambda n: (-counts[n], not (declared[n].get("nll") and declared[n]["lower_is_better"]), order.index(n)),
+    )[0]
     return best, declared[best]
 
 
@@ -99,20 +101,34 @@ def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
             continue
         key = (info.get("model_label"), info.get("weights"), info.get("data"), verdict.get("trained"), target)
         groups.setdefault(key, {}).setdefault(str(info.get("scaling")), []).append((job, verdict))
-    unreachable: dict[tuple, dict[str, str]] = {}  # strategies a target= sweep could not set up (run_hydra records them)
+    unreachable: dict[
+        tuple, dict[str, str]
+    ] = {}  # strategies a target= sweep could not set up (run_hydra records them)
     for job in jobs:
         info = _info(job)
         if job.get("state") == "unreachable" and info.get("target_length"):
-            key = (info.get("model_label"), info.get("weights"), info.get("data"), info.get("trained_context"),
-                   info["target_length"])
+            key = (
+                info.get("model_label"),
+                info.get("weights"),
+                info.get("data"),
+                info.get("trained_context"),
+                info["target_length"],
+            )
             groups.setdefault(key, {})
             unreachable.setdefault(key, {})[str(info.get("scaling"))] = (job.get("error") or {}).get("message", "")
-    return [_rank_group(model, trained, target, members, unreachable.get((model, w, d, trained, target), {}))
-            for (model, w, d, trained, target), members in groups.items()]
+    return [
+        _rank_group(model, trained, target, members, unreachable.get((model, w, d, trained, target), {}))
+        for (model, w, d, trained, target), members in groups.items()
+    ]
 
 
-def _rank_group(model: str, trained: int, target: int, members: dict[str, list[tuple[dict, dict]]],
-                unreachable: dict[str, str] | None = None) -> dict:
+def _rank_group(
+    model: str,
+    trained: int,
+    target: int,
+    members: dict[str, list[tuple[dict, dict]]],
+    unreachable: dict[str, str] | None = None,
+) -> dict:
     primary = _primary(members, target)
     unscaled = members.get("none", [])
     every_eval = list(dict.fromkeys(_info(job).get("eval") for jobs in members.values() for job, _ in jobs))
@@ -139,23 +155,56 @@ def _rank_group(model: str, trained: int, target: int, members: dict[str, list[t
         if primary:
             record, _ = _record(jobs, primary[0], target)
             value = measured_value(record)
-        time, memory = _cost(jobs, unscaled) if strategy != "none" else (1.0 if unscaled else None, 1.0 if unscaled else None)
+        time, memory = (
+            _cost(jobs, unscaled) if strategy != "none" else (1.0 if unscaled else None, 1.0 if unscaled else None)
+        )
         said = set(saying.values())
         disagree = ", ".join(f"{e} {s}" for e, s in saying.items()) if "yes" in said and "NO" in said else None
-        rows.append({"strategy": strategy, "state": overall, "recommended": overall == "yes", "failing": failing,
-                     "undecided": undecided, "evals": saying, "value": value, "_record": record, "time": time,
-                     "memory": memory, "disagree": disagree})
+        rows.append(
+            {
+                "strategy": strategy,
+                "state": overall,
+                "recommended": overall == "yes",
+                "failing": failing,
+                "undecided": undecided,
+                "evals": saying,
+                "value": value,
+                "_record": record,
+                "time": time,
+                "memory": memory,
+                "disagree": disagree,
+            }
+        )
     for strategy, why in (unreachable or {}).items():
         if strategy not in members:
-            rows.append({"strategy": strategy, "state": "cannot reach", "recommended": False, "failing": [], "undecided": [],
-                         "evals": {}, "value": None, "_record": None, "time": None, "memory": None, "disagree": None,
-                         "why": why})
+            rows.append(
+                {
+                    "strategy": strategy,
+                    "state": "cannot reach",
+                    "recommended": False,
+                    "failing": [],
+                    "undecided": [],
+                    "evals": {},
+                    "value": None,
+                    "_record": None,
+                    "time": None,
+                    "memory": None,
+                    "disagree": None,
+                    "why": why,
+                }
+            )
     lower = bool(primary and primary[1]["lower_is_better"])
     missing_value = float("inf")
-    rows.sort(key=lambda r: (ORDER[r["state"]], (r["value"] if lower else -r["value"]) if r["value"] is not None
-                             else missing_value, r["strategy"]))
+    rows.sort(
+        key=lambda r: (
+            ORDER[r["state"]],
+            (r["value"] if lower else -r["value"]) if r["value"] is not None else missing_value,
+            r["strategy"],
+        )
+    )
     best = next((r for r in rows if r["recommended"] and r["value"] is not None), None) or next(
-        (r for r in rows if r["value"] is not None), None)
+        (r for r in rows if r["value"] is not None), None
+    )
     group, leader = 0, None
     for r in rows:
         r["vs_best"] = _versus(primary, r, best)
@@ -163,15 +212,25 @@ def _rank_group(model: str, trained: int, target: int, members: dict[str, list[t
             r["tie_group"] = None
             continue
         versus = _versus(primary, r, leader) if leader is not None else None
-        tied = versus is not None and versus["low"] is not None and versus["low"] <= 1 <= versus["high"] and \
-            r["state"] == leader["state"]
+        tied = (
+            versus is not None
+            and versus["low"] is not None
+            and versus["low"] <= 1 <= versus["high"]
+            and r["state"] == leader["state"]
+        )
         if not tied:
             group, leader = group + 1, r
         r["tie_group"] = group
     for r in rows:
         r.pop("_record", None)
-    return {"model": model, "trained": trained, "target": target, "metric": primary[0] if primary else None,
-            "answer": answer_line(model, trained, target, rows), "rows": rows}
+    return {
+        "model": model,
+        "trained": trained,
+        "target": target,
+        "metric": primary[0] if primary else None,
+        "answer": answer_line(model, trained, target, rows),
+        "rows": rows,
+    }
 
 
 def _versus(primary, row: dict, other: dict | None) -> dict | None:
@@ -194,7 +253,11 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
     if recommended:
         tiers: list[list[str]] = []
         for r in recommended:
-            if tiers and r["tie_group"] is not None and r["tie_group"] == recommended[recommended.index(r) - 1]["tie_group"]:
+            if (
+                tiers
+                and r["tie_group"] is not None
+                and r["tie_group"] == recommended[recommended.index(r) - 1]["tie_group"]
+            ):
                 tiers[-1].append(r["strategy"])
             else:
                 tiers.append([r["strategy"]])
@@ -203,8 +266,14 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
         parts.append("no strategy is yes on every metric")
     for r in rows:
         if r["state"] == "NO":
-            parts.append(f"{r['strategy']} fails {', '.join(r['failing'])}"
-                         + (f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)" if r["disagree"] else ""))
+            parts.append(
+                f"{r['strategy']} fails {', '.join(r['failing'])}"
+                + (
+                    f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)"
+                    if r["disagree"]
+                    else ""
+                )
+            )
         elif r["state"] == "cannot reach":
             parts.append(f"{r['strategy']} cannot reach {target}")
         elif not r["recommended"]:
@@ -219,13 +288,24 @@ def table(group: dict) -> list[dict]:
     found = []
     for place, r in enumerate(group["rows"], 1):
         versus = r["vs_best"] or {}
-        found.append({"model": group["model"], "target": group["target"], "rank": place, "strategy": r["strategy"],
-                      "answer": "recommended" if r["recommended"] else r["state"], "tie_group": r["tie_group"],
-                      f"{metric}@target": r["value"], "vs_best": versus.get("ratio"), "vs_best_ci95_low": versus.get("low"),
-                      "vs_best_ci95_high": versus.get("high"),
-                      "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
-                      "time_vs_unscaled": r["time"], "memory_vs_unscaled": r["memory"],
-                      "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", "")})
+        found.append(
+            {
+                "model": group["model"],
+                "target": group["target"],
+                "rank": place,
+                "strategy": r["strategy"],
+                "answer": "recommended" if r["recommended"] else r["state"],
+                "tie_group": r["tie_group"],
+                f"{metric}@target": r["value"],
+                "vs_best": versus.get("ratio"),
+                "vs_best_ci95_low": versus.get("low"),
+                "vs_best_ci95_high": versus.get("high"),
+                "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
+                "time_vs_unscaled": r["time"],
+                "memory_vs_unscaled": r["memory"],
+                "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
+            }
+        )
     return found
 
 
@@ -235,14 +315,30 @@ def format_group(group: dict) -> list[str]:
     metric = group["metric"]
     for row in table(group):
         ratio = row["vs_best"]
-        versus = "" if ratio is None else (
-            f" x{ratio:.4g} vs best" + (f" [{row['vs_best_ci95_low']:.4g}, {row['vs_best_ci95_high']:.4g}]"
-                                       if row["vs_best_ci95_low"] is not None else ""))
+        versus = (
+            ""
+            if ratio is None
+            else (
+                f" x{ratio:.4g} vs best"
+                + (
+                    f" [{row['vs_best_ci95_low']:.4g}, {row['vs_best_ci95_high']:.4g}]"
+                    if row["vs_best_ci95_low"] is not None
+                    else ""
+                )
+            )
+        )
         value = row[f"{metric or 'value'}@target"]
-        cost = " ".join(f"{name} x{row[key]:.2f}" for name, key in (("time", "time_vs_unscaled"), ("memory", "memory_vs_unscaled"))
-                        if row[key] is not None)
-        lines.append(f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
-                     + (f"{metric} {value:.4g}" if value is not None else f"{metric} -") + versus
-                     + (f"  (group {row['tie_group']})" if row["tie_group"] else "") + (f"  cost: {cost}" if cost else "")
-                     + (f"  [{row['note']}]" if row["note"] else ""))
+        cost = " ".join(
+            f"{name} x{row[key]:.2f}"
+            for name, key in (("time", "time_vs_unscaled"), ("memory", "memory_vs_unscaled"))
+            if row[key] is not None
+        )
+        lines.append(
+            f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
+            + (f"{metric} {value:.4g}" if value is not None else f"{metric} -")
+            + versus
+            + (f"  (group {row['tie_group']})" if row["tie_group"] else "")
+            + (f"  cost: {cost}" if cost else "")
+            + (f"  [{row['note']}]" if row["note"] else "")
+        )
     return lines

@@ -53,8 +53,12 @@ class Metric:
 
     def declared(self, eval_name: str) -> dict:
         """What results.json records of it (the report and the verdict read this, not the registry)."""
-        return {**asdict(self), "eval": eval_name, "label": self.label or self.name,
-                "bounds": list(self.bounds) if self.bounds else None}
+        return {
+            **asdict(self),
+            "eval": eval_name,
+            "label": self.label or self.name,
+            "bounds": list(self.bounds) if self.bounds else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,19 @@ class EvalSpec:
 EVALS: dict[str, EvalSpec] = {}
 
 
-def register_eval(name: str, *, config: type, error: type[UserError] = UserError, check: Callable | None = None,
-                  needs=("model", "data"), metrics=(), resolve: Callable | None = None, reference: Callable | None = None,
-                  parts: Callable | None = None, report: Callable | None = None):
+def register_eval(
+    name: str,
+    *,
+    config: type,
+    error: type[UserError] = UserError,
+    check: Callable | None = None,
+    needs=("model", "data"),
+    metrics=(),
+    resolve: Callable | None = None,
+    reference: Callable | None = None,
+    parts: Callable | None = None,
+    report: Callable | None = None,
+):
     """Decorator registering ``fn(cfg, ctx) -> summary`` as the eval ``name``."""
     if not issubclass(error, UserError):
         raise ValueError(f"eval '{name}': error must be a UserError subclass, got {error}")
@@ -108,8 +122,19 @@ def register_eval(name: str, *, config: type, error: type[UserError] = UserError
 
         if name in EVALS and where(EVALS[name].run) != where(fn):  # the same module imported again is no conflict
             raise ValueError(f"eval name '{name}' is registered twice: by {where(EVALS[name].run)} and by {where(fn)}")
-        EVALS[name] = EvalSpec(name, fn, config, error, check, needs if callable(needs) else frozenset(needs),
-                               metrics if callable(metrics) else tuple(metrics), resolve, reference, parts, report)
+        EVALS[name] = EvalSpec(
+            name,
+            fn,
+            config,
+            error,
+            check,
+            needs if callable(needs) else frozenset(needs),
+            metrics if callable(metrics) else tuple(metrics),
+            resolve,
+            reference,
+            parts,
+            report,
+        )
         return fn
 
     return deco

@@ -36,8 +36,13 @@ def _proc_start(pid: int) -> int | None:
 
 
 def this_process() -> dict:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "started": round(time.time(), 3),
-            "proc_start": _proc_start(os.getpid()), "sweep": os.environ.get(SWEEP)}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": round(time.time(), 3),
+        "proc_start": _proc_start(os.getpid()),
+        "sweep": os.environ.get(SWEEP),
+    }
 
 
 def is_alive(process: dict | None) -> bool | None:
@@ -175,8 +180,10 @@ def claim(directory: Path, key: str, wait_for_twin: bool = False, poll: float = 
                 raise TwinFinished(candidate / "results.json")
         elif wait_for_twin and owner.get("key") == key and is_alive(owner) is True:
             if not said:
-                print(f"wait: {candidate} is computing this same job (pid {owner.get('pid')}); its result will be "
-                      f"reused", flush=True)
+                print(
+                    f"wait: {candidate} is computing this same job (pid {owner.get('pid')}); its result will be reused",
+                    flush=True,
+                )
                 said = True
             time.sleep(poll)
             continue

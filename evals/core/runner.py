@@ -75,8 +75,11 @@ MODEL_CACHE = ModelCache()
 
 
 def _error(err: BaseException, with_traceback: bool) -> dict:
-    error = {"type": type(err).__name__, "message": str(err).splitlines()[0] if str(err) else type(err).__name__,
-             "user_error": isinstance(err, UserError)}
+    error = {
+        "type": type(err).__name__,
+        "message": str(err).splitlines()[0] if str(err) else type(err).__name__,
+        "user_error": isinstance(err, UserError),
+    }
     if with_traceback:
         error["traceback"] = traceback.format_exc()
     return error
@@ -119,7 +122,9 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     previous = read_results(run_dir / "results.json")  # claim() let only an unfinished run of this job be here
     resumed = previous is not None and previous["status"] != "done" and previous["job"].get("key") == job.key
     record = RunRecord(run_dir, job.sections())
-    tracker = Tracker(job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name)
+    tracker = Tracker(
+        job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name
+    )
     output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
     status, error = "failed", None
     peak = PeakMemory()
@@ -179,19 +184,36 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
             ctx.output.summary(job.eval.run(job.eval_cfg, ctx) or {})
             unreported = ctx.output.unreported()
             if unreported:  # a key typo or a forgotten measure() would otherwise leave the job without a verdict
-                raise EvalDefect(f"the eval {job.eval.name} declares {', '.join(unreported)} for the verdict but "
-                                   f"reported no measurement of it: a defect in the eval (evals/core/measure.py)")
+                raise EvalDefect(
+                    f"the eval {job.eval.name} declares {', '.join(unreported)} for the verdict but "
+                    f"reported no measurement of it: a defect in the eval (evals/core/measure.py)"
+                )
             measurements = ctx.output.measurements
             reference = own_reference(measurements) if job.scaling.name == "none" else reference
-            judgement = judge(measurements, ctx.output.declared, reference, job.trained_context, job.target,
-                              criteria_of(job.verdict), missing)
+            judgement = judge(
+                measurements,
+                ctx.output.declared,
+                reference,
+                job.trained_context,
+                job.target,
+                criteria_of(job.verdict),
+                missing,
+            )
             ctx.output.verdict(judgement)
             summary = dict(ctx.output.record.data["summary"])
             from .figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
 
-            for name, figure in job_figures(ctx.title, job.scaling.name, measurements, ctx.output.declared, reference,
-                                            job.trained_context, job.target, criteria_of(job.verdict),
-                                            describe(job.compare_fields)).items():
+            for name, figure in job_figures(
+                ctx.title,
+                job.scaling.name,
+                measurements,
+                ctx.output.declared,
+                reference,
+                job.trained_context,
+                job.target,
+                criteria_of(job.verdict),
+                describe(job.compare_fields),
+            ).items():
                 ctx.output.figure(name, figure)
     deploy(job, run_dir)
     print_summary(job, summary, run_dir)
@@ -208,8 +230,12 @@ def deploy(job: Job, run_dir: Path) -> None:
     from .deploy import write_deploy
 
     try:
-        write_deploy(job.scaling, geometry(job.model.config, job.scaling, job.model.slots, job.trained_context, job.scaled),
-                     job.model.config.to_dict(), run_dir)
+        write_deploy(
+            job.scaling,
+            geometry(job.model.config, job.scaling, job.model.slots, job.trained_context, job.scaled),
+            job.model.config.to_dict(),
+            run_dir,
+        )
     except Exception as err:  # noqa: BLE001 -- an export defect must not undo a finished measurement
         print(f"warning: {run_dir / 'deploy'} not written: {type(err).__name__}: {err}", file=sys.stderr)
 
@@ -225,7 +251,11 @@ def reference_runs(job: Job) -> list[dict]:
                 continue
             seen.add(path.resolve())
             data = read_results(path)
-            if isinstance(data, dict) and data.get("status") == "done" and (data.get("job") or {}).get("scaling") == "none":
+            if (
+                isinstance(data, dict)
+                and data.get("status") == "done"
+                and (data.get("job") or {}).get("scaling") == "none"
+            ):
                 data["dir"] = str(path.parent)
                 runs.append(data)
     return runs
@@ -255,10 +285,14 @@ def find_reference(job: Job, cache: ModelCache) -> tuple[Reference | None, str |
     if _covered(job, found):
         return found, None
     if job.reference is None:
-        return found, None if found else ("no unscaled run on the same tokens in this sweep or resume_from, and "
-                                           "verdict.baseline=false: run scaling=none with the same eval first")
-    print(f"baseline: the unscaled {job.reference.name} at {reference_lengths(job.reference)} first (the verdict's "
-          f"reference; verdict.baseline=false skips it)")
+        return found, None if found else (
+            "no unscaled run on the same tokens in this sweep or resume_from, and "
+            "verdict.baseline=false: run scaling=none with the same eval first"
+        )
+    print(
+        f"baseline: the unscaled {job.reference.name} at {reference_lengths(job.reference)} first (the verdict's "
+        f"reference; verdict.baseline=false skips it)"
+    )
     try:
         execute(job.reference, cache)
     except Exception as err:  # noqa: BLE001 -- the job itself still runs; the failure is in the reference's record
@@ -270,11 +304,20 @@ def find_reference(job: Job, cache: ModelCache) -> tuple[Reference | None, str |
 
 
 def reference_lengths(job: Job) -> list[int]:
-    return sorted({int(L) for part_spec, part, _ in parts(job.eval, job.eval_cfg)
-                   for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]})
+    return sorted(
+        {
+            int(L)
+            for part_spec, part, _ in parts(job.eval, job.eval_cfg)
+            for name in length_fields(part_spec.config)
+            if part.get(name) is not None
+            for L in part[name]
+        }
+    )
 
 
-def judge_job(job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None) -> dict:
+def judge_job(
+    job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None
+) -> dict:
     """The verdict of the job's measurements against ``reference`` (from :func:`find_reference`; None:
     ``missing`` says why); an unscaled job is its own reference."""
     if job.scaling.name == "none":
@@ -327,9 +370,13 @@ def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
     config = OmegaConf.to_container(cfg, resolve=False)
     unreachable = isinstance(err, TargetUnreachable)
     with claim(out_dir, "invalid") as run_dir:
-        data = {"status": "unreachable" if unreachable else "failed",
-                "job": {"name": Path(run_dir).name, "key": None, **(err.job if unreachable else {})}, "config": config,
-                "process": this_process(), "error": _error(err, with_traceback=False)}
+        data = {
+            "status": "unreachable" if unreachable else "failed",
+            "job": {"name": Path(run_dir).name, "key": None, **(err.job if unreachable else {})},
+            "config": config,
+            "process": this_process(),
+            "error": _error(err, with_traceback=False),
+        }
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
 
@@ -362,6 +409,8 @@ def run_hydra(cfg) -> dict | None:
     except Exception as err:
         if not multirun:
             raise
-        print(f"error: job {job.name} crashed: {type(err).__name__}: {err} (traceback in its results.json)",
-              file=sys.stderr)
+        print(
+            f"error: job {job.name} crashed: {type(err).__name__}: {err} (traceback in its results.json)",
+            file=sys.stderr,
+        )
     return None

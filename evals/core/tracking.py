@@ -60,7 +60,9 @@ class Tracker:
         if cfg.name == "none" or mode == "disabled":
             return
         if _UNAVAILABLE:
-            log.warning("W&B skipped: it could not start earlier in this process (%s); local results only", _UNAVAILABLE[0])
+            log.warning(
+                "W&B skipped: it could not start earlier in this process (%s); local results only", _UNAVAILABLE[0]
+            )
             return
         self._guard("start", self._start, cfg, mode, run_config, run_dir, name, group, [*cfg.tags, *tags], job_type)
         if self.run is None:
@@ -82,15 +84,23 @@ class Tracker:
             reinit="finish_previous",
             settings=wandb.Settings(init_timeout=float(cfg.init_timeout), silent=True, console="off"),
         )
-        where = self.run.url if mode == "online" else f"offline in {Path(self.run.dir).parent} (`wandb sync {Path(self.run.dir).parent}`)"
+        where = (
+            self.run.url
+            if mode == "online"
+            else f"offline in {Path(self.run.dir).parent} (`wandb sync {Path(self.run.dir).parent}`)"
+        )
         print(f"W&B: {name}, {where}")
 
     def _guard(self, what, fn, *args):
         try:
             fn(*args)
         except Exception as err:  # a tracker must never take the run down
-            log.error("W&B %s failed (%s: %s); continuing with local results only", what, type(err).__name__,
-                      str(err).splitlines()[0] if str(err) else "")
+            log.error(
+                "W&B %s failed (%s: %s); continuing with local results only",
+                what,
+                type(err).__name__,
+                str(err).splitlines()[0] if str(err) else "",
+            )
             if self.run is not None and what != "start":
                 return
             self.run = None
@@ -107,8 +117,14 @@ class Tracker:
 
     def _curve(self, name, step, rows, at):
         self.run.define_metric(step)
-        metrics = sorted({k for row in rows for k, v in row.items() if k != step and isinstance(v, (int, float))
-                          and not isinstance(v, bool)})
+        metrics = sorted(
+            {
+                k
+                for row in rows
+                for k, v in row.items()
+                if k != step and isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
+        )
         for metric in metrics:
             self.run.define_metric(f"{name}/{metric}", step_metric=step)
         for row in rows:

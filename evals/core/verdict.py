@@ -74,13 +74,17 @@ def own_reference(measurements: list[dict]) -> Reference:
     return Reference(records={(r["metric"], int(r["length"])): r for r in measurements}, sources=["itself"])
 
 
-def reference_from(runs: list[dict], compare: dict, environment: str | None = None, strict: bool = False) -> Reference | None:
+def reference_from(
+    runs: list[dict], compare: dict, environment: str | None = None, strict: bool = False
+) -> Reference | None:
     """The reference for a job whose comparison keys are ``compare`` ({eval: key}), from finished unscaled
     ``runs`` (results.json dicts with their ``dir``): the measurements of each eval's declared metrics from the
     runs whose key for that eval matches. ``strict``: only runs of the same ``environment`` (code and versions),
     as a job reusing a result demands; otherwise they are used and noted. None when nothing matches."""
     found = Reference()
-    ordered = sorted(runs, key=lambda r: (r.get("job", {}).get("environment") != environment, -(r.get("finished") or 0)))
+    ordered = sorted(
+        runs, key=lambda r: (r.get("job", {}).get("environment") != environment, -(r.get("finished") or 0))
+    )
     for run in ordered:
         info = run.get("job") or {}
         if run.get("status") != "done" or info.get("scaling") != "none":
@@ -102,14 +106,18 @@ def reference_from(runs: list[dict], compare: dict, environment: str | None = No
                     found.records[at] = record
                     used = True
                 elif not _same(measured_value(known), measured_value(record)):
-                    found.notes.append(f"two unscaled runs disagree on {at[0]}@{at[1]} ({measured_value(known)} in "
-                                       f"{found.sources[0] if found.sources else '?'}, {measured_value(record)} in "
-                                       f"{run.get('dir')}); the first is used")
+                    found.notes.append(
+                        f"two unscaled runs disagree on {at[0]}@{at[1]} ({measured_value(known)} in "
+                        f"{found.sources[0] if found.sources else '?'}, {measured_value(record)} in "
+                        f"{run.get('dir')}); the first is used"
+                    )
         if used:
             found.sources.append(str(run.get("dir")))
             if not same_env and environment is not None:
-                found.notes.append(f"the reference in {run.get('dir')} was computed with other code or package "
-                                   "versions; its numbers may differ slightly")
+                found.notes.append(
+                    f"the reference in {run.get('dir')} was computed with other code or package "
+                    "versions; its numbers may differ slightly"
+                )
     return found if found.records else None
 
 
@@ -131,8 +139,15 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
-    found = {"ratio": None, "low": None, "high": None, "n": min(len(a), len(b)), "method": None, "shared": shared,
-             "clustered": False}
+    found = {
+        "ratio": None,
+        "low": None,
+        "high": None,
+        "n": min(len(a), len(b)),
+        "method": None,
+        "shared": shared,
+        "clustered": False,
+    }
     value, reference = measured_value(own), measured_value(ref)
     if metric.get("nll") and a and b:
         found["ratio"] = math.exp(units_mean(a) - units_mean(b))  # the perplexity ratio: exp of the mean NLL difference
@@ -152,8 +167,13 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     log_ratio = (lambda x, y: x - y) if metric.get("nll") else (lambda x, y: _log(x) - _log(y))
     interval = paired_log_ratio(a, b, log_ratio) if a and b else None
     if interval:
-        found.update(low=math.exp(interval[0]), high=math.exp(interval[1]), n=interval[2], clustered=interval[3],
-                     method="t over paired documents" if interval[3] else "paired bootstrap")
+        found.update(
+            low=math.exp(interval[0]),
+            high=math.exp(interval[1]),
+            n=interval[2],
+            clustered=interval[3],
+            method="t over paired documents" if interval[3] else "paired bootstrap",
+        )
     return found
 
 
@@ -176,13 +196,21 @@ def _same_units(own: dict, ref: dict) -> bool:
     return set(a) == set(b) and all(math.isclose(a[k][1], b[k][1], rel_tol=1e-6) for k in a)
 
 
-def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length: int, second_look: bool,
-           itself: bool = False) -> dict:
+def _check(
+    metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length: int, second_look: bool, itself: bool = False
+) -> dict:
     """One metric at one length against the reference (at ``ref_length``): its state and why."""
     name, lower = metric["name"], metric["lower_is_better"]
     value = measured_value(own)
-    check = {"metric": name, "value": value, "reference": measured_value(ref), "reference_length": ref_length,
-             "state": "?", "second_look": second_look, "unit": (own or {}).get("unit") or metric.get("unit") or "unit"}
+    check = {
+        "metric": name,
+        "value": value,
+        "reference": measured_value(ref),
+        "reference_length": ref_length,
+        "state": "?",
+        "second_look": second_look,
+        "unit": (own or {}).get("unit") or metric.get("unit") or "unit",
+    }
     if ref is None or check["reference"] is None:
         check["why"] = f"no unscaled {name} at {ref_length}"
         return check
@@ -190,8 +218,10 @@ def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length
         check["why"] = f"{name} not measured ({own.get('note') or 'no value'})"
         return check
     if own["length"] == ref_length and not itself and (_units(own) or _units(ref)) and not _same_units(own, ref):
-        check["why"] = (f"{name} rests on other {check['unit']}s here ({own.get('count') or 0:g}) than in the "
-                        f"reference ({ref.get('count') or 0:g}): not the same test")
+        check["why"] = (
+            f"{name} rests on other {check['unit']}s here ({own.get('count') or 0:g}) than in the "
+            f"reference ({ref.get('count') or 0:g}): not the same test"
+        )
         return check
     if not lower and check["reference"] <= 0:
         check.update(state="skip", why=f"the unscaled model scores 0 on {name} at {ref_length}: nothing to keep")
@@ -224,8 +254,9 @@ def _check(metric: dict, own: dict, ref: dict | None, criteria: dict, ref_length
 
         more = more_units(paired["n"], half, distance)
         check["more_units"] = more
-        tail = (f" straddles {limit:g}: " + (f"about {more} more {check['unit']}s would likely decide it" if more
-                                             else "the estimate sits on the limit"))
+        tail = f" straddles {limit:g}: " + (
+            f"about {more} more {check['unit']}s would likely decide it" if more else "the estimate sits on the limit"
+        )
     check["state"] = state
     check["why"] = head + interval + tail
     return check
@@ -247,8 +278,15 @@ def _as_bool(state: str) -> bool | None:
     return {"yes": True, "NO": False}.get(state)
 
 
-def judge(measurements: list[dict], declared: dict, reference: Reference | None, trained: int, target: int | None,
-          criteria: dict, missing: str | None = None) -> dict:
+def judge(
+    measurements: list[dict],
+    declared: dict,
+    reference: Reference | None,
+    trained: int,
+    target: int | None,
+    criteria: dict,
+    missing: str | None = None,
+) -> dict:
     """The verdict of one job: ``measurements`` its records (results.json ``measurements``), ``declared`` its metric
     declarations, ``reference`` the unscaled measurements (None: ``missing`` says why). Returns
     ``{"summary": {...}, "lengths": [per-length rows], "criteria", "target", "trained", "reference"}``."""
@@ -257,8 +295,15 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
     have = {name: rows for name, rows in by_metric(measurements).items() if name in metrics}
     lengths = sorted({L for name in judged for L in have.get(name, {})})
     if not lengths:  # nothing this job measured is judged (an analytic study): no verdict at all
-        return {"summary": {}, "lengths": [], "criteria": criteria, "target": target, "trained": trained,
-                "reference": None, "missing": None}
+        return {
+            "summary": {},
+            "lengths": [],
+            "criteria": criteria,
+            "target": target,
+            "trained": trained,
+            "reference": None,
+            "missing": None,
+        }
     summary: dict = {}
     rows = []
     for L in lengths:
@@ -271,8 +316,17 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
             ref = reference.get(name, ref_length) if reference is not None else None
             if measured_value(own) is None and measured_value(ref) is None and not own.get("note") == "out of memory":
                 continue  # measured on neither side (LongPPL where no token is a key token): nothing to judge
-            checks.append(_check(metric, own, ref, criteria, ref_length, second_look=not metric.get("verdict"),
-                                 itself=reference is not None and reference.sources == ["itself"] and L == ref_length))
+            checks.append(
+                _check(
+                    metric,
+                    own,
+                    ref,
+                    criteria,
+                    ref_length,
+                    second_look=not metric.get("verdict"),
+                    itself=reference is not None and reference.sources == ["itself"] and L == ref_length,
+                )
+            )
         rows.append({"length": L, "checks": checks})
     if reference is None:
         why = missing or "no unscaled reference on the same tokens"
@@ -280,7 +334,9 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
             row["state"], row["reason"] = "?", why
     else:
         short = [c for row in rows if row["length"] <= trained for c in row["checks"]]
-        kept, kept_why = _decide(short) if short else ("?", f"short context not measured: add lengths up to {trained} (1x)")
+        kept, kept_why = (
+            _decide(short) if short else ("?", f"short context not measured: add lengths up to {trained} (1x)")
+        )
         for row in rows:
             state, reason = _decide(row["checks"])
             if row["length"] > trained:
@@ -295,13 +351,19 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
         for c in row["checks"]:
             if c.get("ratio") is not None and reference is not None and reference.sources != ["itself"]:
                 summary[f"{c['metric']}_ratio@{L}"] = c["ratio"]
-                summary[f"{c['metric']}_ratio_ci95_low@{L}"], summary[f"{c['metric']}_ratio_ci95_high@{L}"] = c["low"], c["high"]
+                summary[f"{c['metric']}_ratio_ci95_low@{L}"], summary[f"{c['metric']}_ratio_ci95_high@{L}"] = (
+                    c["low"],
+                    c["high"],
+                )
     summary["target_length"] = target
     at_target = next((row for row in rows if row["length"] == target), None)
     summary["verdict"] = at_target["verdict"] if at_target else None
     summary["verdict_state"] = at_target["state"] if at_target else "?"
-    summary["verdict_reason"] = at_target["reason"] if at_target else (
-        f"the target length {target} was not evaluated: add it to the lengths" if target else "no target length")
+    summary["verdict_reason"] = (
+        at_target["reason"]
+        if at_target
+        else (f"the target length {target} was not evaluated: add it to the lengths" if target else "no target length")
+    )
     values = {name: {L: measured_value(r) for L, r in by_length.items()} for name, by_length in have.items()}
     for name in metrics:
         if values.get(name, {}).get(target) is not None:
@@ -311,16 +373,28 @@ def judge(measurements: list[dict], declared: dict, reference: Reference | None,
         for name, metric in metrics.items():
             for L, value in values.get(name, {}).items():
                 base = reference.value(name, L)
-                if L > trained or base is None or value is None or (not metric["lower_is_better"] and base <= 0) or value <= 0:
+                if (
+                    L > trained
+                    or base is None
+                    or value is None
+                    or (not metric["lower_is_better"] and base <= 0)
+                    or value <= 0
+                ):
                     continue
                 summary[f"{name}_retention@{L}"] = base / value if metric["lower_is_better"] else value / base
     for name, metric in judged.items():
         own = {L: v for L, v in values.get(name, {}).items() if v is not None}
         if metric["lower_is_better"] and own:
             summary[f"{name}_stable_length"] = _stable(own, trained, criteria["tolerance"])
-    return {"summary": summary, "lengths": rows, "criteria": criteria, "target": target, "trained": trained,
-            "reference": None if reference is None else {"sources": reference.sources, "notes": reference.notes},
-            "missing": missing if reference is None else None}
+    return {
+        "summary": summary,
+        "lengths": rows,
+        "criteria": criteria,
+        "target": target,
+        "trained": trained,
+        "reference": None if reference is None else {"sources": reference.sources, "notes": reference.notes},
+        "missing": missing if reference is None else None,
+    }
 
 
 def _both(at_length: str, why: str, kept: str, kept_why: str) -> tuple[str, str]:
@@ -373,16 +447,20 @@ def word(verdict) -> str:
     return {True: "yes", False: "NO", None: "?"}[verdict]
 
 
-RULE = ("yes when the 95% interval of the paired ratio strategy / unscaled lies within the limit, NO when it lies "
-        "beyond, inconclusive when it straddles it")
+RULE = (
+    "yes when the 95% interval of the paired ratio strategy / unscaled lies within the limit, NO when it lies "
+    "beyond, inconclusive when it straddles it"
+)
 
 
 def format_job(title: str, judgement: dict) -> list[str]:
     """The verdict of one job, one line per length: what a user reads at the end of a run."""
     trained, target, criteria = judgement["trained"], judgement["target"], judgement["criteria"]
-    lines = [f"verdict: does {title} keep working? (paired against the unscaled model on the same units; "
-             f"lower-is-better metrics x <= {1 + criteria['tolerance']:g}, higher-is-better ones x >= "
-             f"{criteria['retained']:g}; {RULE})"]
+    lines = [
+        f"verdict: does {title} keep working? (paired against the unscaled model on the same units; "
+        f"lower-is-better metrics x <= {1 + criteria['tolerance']:g}, higher-is-better ones x >= "
+        f"{criteria['retained']:g}; {RULE})"
+    ]
     if judgement.get("missing"):
         lines.append(f"  no answer: {judgement['missing']}")
     for note in (judgement.get("reference") or {}).get("notes", []):
@@ -390,16 +468,26 @@ def format_job(title: str, judgement: dict) -> list[str]:
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
         looks = [c["why"] for c in row["checks"] if c["second_look"] and c.get("ratio") is not None]
-        lines.append(f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['state']):<12}  "
-                     f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark)
+        lines.append(
+            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['state']):<12}  "
+            f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark
+        )
     summary = judgement["summary"]
     if target:
         state = summary.get("verdict_state", word(summary["verdict"]))
-        lines.append(f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
-                     + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})"))
+        lines.append(
+            f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
+            + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})")
+        )
     effective = summary.get("effective_length")
-    lines.append(f"  -> effective length: {effective if effective is not None else 'none'}"
-                 + (f" ({summary['effective_length_reason']})" if effective is None and summary.get("effective_length_reason") else ""))
+    lines.append(
+        f"  -> effective length: {effective if effective is not None else 'none'}"
+        + (
+            f" ({summary['effective_length_reason']})"
+            if effective is None and summary.get("effective_length_reason")
+            else ""
+        )
+    )
     return lines
 
 
@@ -407,10 +495,17 @@ def format_table(rows: list[dict], trained: int | None) -> list[str]:
     """A strategies x lengths table of verdicts (rows: {"strategy", "target", "verdicts": {L: state},
     "effective_length"}), as lm-eval and the yarn scripts print theirs."""
     lengths = sorted({L for row in rows for L in row["verdicts"]})
-    head = ["strategy", "target"] + [f"{L}" + (f" ({multiple(L, trained)})" if trained else "") for L in lengths] + ["effective length"]
-    body = [[row["strategy"], str(row["target"] or "")] + [word(row["verdicts"][L]) if L in row["verdicts"] else "-"
-                                                         for L in lengths] + [str(row["effective_length"] or "none")]
-            for row in rows]
+    head = (
+        ["strategy", "target"]
+        + [f"{L}" + (f" ({multiple(L, trained)})" if trained else "") for L in lengths]
+        + ["effective length"]
+    )
+    body = [
+        [row["strategy"], str(row["target"] or "")]
+        + [word(row["verdicts"][L]) if L in row["verdicts"] else "-" for L in lengths]
+        + [str(row["effective_length"] or "none")]
+        for row in rows
+    ]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, body)]

@@ -57,6 +57,7 @@ ESSAY = tuple(name for name, spec in NIAH.items() if spec["type_haystack"] == "e
 
 # --- offline resources: nltk's punkt_tab, the corpus haystack, the tokenizer ------------------------------
 
+
 def nltk_data_dir() -> Path:
     from evals.core.files import cache_dir
 
@@ -150,6 +151,7 @@ def _freeze(value):
 
 # --- one function per task: lm-eval's generator with our haystack, tokenizer, sample count and seed ------
 
+
 def generate(task: str, length: int, tok, num_samples: int, seed: int = SEED, data: dict | None = None) -> list[dict]:
     """lm-eval's RULER samples of ``task`` at ``length`` tokens (each ``length`` includes the tokens to
     generate, as in RULER)."""
@@ -161,17 +163,25 @@ def generate(task: str, length: int, tok, num_samples: int, seed: int = SEED, da
         kind = spec["type_haystack"]
         haystack = haystack_words(data) if kind == "essay" else prepare_niah.get_haystack(type_haystack=kind)
         _seed(seed)
-        return prepare_niah.generate_samples(haystack, max_seq_length=length, template=niah_utils.TEMPLATE,
-                                             num_samples=num_samples, TOKENIZER=tok, **spec)
+        return prepare_niah.generate_samples(
+            haystack,
+            max_seq_length=length,
+            template=niah_utils.TEMPLATE,
+            num_samples=num_samples,
+            TOKENIZER=tok,
+            **spec,
+        )
     if task == "vt":
         from lm_eval.tasks.ruler import vt_utils
 
         _seed(seed)  # vt_utils.get_dataset, with num_samples
-        icl_example = vt_utils.sys_vartrack_w_noise_random(tokenizer=tok, num_samples=1, max_seq_length=500,
-                                                           incremental=5)[0]
+        icl_example = vt_utils.sys_vartrack_w_noise_random(
+            tokenizer=tok, num_samples=1, max_seq_length=500, incremental=5
+        )[0]
         _check_vt_fits(vt_utils, tok, icl_example, length)
-        return vt_utils.sys_vartrack_w_noise_random(tokenizer=tok, num_samples=num_samples, max_seq_length=length,
-                                                    icl_example=icl_example)
+        return vt_utils.sys_vartrack_w_noise_random(
+            tokenizer=tok, num_samples=num_samples, max_seq_length=length, icl_example=icl_example
+        )
     if task == "cwe":
         from lm_eval.tasks.ruler import cwe_utils
 
@@ -188,8 +198,9 @@ def generate(task: str, length: int, tok, num_samples: int, seed: int = SEED, da
 
         qas, docs = qa_utils.read_squad() if task == "qa_squad" else qa_utils.read_hotpotqa()
         _seed(seed)
-        return qa_utils.generate_samples(tokenizer=tok, docs=docs, qas=qas, max_seq_length=length,
-                                         num_samples=num_samples, tokens_to_generate=32)
+        return qa_utils.generate_samples(
+            tokenizer=tok, docs=docs, qas=qas, max_seq_length=length, num_samples=num_samples, tokens_to_generate=32
+        )
     raise ValueError(f"unknown RULER task {task!r}; valid: {', '.join(TASKS)}")
 
 
@@ -208,8 +219,10 @@ def _check_vt_fits(vt_utils, tok, icl_example: dict, length: int) -> None:
         random.setstate(state)
         np.random.set_state(np_state)
     if needed > length:
-        raise ValueError(f"RULER vt needs at least ~{needed} tokens with this tokenizer (its one-shot example and "
-                         f"smallest prompt), not {length}: use a longer length")
+        raise ValueError(
+            f"RULER vt needs at least ~{needed} tokens with this tokenizer (its one-shot example and "
+            f"smallest prompt), not {length}: use a longer length"
+        )
 
 
 def ruler_dataset(task: str, **metadata) -> dict:
@@ -280,6 +293,7 @@ def qa_hotpot(**metadata):
 
 
 # --- scoring: lm-eval's own ---------------------------------------------------------------------------
+
 
 def _scored(doc: dict, score: float) -> dict:
     metrics = {str(L): -1.0 for L in LENGTH_METRICS}  # -1: no prompt of this length (ignored when aggregating)

@@ -13,7 +13,6 @@ import re
 from dataclasses import replace
 
 
-
 LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 
 
@@ -33,7 +32,11 @@ def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
 
     tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
     lengths = [int(L) for L in metadata.get("max_seq_lengths", [1024, 4096])]
-    grid = {"lengths": lengths, "depths": metadata.get("depths", [0.1, 0.5, 0.9]), "trials": int(metadata.get("trials", 2))}
+    grid = {
+        "lengths": lengths,
+        "depths": metadata.get("depths", [0.1, 0.5, 0.9]),
+        "trials": int(metadata.get("trials", 2)),
+    }
     cfg = replace(RetrievalConfig(), **overrides, **grid)
     documents = []
     if cfg.haystack == "corpus":
@@ -45,8 +48,15 @@ def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
         for depth in cfg.depths:
             for trial in range(cfg.trials):
                 prompt = builder.build(length, depth, trial)
-                rows.append({"input": tokenizer.decode(prompt.ids, skip_special_tokens=True), "outputs": prompt.keys,
-                             "length": length, "depth": depth, "task": task})
+                rows.append(
+                    {
+                        "input": tokenizer.decode(prompt.ids, skip_special_tokens=True),
+                        "outputs": prompt.keys,
+                        "length": length,
+                        "depth": depth,
+                        "task": task,
+                    }
+                )
     import datasets  # imported where used: loading the evals stays fast
 
     return {"test": datasets.Dataset.from_list(rows)}
@@ -104,5 +114,8 @@ def books_dataset(**metadata) -> dict:
 def process_books(doc: dict, results: list) -> dict:
     (loglikelihood,) = results
     words, size = len(re.split(r"\s+", doc["text"])), len(doc["text"].encode("utf-8"))
-    return {"word_perplexity": (loglikelihood, words), "byte_perplexity": (loglikelihood, size),
-            "bits_per_byte": (loglikelihood, size)}
+    return {
+        "word_perplexity": (loglikelihood, words),
+        "byte_perplexity": (loglikelihood, size),
+        "bits_per_byte": (loglikelihood, size),
+    }

@@ -63,17 +63,29 @@ class PerplexityConfig:
     stride: int = option(256, minimum=1)  # sliding: tokens advanced per window; only new tokens are scored
     bos_per_window: bool = False  # sliding: prepend BOS to every window (the yarn script does)
     max_tokens: Optional[int] = option(None, minimum=2)  # sliding: tokens scored per document (null: longest length)
-    min_document_tokens: Optional[int] = option(None, minimum=0)  # shorter documents are not scored (null: longest length)
+    min_document_tokens: Optional[int] = option(
+        None, minimum=0
+    )  # shorter documents are not scored (null: longest length)
     documents: Optional[int] = option(None, minimum=1)  # how many documents to evaluate (None: all)
-    chunk_tokens: int = option(2048, minimum=1, compare=False)  # LM head + cross-entropy over this many positions at a time
+    chunk_tokens: int = option(
+        2048, minimum=1, compare=False
+    )  # LM head + cross-entropy over this many positions at a time
     position_bins: int = option(64, minimum=1, compare=False)  # bins of the loss-by-position curve
-    bootstrap_block: int = option(256, minimum=1)  # the units: blocks of this many token positions (the verdict pairs them)
+    bootstrap_block: int = option(
+        256, minimum=1
+    )  # the units: blocks of this many token positions (the verdict pairs them)
     bootstrap_samples: int = option(1000, minimum=100, compare=False)
     seed: int = option(0, compare=False)  # bootstrap resampling
-    longppl: bool = option(False, compare=False)  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
+    longppl: bool = option(
+        False, compare=False
+    )  # also LongPPL: perplexity over key tokens (eval.key_tokens), per length
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
-    ablate_bias: List[str] = option([], choices=tuple(biases.PROJECTIONS))  # biases changed while scoring (evals/bias.py)
-    ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens
+    ablate_bias: List[str] = option(
+        [], choices=tuple(biases.PROJECTIONS)
+    )  # biases changed while scoring (evals/bias.py)
+    ablate_mode: str = option(
+        "zero", choices=biases.MODES
+    )  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens
 
 
 def resolve_config(cfg) -> None:
@@ -92,19 +104,22 @@ def check_config(cfg, job=None) -> None:
     if cfg.protocol == "sliding" and not cfg.stride <= span:
         raise PerplexityError(f"eval.stride={cfg.stride} must be at most the smallest window's {span} new tokens")
     if cfg.protocol == "sliding" and cfg.max_tokens is not None and cfg.max_tokens < max(cfg.lengths):
-        raise PerplexityError(f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
-                              f"raise it or leave it null")
+        raise PerplexityError(
+            f"eval.max_tokens={cfg.max_tokens} is below the longest length {max(cfg.lengths)}; "
+            f"raise it or leave it null"
+        )
     if cfg.ablate_bias and cfg.longppl:
-        raise PerplexityError(f"eval.ablate_bias={list(cfg.ablate_bias)} with eval.longppl=true: the key tokens would be "
-                              "found by the ablated model; run LongPPL without the ablation")
+        raise PerplexityError(
+            f"eval.ablate_bias={list(cfg.ablate_bias)} with eval.longppl=true: the key tokens would be "
+            "found by the ablated model; run LongPPL without the ablation"
+        )
     if job is not None:
         biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", PerplexityError)
     if cfg.longppl:
         from ..core.runner import MODEL_CACHE
 
         try:
-            check_key_tokens(cfg.key_tokens, list(cfg.lengths), job,
-                             job and (lambda: MODEL_CACHE.tokenizer(job.model)))
+            check_key_tokens(cfg.key_tokens, list(cfg.lengths), job, job and (lambda: MODEL_CACHE.tokenizer(job.model)))
         except UserError as err:
             raise PerplexityError(str(err)) from None
 
@@ -140,10 +155,15 @@ class Accumulator:
             low, high = t_interval(means)
             return math.exp(low), math.exp(high), f"t, {len(means)} documents"
         if len(means) == 1 and length in self.tokens:
-            found = block_bootstrap(self.tokens[length], self.cfg.bootstrap_block, self.cfg.bootstrap_samples,
-                                    self.cfg.seed)
+            found = block_bootstrap(
+                self.tokens[length], self.cfg.bootstrap_block, self.cfg.bootstrap_samples, self.cfg.seed
+            )
             if found:
-                return math.exp(found[0]), math.exp(found[1]), f"block bootstrap, {self.cfg.bootstrap_block}-token blocks"
+                return (
+                    math.exp(found[0]),
+                    math.exp(found[1]),
+                    f"block bootstrap, {self.cfg.bootstrap_block}-token blocks",
+                )
         return None, None, None
 
     def rows(self) -> list[dict]:
@@ -152,9 +172,20 @@ class Accumulator:
             n = self.count[L]
             nll = self.sum[L] / n if n else None
             low, high, method = self.interval(L)
-            rows.append({"length": L, "ppl": math.exp(nll) if nll is not None else None, "nll": nll, "tokens": n,
-                         "documents": len(self.doc_means[L]), "skipped_documents": self.skipped[L],
-                         "ci95_low": low, "ci95_high": high, "ci_method": method, "oom": L in self.oom})
+            rows.append(
+                {
+                    "length": L,
+                    "ppl": math.exp(nll) if nll is not None else None,
+                    "nll": nll,
+                    "tokens": n,
+                    "documents": len(self.doc_means[L]),
+                    "skipped_documents": self.skipped[L],
+                    "ci95_low": low,
+                    "ci95_high": high,
+                    "ci_method": method,
+                    "oom": L in self.oom,
+                }
+            )
         return rows
 
 
@@ -172,8 +203,11 @@ def _forward(acc: Accumulator, length: int, compute, cost: Cost | None = None, f
     except Exception as err:
         if not is_out_of_memory(err):
             raise
-        log.warning("out of memory at length %d (%s); recorded, going on with the other lengths", length,
-                    str(err).splitlines()[0][:120])
+        log.warning(
+            "out of memory at length %d (%s); recorded, going on with the other lengths",
+            length,
+            str(err).splitlines()[0][:120],
+        )
         acc.oom.add(length)
         free_memory()
         return None
@@ -236,15 +270,41 @@ def reference_config(cfg) -> None:
 
 def metrics(cfg) -> tuple[Metric, ...]:
     """ppl by length, and LongPPL when it runs."""
-    ppl = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", interval=True, label="perplexity", log=True,
-                 nll=True, unit="token block")
-    longppl = Metric("longppl", lower_is_better=True, verdict=True, count="key_tokens", interval=True, label="LongPPL",
-                     log=True, nll=True, unit="token block")
+    ppl = Metric(
+        "ppl",
+        lower_is_better=True,
+        verdict=True,
+        count="tokens",
+        interval=True,
+        label="perplexity",
+        log=True,
+        nll=True,
+        unit="token block",
+    )
+    longppl = Metric(
+        "longppl",
+        lower_is_better=True,
+        verdict=True,
+        count="key_tokens",
+        interval=True,
+        label="LongPPL",
+        log=True,
+        nll=True,
+        unit="token block",
+    )
     return (ppl, longppl) if cfg.longppl else (ppl,)
 
 
-@register_eval("perplexity", config=PerplexityConfig, error=PerplexityError, check=check_config, needs=("model", "data"),
-               metrics=metrics, resolve=resolve_config, reference=reference_config)
+@register_eval(
+    "perplexity",
+    config=PerplexityConfig,
+    error=PerplexityError,
+    check=check_config,
+    needs=("model", "data"),
+    metrics=metrics,
+    resolve=resolve_config,
+    reference=reference_config,
+)
 def evaluate(cfg, ctx) -> dict:
     """Perplexity at each of ``eval.lengths`` (prefix or sliding protocol), with intervals and the effective length."""
     lengths = sorted(set(cfg.lengths))
@@ -259,8 +319,10 @@ def evaluate(cfg, ctx) -> dict:
         )
     eligible = [d for d in documents if len(d.ids) >= minimum]
     if not eligible:
-        raise PerplexityError(f"no document has the {minimum} tokens eval.min_document_tokens asks for (longest: "
-                              f"{longest_doc}); lower it, or 0 to score each document at the lengths it reaches")
+        raise PerplexityError(
+            f"no document has the {minimum} tokens eval.min_document_tokens asks for (longest: "
+            f"{longest_doc}); lower it, or 0 to score each document at the lengths it reaches"
+        )
     excluded = [d.name for d in documents if len(d.ids) < minimum]
     documents = eligible[: cfg.documents] if cfg.documents is not None else eligible
     bos = ctx.tokenizer().bos_token_id if cfg.bos_per_window else None
@@ -271,14 +333,19 @@ def evaluate(cfg, ctx) -> dict:
     if cfg.longppl:  # key spans first: an evaluator pass, if any, runs before the model is patched
         keys = KeyTokens(cfg.key_tokens, ctx, cfg.chunk_tokens)
         unscaled = not (ctx.scaling.scales_frequencies or ctx.scaling.scales_query)
-        keys.prepare(documents, {d.name: _covered(d, lengths, cfg, max_tokens) for d in documents},
-                     share=unscaled and cfg.protocol == "prefix")
+        keys.prepare(
+            documents,
+            {d.name: _covered(d, lengths, cfg, max_tokens) for d in documents},
+            share=unscaled and cfg.protocol == "prefix",
+        )
         key_acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     model = ctx.model()
     for L in lengths:
         warn_if_too_large(model, L, "perplexity")
     calibration = documents[0].ids[:CALIBRATION_TOKENS].to(next(model.parameters()).device)[None]
-    with biases.ablated(model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=calibration)) as ablation:
+    with biases.ablated(
+        model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=calibration)
+    ) as ablation:
         if ablation:
             ctx.output.metrics("ablation", ablation)
         return _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, excluded)
@@ -304,12 +371,16 @@ def _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, 
         for L, nll in scored.items():
             acc.add(L, nll, doc.name, torch.arange(first, first + len(nll)))
         if keys is not None and scored:
-            _add_key_tokens(keys, key_acc, doc, model, scored, first, scored[max(scored)] if cfg.protocol == "prefix" else None)
+            _add_key_tokens(
+                keys, key_acc, doc, model, scored, first, scored[max(scored)] if cfg.protocol == "prefix" else None
+            )
         rows = _rows(acc, key_acc)
         ctx.output.measure(*measurements(cfg, rows, acc, key_acc))  # kept if stopped now
         ctx.output.table("perplexity", rows)
-        ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows,
-                                          **({"longppl": keys.describe()} if keys else {})})
+        ctx.output.metrics(
+            "perplexity",
+            {"protocol": cfg.protocol, "by_length": rows, **({"longppl": keys.describe()} if keys else {})},
+        )
     return _finish(cfg, ctx, _rows(acc, key_acc), position_sum, position_count, max_tokens, keys, excluded)
 
 
@@ -321,13 +392,35 @@ def measurements(cfg, rows: list[dict], acc: Accumulator, key_acc: Accumulator |
         L = row["length"]
         oom = "out of memory" if row["oom"] else None  # a length cut short is no value, not a partial one
         if row["documents"] or row["oom"]:
-            found.append(Measurement("ppl", L, None if oom else row["ppl"], row["tokens"], unit, acc.units.get(L, {}),
-                                     row["ci95_low"], row["ci95_high"], row["ci_method"], oom))
+            found.append(
+                Measurement(
+                    "ppl",
+                    L,
+                    None if oom else row["ppl"],
+                    row["tokens"],
+                    unit,
+                    acc.units.get(L, {}),
+                    row["ci95_low"],
+                    row["ci95_high"],
+                    row["ci_method"],
+                    oom,
+                )
+            )
         if key_acc is not None and (row["documents"] or row["oom"]):
-            found.append(Measurement("longppl", L, None if oom else row["longppl"], row["key_tokens"], unit,
-                                     key_acc.units.get(L, {}), row["longppl_ci95_low"], row["longppl_ci95_high"],
-                                     row["ci_method"], oom or (None if row["longppl"] is not None else
-                                                               "no key token at this length")))
+            found.append(
+                Measurement(
+                    "longppl",
+                    L,
+                    None if oom else row["longppl"],
+                    row["key_tokens"],
+                    unit,
+                    key_acc.units.get(L, {}),
+                    row["longppl_ci95_low"],
+                    row["longppl_ci95_high"],
+                    row["ci_method"],
+                    oom or (None if row["longppl"] is not None else "no key token at this length"),
+                )
+            )
     return found
 
 
@@ -336,8 +429,15 @@ def _rows(acc: Accumulator, key_acc: Accumulator | None) -> list[dict]:
     rows = acc.rows()
     if key_acc is not None:
         for row, key in zip(rows, key_acc.rows()):
-            row.update({"longppl": key["ppl"], "longppl_nll": key["nll"], "key_tokens": key["tokens"],
-                        "longppl_ci95_low": key["ci95_low"], "longppl_ci95_high": key["ci95_high"]})
+            row.update(
+                {
+                    "longppl": key["ppl"],
+                    "longppl_nll": key["nll"],
+                    "key_tokens": key["tokens"],
+                    "longppl_ci95_low": key["ci95_low"],
+                    "longppl_ci95_high": key["ci95_high"],
+                }
+            )
     return rows
 
 
@@ -349,8 +449,9 @@ def _position_bins(position_sum, position_count, bins: int) -> list[dict]:
         for start in range(0, seen, width):
             end = min(start + width, seen)
             n = float(position_count[start:end].sum())
-            rows.append({"position_start": start + 1, "position_end": end,
-                         "mean_nll": float(position_sum[start:end].sum()) / n})
+            rows.append(
+                {"position_start": start + 1, "position_end": end, "mean_nll": float(position_sum[start:end].sum()) / n}
+            )
     return rows
 
 
@@ -364,14 +465,30 @@ def _finish(cfg, ctx, rows, position_sum, position_count, max_tokens, keys=None,
         ctx.output.table("loss_by_position", bins)
     scored = [r for r in rows if r["ppl"] is not None]
     if bins:
-        ctx.output.figure("loss_by_position_plot", line_plot(
-            {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
-            xlabel="position (tokens)", ylabel="mean NLL (nats)", title="Loss by position (longest pass)",
-            vline=trained, vlabel=f"trained {trained}"))
-    ctx.output.curve("perplexity", [{k: r[k] for k in ("length", "ppl", "nll", "ci95_low", "ci95_high", "tokens")}
-                                    for r in scored])
-    ctx.output.metrics("perplexity", {"protocol": cfg.protocol, "by_length": rows, "loss_by_position": bins,
-                                      "excluded_documents": list(excluded),
-                                      **({"longppl": keys.describe()} if keys is not None else {}),
-                                      **({"max_tokens": max_tokens} if cfg.protocol == "sliding" else {}), **summary})
+        ctx.output.figure(
+            "loss_by_position_plot",
+            line_plot(
+                {ctx.title: ([b["position_end"] for b in bins], [b["mean_nll"] for b in bins])},
+                xlabel="position (tokens)",
+                ylabel="mean NLL (nats)",
+                title="Loss by position (longest pass)",
+                vline=trained,
+                vlabel=f"trained {trained}",
+            ),
+        )
+    ctx.output.curve(
+        "perplexity", [{k: r[k] for k in ("length", "ppl", "nll", "ci95_low", "ci95_high", "tokens")} for r in scored]
+    )
+    ctx.output.metrics(
+        "perplexity",
+        {
+            "protocol": cfg.protocol,
+            "by_length": rows,
+            "loss_by_position": bins,
+            "excluded_documents": list(excluded),
+            **({"longppl": keys.describe()} if keys is not None else {}),
+            **({"max_tokens": max_tokens} if cfg.protocol == "sliding" else {}),
+            **summary,
+        },
+    )
     return summary

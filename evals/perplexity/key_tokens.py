@@ -53,7 +53,9 @@ class KeyTokenError(UserError):
 
 @dataclass
 class KeyTokensConfig:
-    evaluator: Any = None  # null: the run's model without its scaling; a conf/model name (smollm2, gemma3); or a model config
+    evaluator: Any = (
+        None  # null: the run's model without its scaling; a conf/model name (smollm2, gemma3); or a model config
+    )
     short_context: int = option(4096, minimum=1)  # the short context: tokens each short-pass token sees at least
     stride: int = option(1024, minimum=1)  # short windows (short_context + stride tokens) advance by this many
     alpha: float = option(2.0, minimum=0)  # key: short-context loss - full-context loss > alpha (LSD)
@@ -72,14 +74,18 @@ def evaluator_config(cfg):
     if isinstance(chosen, str):
         path = config_dir() / "model" / f"{chosen}.yaml"
         if not path.is_file():
-            raise KeyTokenError(f"eval.key_tokens.evaluator={chosen!r} is not a model; valid: {', '.join(model_options())} "
-                                f"(or null: the run's model without its scaling)")
+            raise KeyTokenError(
+                f"eval.key_tokens.evaluator={chosen!r} is not a model; valid: {', '.join(model_options())} "
+                f"(or null: the run's model without its scaling)"
+            )
         node = OmegaConf.load(path)
     elif OmegaConf.is_dict(chosen) or isinstance(chosen, dict):
         node = OmegaConf.create(chosen)
     else:
-        raise KeyTokenError(f"eval.key_tokens.evaluator={chosen!r}: give a model name ({', '.join(model_options())}), "
-                            f"a model config, or null")
+        raise KeyTokenError(
+            f"eval.key_tokens.evaluator={chosen!r}: give a model name ({', '.join(model_options())}), "
+            f"a model config, or null"
+        )
     values = {k: v for k, v in OmegaConf.to_container(node).items() if k != "defaults"}
     try:
         model = OmegaConf.merge(OmegaConf.structured(ModelConfig), values)
@@ -103,18 +109,22 @@ def require_offsets(tokenizer, who: str) -> None:
     except (NotImplementedError, ValueError, TypeError):
         found = False
     if not found:
-        raise KeyTokenError(f"{who} has a tokenizer without character offsets ({type(tokenizer).__name__}; "
-                            f"return_offsets_mapping needs a fast tokenizer), which LongPPL maps key spans through; "
-                            f"give a tokenizer.json (model.tokenizer=...) or another eval.key_tokens.evaluator")
+        raise KeyTokenError(
+            f"{who} has a tokenizer without character offsets ({type(tokenizer).__name__}; "
+            f"return_offsets_mapping needs a fast tokenizer), which LongPPL maps key spans through; "
+            f"give a tokenizer.json (model.tokenizer=...) or another eval.key_tokens.evaluator"
+        )
 
 
 def check(cfg, lengths: list[int], job=None, run_tokenizer=None) -> None:
     """Everything about key tokens that can go wrong, before any weights load (tokenizers only; with a job)."""
     check_options(cfg, KeyTokensConfig, "eval.key_tokens")
     if cfg.short_context + cfg.stride >= max(lengths):  # the first short window is the full context: no key token
-        raise KeyTokenError(f"eval.key_tokens.short_context={cfg.short_context} + stride={cfg.stride} is at least every "
-                            f"eval.lengths (longest {max(lengths)}): no token would see less than its full context in "
-                            f"the short pass; lower them or add a longer length")
+        raise KeyTokenError(
+            f"eval.key_tokens.short_context={cfg.short_context} + stride={cfg.stride} is at least every "
+            f"eval.lengths (longest {max(lengths)}): no token would see less than its full context in "
+            f"the short pass; lower them or add a longer length"
+        )
     evaluator_config(cfg)
     if job is None:
         return
@@ -185,7 +195,8 @@ def _spans(path: Path) -> list:
     stored = json.loads(path.read_text())
     spans = stored["spans"]
     if stored.get("format") != FORMAT or not all(
-            isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) for x in s) for s in spans):
+        isinstance(s, list) and len(s) == 2 and all(isinstance(x, int) for x in s) for s in spans
+    ):
         raise ValueError(f"not key spans of format {FORMAT}")
     return spans
 
@@ -214,8 +225,14 @@ class KeyTokens:
             identity = {"run_model": ctx.job.model.identity, "scaling": "none"}
         else:
             identity = self.evaluator.identity
-        self.params = {"format": FORMAT, "evaluator": identity, "short_context": cfg.short_context,
-                       "stride": cfg.stride, "alpha": cfg.alpha, "beta": cfg.beta}
+        self.params = {
+            "format": FORMAT,
+            "evaluator": identity,
+            "short_context": cfg.short_context,
+            "stride": cfg.stride,
+            "alpha": cfg.alpha,
+            "beta": cfg.beta,
+        }
         self.root = cache_dir(ctx.job.data_cfg.cache_dir if ctx.job.data_cfg is not None else None) / "key_tokens"
         self.texts: dict[str, Text] = {}
         self.forwards: list = []  # one entry per evaluator forward
@@ -228,12 +245,17 @@ class KeyTokens:
     def _text(self, doc, tokens: int) -> Text:
         encoded = self.ctx.tokenizer()(doc.text, return_offsets_mapping=True)
         if len(encoded["input_ids"]) != len(doc.ids):
-            raise KeyTokenError(f"document {doc.name}: its text gives {len(encoded['input_ids'])} tokens, its ids "
-                                f"{len(doc.ids)}; LongPPL needs the text the ids came from")
+            raise KeyTokenError(
+                f"document {doc.name}: its text gives {len(encoded['input_ids'])} tokens, its ids "
+                f"{len(doc.ids)}; LongPPL needs the text the ids came from"
+            )
         offsets = [tuple(o) for o in encoded["offset_mapping"][:tokens]]
         text = doc.text[: max(end for _, end in offsets)]
-        digest = hashlib.sha256(json.dumps({**self.params, "text": hashlib.sha256(text.encode()).hexdigest()},
-                                           sort_keys=True, default=str).encode()).hexdigest()[:24]
+        digest = hashlib.sha256(
+            json.dumps(
+                {**self.params, "text": hashlib.sha256(text.encode()).hexdigest()}, sort_keys=True, default=str
+            ).encode()
+        ).hexdigest()[:24]
         found = Text(doc.name, text, offsets, self.root / f"{digest}.json")
         found.spans = read_cache(found.path, _spans, "LongPPL key-token spans")
         return found
@@ -241,12 +263,25 @@ class KeyTokens:
     def _evaluator_ids(self, tokenizer, text: str, vocab: int):
         encoded = tokenizer(text, return_offsets_mapping=True)
         ids = torch.tensor(encoded["input_ids"], dtype=torch.int64)
-        return (ids % vocab if len(ids) and int(ids.max()) >= vocab else ids), [tuple(o) for o in encoded["offset_mapping"]]
+        return (ids % vocab if len(ids) and int(ids.max()) >= vocab else ids), [
+            tuple(o) for o in encoded["offset_mapping"]
+        ]
 
     def _save(self, found: Text, spans: list, source: str, tokens: int) -> None:
         found.spans, found.source = spans, source
-        write_cache(found.path, json.dumps({**self.params, "document": found.name, "characters": len(found.text),
-                                             "evaluator_tokens": tokens, "spans": spans}, default=str))
+        write_cache(
+            found.path,
+            json.dumps(
+                {
+                    **self.params,
+                    "document": found.name,
+                    "characters": len(found.text),
+                    "evaluator_tokens": tokens,
+                    "spans": spans,
+                },
+                default=str,
+            ),
+        )
 
     def prepare(self, documents, covered: dict[str, int], share: bool) -> None:
         """Key spans for every document with ``covered[name]`` tokens scored: read, or found now by the
@@ -299,14 +334,29 @@ class KeyTokens:
             started, n = time.perf_counter(), len(found.offsets)
             full = full if full is not None and len(full) == n - 1 else None
             with counting(model, self.forwards):
-                self._save(found, find_spans(model, doc.ids[:n], found.offsets, self.cfg, self.chunk_tokens, full),
-                           "shared", n)
+                self._save(
+                    found, find_spans(model, doc.ids[:n], found.offsets, self.cfg, self.chunk_tokens, full), "shared", n
+                )
             self.seconds += time.perf_counter() - started
         return tokens_in_spans(found.offsets, found.spans)
 
     def describe(self) -> dict:
-        return {"evaluator": self.label, "short_context": self.cfg.short_context, "stride": self.cfg.stride,
-                "alpha": self.cfg.alpha, "beta": self.cfg.beta, "evaluator_forwards": len(self.forwards),
-                "seconds": round(self.seconds, 3),
-                "documents": [{"name": t.name, "key_spans": len(t.spans or []), "source": t.source,
-                               "characters": len(t.text), "cache": str(t.path)} for t in self.texts.values()]}
+        return {
+            "evaluator": self.label,
+            "short_context": self.cfg.short_context,
+            "stride": self.cfg.stride,
+            "alpha": self.cfg.alpha,
+            "beta": self.cfg.beta,
+            "evaluator_forwards": len(self.forwards),
+            "seconds": round(self.seconds, 3),
+            "documents": [
+                {
+                    "name": t.name,
+                    "key_spans": len(t.spans or []),
+                    "source": t.source,
+                    "characters": len(t.text),
+                    "cache": str(t.path),
+                }
+                for t in self.texts.values()
+            ],
+        }

@@ -114,14 +114,18 @@ def differences(a: dict, b: dict, eval_name: str) -> list[str]:
     found = []
     for key in sorted(set(fa) | set(fb)):
         if fa.get(key) != fb.get(key):
-            va, vb = (str(v) if not isinstance(v, str) or len(v) < 40 else v[:12] + "..." for v in (fa.get(key), fb.get(key)))
+            va, vb = (
+                str(v) if not isinstance(v, str) or len(v) < 40 else v[:12] + "..." for v in (fa.get(key), fb.get(key))
+            )
             found.append(f"{key}: {va} vs {vb}")
     return found
 
 
 def criteria_from(jobs: list[dict], tolerance: float | None, retained: float | None) -> dict:
     """The verdict thresholds: given here, else the ones most of the runs were judged with, else the defaults."""
-    stored = Counter(tuple(sorted(((j.get("verdict") or {}).get("criteria") or {}).items())) for j in jobs if j.get("verdict"))
+    stored = Counter(
+        tuple(sorted(((j.get("verdict") or {}).get("criteria") or {}).items())) for j in jobs if j.get("verdict")
+    )
     criteria = dict(stored.most_common(1)[0][0]) if stored else dict(DEFAULTS)
     if tolerance is not None:
         criteria["tolerance"] = tolerance
@@ -141,8 +145,10 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
             continue
         measured, missing = job.get("measurements") or [], None
         if not measured:  # a run from before measurements were recorded with their units
-            warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): recorded without per-unit "
-                            f"measurements (an older rope_ext); re-run it to judge it")
+            warnings.append(
+                f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): recorded without per-unit "
+                f"measurements (an older rope_ext); re-run it to judge it"
+            )
             continue
         if info.get("scaling") == "none":
             reference = own_reference(measured)
@@ -151,11 +157,20 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
             if reference is None:
                 missing = _why_not_compared(job, unscaled)
                 if info.get("role") != "reference":
-                    warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({info.get('eval')}, {job['dir']}): {missing}")
-        for note in (reference.notes if reference is not None else []):
+                    warnings.append(
+                        f"{info.get('model_label')} {info.get('scaling')} ({info.get('eval')}, {job['dir']}): {missing}"
+                    )
+        for note in reference.notes if reference is not None else []:
             warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): {note}")
-        verdicts[index] = judge(measured, declared, reference, info.get("trained_context") or 0,
-                                info.get("target_length"), criteria, missing)
+        verdicts[index] = judge(
+            measured,
+            declared,
+            reference,
+            info.get("trained_context") or 0,
+            info.get("target_length"),
+            criteria,
+            missing,
+        )
         references[index] = reference
     return verdicts, references, warnings
 
@@ -163,8 +178,12 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
 def _why_not_compared(job: dict, unscaled: list[dict]) -> str:
     """Why a scaled job has no reference here: no unscaled run of its model and eval, or what differs."""
     info = _info(job)
-    same_model = [u for u in unscaled if _info(u).get("model_label") == info.get("model_label")
-                  and set(_info(u).get("compare") or {}) & set(info.get("compare") or {})]
+    same_model = [
+        u
+        for u in unscaled
+        if _info(u).get("model_label") == info.get("model_label")
+        and set(_info(u).get("compare") or {}) & set(info.get("compare") or {})
+    ]
     if not same_model:
         return "no unscaled run of this model with this eval among the reports' directories: no verdict"
     other = same_model[0]
@@ -181,9 +200,17 @@ def _length_key(column: str):
 def job_row(job: dict, verdict: dict | None) -> dict:
     """One job as a table row: who it is, its answer, what it measured (declared metrics by length)."""
     info, config = _info(job), job.get("config") or {}
-    row = {"model": info.get("model_label") or (config.get("model") or {}).get("name"), "weights": info.get("weights"),
-           "data": info.get("data"), "eval": info.get("eval"), "strategy": info.get("scaling"), "state": job["state"],
-           "target": info.get("target_length"), "trained": info.get("trained_context"), "role": info.get("role", "job")}
+    row = {
+        "model": info.get("model_label") or (config.get("model") or {}).get("name"),
+        "weights": info.get("weights"),
+        "data": info.get("data"),
+        "eval": info.get("eval"),
+        "strategy": info.get("scaling"),
+        "state": job["state"],
+        "target": info.get("target_length"),
+        "trained": info.get("trained_context"),
+        "role": info.get("role", "job"),
+    }
     if verdict is not None:
         summary = verdict["summary"]
         row["verdict"] = word(summary.get("verdict_state")) if summary.get("target_length") else ""
@@ -206,7 +233,7 @@ def _varying(jobs: list[dict]) -> dict[int, dict]:
     columns that say why two rows are not compared."""
     groups: dict[tuple, list[int]] = {}
     for index, job in enumerate(jobs):
-        for eval_name in (job.get("compare") or {}):
+        for eval_name in job.get("compare") or {}:
             groups.setdefault((_info(job).get("model_label"), eval_name), []).append(index)
     found: dict[int, dict] = {}
     for (_, eval_name), members in groups.items():
@@ -217,7 +244,9 @@ def _varying(jobs: list[dict]) -> dict[int, dict]:
             if len(values) > 1:
                 for i in members:
                     value = flats[i].get(key)
-                    found.setdefault(i, {})[f"{eval_name}:{key}"] = value if not isinstance(value, str) or len(value) < 40 else value[:16] + "..."
+                    found.setdefault(i, {})[f"{eval_name}:{key}"] = (
+                        value if not isinstance(value, str) or len(value) < 40 else value[:16] + "..."
+                    )
     return found
 
 
@@ -226,8 +255,11 @@ def _columns(rows: list[dict]) -> list[str]:
     verdicts = sorted((k for k in keys if k.startswith("verdict@")), key=_length_key)
     measured = sorted((k for k in keys if "@" in k and not k.startswith("verdict@")), key=_length_key)
     tail = ["compared", "elapsed_s", "dir", "key", "error"]
-    rest = [k for k in keys if k not in FIXED and k not in measured and k not in verdicts and k not in tail
-            and k not in ("trained", "role")]
+    rest = [
+        k
+        for k in keys
+        if k not in FIXED and k not in measured and k not in verdicts and k not in tail and k not in ("trained", "role")
+    ]
     return FIXED + verdicts + measured + rest + tail
 
 
@@ -251,8 +283,15 @@ def retention(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
             continue
         kept = {k: v for k, v in verdict["summary"].items() if "_retention@" in k}
         if kept:
-            found.append({"model": info.get("model_label"), "data": info.get("data"), "eval": info.get("eval"),
-                          "strategy": info.get("scaling"), **kept})
+            found.append(
+                {
+                    "model": info.get("model_label"),
+                    "data": info.get("data"),
+                    "eval": info.get("eval"),
+                    "strategy": info.get("scaling"),
+                    **kept,
+                }
+            )
     return found
 
 
@@ -275,23 +314,41 @@ def agreement(jobs: list[dict]) -> list[dict]:
             declared = job["declared"]
             names += [m for m, d in declared.items() if d.get("verdict") or d.get("lower_is_better")]
             merged.setdefault(_info(job).get("scaling"), {}).update(
-                {f"{name}@{L}": measured_value(r) for name, by_length in by_metric(job.get("measurements") or []).items()
-                 if name in declared for L, r in by_length.items() if measured_value(r) is not None})
+                {
+                    f"{name}@{L}": measured_value(r)
+                    for name, by_length in by_metric(job.get("measurements") or []).items()
+                    if name in declared
+                    for L, r in by_length.items()
+                    if measured_value(r) is not None
+                }
+            )
         trained = max((_info(j).get("trained_context") or 0) for j in members)
         names = list(dict.fromkeys(names))
         lengths = sorted({int(k.split("@")[1]) for m in merged.values() for k in m if int(k.split("@")[1]) > trained})
         for L in lengths:
             present = [m for m in names if sum(f"{m}@{L}" in v for v in merged.values()) >= 3]
             for i, a in enumerate(present):
-                for b in present[i + 1:]:
-                    pairs = [(v[f"{a}@{L}"], v[f"{b}@{L}"]) for v in merged.values() if f"{a}@{L}" in v and f"{b}@{L}" in v]
+                for b in present[i + 1 :]:
+                    pairs = [
+                        (v[f"{a}@{L}"], v[f"{b}@{L}"]) for v in merged.values() if f"{a}@{L}" in v and f"{b}@{L}" in v
+                    ]
                     xs, ys = zip(*pairs)
                     if len(pairs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
                         continue
                     spearman, pearson = stats.spearmanr(xs, ys), stats.pearsonr(xs, ys)
-                    found.append({"model": model, "data": data, "length": L, "metrics": f"{a} vs {b}", "jobs": len(pairs),
-                                  "spearman": float(spearman.statistic), "spearman_p": float(spearman.pvalue),
-                                  "pearson": float(pearson.statistic), "pearson_p": float(pearson.pvalue)})
+                    found.append(
+                        {
+                            "model": model,
+                            "data": data,
+                            "length": L,
+                            "metrics": f"{a} vs {b}",
+                            "jobs": len(pairs),
+                            "spearman": float(spearman.statistic),
+                            "spearman_p": float(spearman.pvalue),
+                            "pearson": float(pearson.statistic),
+                            "pearson_p": float(pearson.pvalue),
+                        }
+                    )
     return found
 
 
@@ -303,13 +360,27 @@ def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
         if info.get("role", "job") != "job":
             continue
         summary = verdict["summary"]
-        rows.append({"model": info.get("model_label"), "data": info.get("data"), "eval": info.get("eval"),
-                     "strategy": info.get("scaling"), "trained": verdict["trained"], "target": verdict["target"],
-                     "verdicts": {r["length"]: r["state"] for r in verdict["lengths"]},
-                     "reasons": {r["length"]: r["reason"] for r in verdict["lengths"]},
-                     "verdict": summary.get("verdict_state"), "effective_length": summary.get("effective_length"),
-                     "reference": ", ".join((verdict.get("reference") or {}).get("sources") or []) or verdict.get("missing") or ""})
-    return sorted(rows, key=lambda r: (str(r["model"]), str(r["data"]), str(r["eval"]), r["strategy"] != "none", str(r["strategy"])))
+        rows.append(
+            {
+                "model": info.get("model_label"),
+                "data": info.get("data"),
+                "eval": info.get("eval"),
+                "strategy": info.get("scaling"),
+                "trained": verdict["trained"],
+                "target": verdict["target"],
+                "verdicts": {r["length"]: r["state"] for r in verdict["lengths"]},
+                "reasons": {r["length"]: r["reason"] for r in verdict["lengths"]},
+                "verdict": summary.get("verdict_state"),
+                "effective_length": summary.get("effective_length"),
+                "reference": ", ".join((verdict.get("reference") or {}).get("sources") or [])
+                or verdict.get("missing")
+                or "",
+            }
+        )
+    return sorted(
+        rows,
+        key=lambda r: (str(r["model"]), str(r["data"]), str(r["eval"]), r["strategy"] != "none", str(r["strategy"])),
+    )
 
 
 def verdict_text(rows: list[dict]) -> list[str]:
@@ -319,8 +390,12 @@ def verdict_text(rows: list[dict]) -> list[str]:
     for row in rows:
         groups.setdefault((row["model"], row["data"], row["eval"]), []).append(row)
     for (model, data, eval_name), members in groups.items():
-        lines += ["", f"verdict: {model}, {eval_name} on {data} -- does each strategy keep the model working at each "
-                      f"length? (against the unscaled model on the same tokens)", *format_table(members, members[0]["trained"])]
+        lines += [
+            "",
+            f"verdict: {model}, {eval_name} on {data} -- does each strategy keep the model working at each "
+            f"length? (against the unscaled model on the same tokens)",
+            *format_table(members, members[0]["trained"]),
+        ]
     return lines
 
 
@@ -356,19 +431,43 @@ def metric_figures(jobs: list[dict], verdicts: dict, references: dict, criteria:
         curves = []
         for i in members:
             rows = rows_of(jobs[i].get("measurements") or [], name)
-            curves.append(Curve(_label(jobs[i], [jobs[m] for m in members]), (jobs[i].get("config") or {}).get("scaling", {}).get("name", "none"),
-                                rows, reference_of(references.get(i), name, [r["length"] for r in rows], trained)))
+            curves.append(
+                Curve(
+                    _label(jobs[i], [jobs[m] for m in members]),
+                    (jobs[i].get("config") or {}).get("scaling", {}).get("name", "none"),
+                    rows,
+                    reference_of(references.get(i), name, [r["length"] for r in rows], trained),
+                )
+            )
         subtitle = describe({metric.get("eval"): (first.get("compare") or {}).get(metric.get("eval")) or {}})
         title = f"{metric['label']} by length: {model}\n{subtitle}"
         counts[name] += 1
         figure_name = f"{name}_by_length" + (f"_{counts[name]}" if counts[name] > 1 else "")
-        figures[figure_name] = metric_figure(metric, curves, trained=trained, target=target, criteria=criteria, title=title)
-        charts.append(length_chart(title.replace("\n", " -- "), [
-            {"label": c.label, "strategy": c.strategy, "reference": c.reference,
-             "points": [(r["length"], r["value"], r.get("ci95_low"), r.get("ci95_high")) for r in c.rows]} for c in curves],
-            ylabel=metric["label"], log=bool(metric.get("log")), trained=trained, target=target,
-            bounds=metric.get("bounds"), limit=(1 + criteria["tolerance"] if metric["lower_is_better"]
-                                                 else criteria["retained"]) if metric.get("verdict") else None))
+        figures[figure_name] = metric_figure(
+            metric, curves, trained=trained, target=target, criteria=criteria, title=title
+        )
+        charts.append(
+            length_chart(
+                title.replace("\n", " -- "),
+                [
+                    {
+                        "label": c.label,
+                        "strategy": c.strategy,
+                        "reference": c.reference,
+                        "points": [(r["length"], r["value"], r.get("ci95_low"), r.get("ci95_high")) for r in c.rows],
+                    }
+                    for c in curves
+                ],
+                ylabel=metric["label"],
+                log=bool(metric.get("log")),
+                trained=trained,
+                target=target,
+                bounds=metric.get("bounds"),
+                limit=(1 + criteria["tolerance"] if metric["lower_is_better"] else criteria["retained"])
+                if metric.get("verdict")
+                else None,
+            )
+        )
     return figures, charts
 
 
@@ -393,16 +492,24 @@ def _md_table(rows: list[dict], columns: list[str]) -> list[str]:
 def _html_table(rows: list[dict], columns: list[str], cls: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        f"<tr class=\"{html.escape(str(r.get('state', 'done')))}\">" + "".join(
-            f"<td class=\"{_cell_class(r.get(c))}\">{html.escape(_fmt(r.get(c)))}</td>" for c in columns) + "</tr>" for r in rows)
-    return f"<div class=\"scroll\"><table class=\"{cls}\"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+        f'<tr class="{html.escape(str(r.get("state", "done")))}">'
+        + "".join(f'<td class="{_cell_class(r.get(c))}">{html.escape(_fmt(r.get(c)))}</td>' for c in columns)
+        + "</tr>"
+        for r in rows
+    )
+    return f'<div class="scroll"><table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _cell_class(value) -> str:
-    return {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "inconclusive", "recommended": "yes"}.get(value, "") if isinstance(value, str) else ""
+    return (
+        {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "inconclusive", "recommended": "yes"}.get(value, "")
+        if isinstance(value, str)
+        else ""
+    )
 
 
-STYLE = """.answer{font-size:15px;background:#eef6ee;border-left:4px solid #2a7a2a;padding:6px 10px} body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
+STYLE = (
+    """.answer{font-size:15px;background:#eef6ee;border-left:4px solid #2a7a2a;padding:6px 10px} body{font-family:system-ui,sans-serif;margin:20px auto;max-width:1360px;padding:0 12px;color:#222}
 .scroll{overflow-x:auto;max-width:100%;margin:8px 0 20px} table{border-collapse:collapse;font-size:12px}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap} th{background:#f0f0f0;position:sticky;top:0}
 td:first-child,th:first-child{position:sticky;left:0;background:#fafafa;text-align:left}
@@ -410,19 +517,35 @@ tr.failed td,tr.dead td,tr.interrupted td,tr.unreadable td{background:#fde2e2} t
 td.yes{background:#dff3df;color:#14601a;font-weight:600} td.no{background:#fbdcdc;color:#9b1c1c;font-weight:600}
 td.unknown{background:#eee;color:#666} td.inconclusive{background:#fff1cc;color:#7a5a00} img{max-width:100%;border:1px solid #ddd;margin:6px 0 18px} h2{margin-top:28px}
 .note{color:#555;font-size:13px;max-width:1100px} .warn{background:#fff4e5;border:1px solid #f0b070;padding:8px 12px;
-font-size:13px} .warn li{margin:3px 0}""" + CHART_STYLE
+font-size:13px} .warn li{margin:3px 0}"""
+    + CHART_STYLE
+)
 
 
-def write_report(dirs, out: Path | None = None, tolerance: float | None = None, retained: float | None = None,
-                 print_verdict: bool = False) -> list[Path]:
+def write_report(
+    dirs,
+    out: Path | None = None,
+    tolerance: float | None = None,
+    retained: float | None = None,
+    print_verdict: bool = False,
+) -> list[Path]:
     dirs = [Path(d) for d in dirs]
     out = Path(out or dirs[0])
     loaded = load_jobs(dirs)
     jobs = one_per_identity(loaded)
     if not jobs:
         raise FileNotFoundError(f"no results.json under {', '.join(map(str, dirs))}")
-    jobs = sorted(jobs, key=lambda j: (str(_info(j).get("model_label")), str(_info(j).get("weights")), str(_info(j).get("data")),
-                                        str(_info(j).get("eval")), _info(j).get("scaling") != "none", str(_info(j).get("scaling"))))
+    jobs = sorted(
+        jobs,
+        key=lambda j: (
+            str(_info(j).get("model_label")),
+            str(_info(j).get("weights")),
+            str(_info(j).get("data")),
+            str(_info(j).get("eval")),
+            _info(j).get("scaling") != "none",
+            str(_info(j).get("scaling")),
+        ),
+    )
     criteria = criteria_from(jobs, tolerance, retained)
     verdicts, references, warnings = judge_all(jobs, criteria)
     varying = _varying(jobs)
@@ -433,10 +556,16 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
     written = [out / "report.csv", out / "report.md", out / "report.html", out / "report_verdict.csv"]
     atomic_write(written[0], _csv(rows, columns))
     lengths = sorted({L for r in answer for L in r["verdicts"]})
-    flat_answer = [{**{k: r[k] for k in ("model", "data", "eval", "strategy", "trained", "target")},
-                    **{f"verdict@{L}": word(r["verdicts"][L]) if L in r["verdicts"] else "" for L in lengths},
-                    "verdict": word(r["verdict"]) if r["target"] else "", "effective_length": r["effective_length"],
-                    "reference": r["reference"]} for r in answer]
+    flat_answer = [
+        {
+            **{k: r[k] for k in ("model", "data", "eval", "strategy", "trained", "target")},
+            **{f"verdict@{L}": word(r["verdicts"][L]) if L in r["verdicts"] else "" for L in lengths},
+            "verdict": word(r["verdict"]) if r["target"] else "",
+            "effective_length": r["effective_length"],
+            "reference": r["reference"],
+        }
+        for r in answer
+    ]
     atomic_write(written[3], _csv(flat_answer, list(flat_answer[0]) if flat_answer else ["model"]))
     ranked = rank(jobs, verdicts)
     ranking_rows = [row for group in ranked for row in ranking_table(group)]
@@ -455,39 +584,60 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
     sections_md, sections_html = [], []
     if warnings:
         sections_md += ["", "## Warnings: what could not be compared", "", *[f"- {w}" for w in warnings]]
-        sections_html.append("<h2>Warnings: what could not be compared</h2><div class=warn><ul>"
-                             + "".join(f"<li>{html.escape(w)}</li>" for w in warnings) + "</ul></div>")
+        sections_html.append(
+            "<h2>Warnings: what could not be compared</h2><div class=warn><ul>"
+            + "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
+            + "</ul></div>"
+        )
     if ranked:
-        rule = ("Recommended only when every metric measured is yes at the target (short-context checks included); "
-                "ordered by the first metric, with the paired ratio to the best and its 95% interval on the units both "
-                "measured; strategies whose interval against their group's leader holds 1 share a tie group; cost = "
-                "compute time and peak memory relative to the unscaled job of the same evals.")
+        rule = (
+            "Recommended only when every metric measured is yes at the target (short-context checks included); "
+            "ordered by the first metric, with the paired ratio to the best and its 95% interval on the units both "
+            "measured; strategies whose interval against their group's leader holds 1 share a tie group; cost = "
+            "compute time and peak memory relative to the unscaled job of the same evals."
+        )
         sections_md += ["", "## The answer: which strategy at the target", "", rule, ""]
         sections_html.append(f"<h2>The answer: which strategy at the target</h2><p class=note>{html.escape(rule)}</p>")
         for group in ranked:
             rows_ = ranking_table(group)
             cols = list(dict.fromkeys(k for r in rows_ for k in r))
             sections_md += [f"**{group['answer']}**", "", *_md_table(rows_, cols), ""]
-            sections_html.append(f"<p class=answer><b>{html.escape(group['answer'])}</b></p>" + _html_table(rows_, cols, "ranking"))
+            sections_html.append(
+                f"<p class=answer><b>{html.escape(group['answer'])}</b></p>" + _html_table(rows_, cols, "ranking")
+            )
     if answer:
         cols = list(flat_answer[0])
-        explain = (f"Each strategy at each length paired against the unscaled model on the same units (token blocks "
-                   f"of each document, prompts, samples): the ratio strategy / unscaled with its 95% interval; lower-is-"
-                   f"better metrics (ppl, LongPPL) pass at most {1 + criteria['tolerance']:g}, higher-is-better ones "
-                   f"(retrieval, RULER) at least {criteria['retained']:g} (at the same length up to the trained context, "
-                   f"at the trained context beyond it; beyond it the short-context checks must hold too). yes = the "
-                   f"whole interval within the limit, NO = beyond it, inconclusive = it straddles the limit (the reason "
-                   f"says how many more units would likely decide it). verdict = the answer at the target length; "
-                   f"effective_length = the largest length up to which every answer is yes. ? = a reference or a "
-                   f"length is missing (see the reason).")
-        sections_md += ["", "## Verdict: does each strategy keep the model working?", "", explain, "",
-                        *_md_table(flat_answer, cols)]
-        reasons = "".join(f"<li><b>{html.escape(str(r['strategy']))}</b> ({html.escape(str(r['eval']))}) at {L}: "
-                          f"{html.escape(r['reasons'][L])}</li>" for r in answer for L in sorted(r["reasons"])
-                          if r["verdicts"][L] != "yes")
-        sections_html.append(f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"
-                             f"</p>{_html_table(flat_answer, cols, 'verdict')}"
-                             + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else ""))
+        explain = (
+            f"Each strategy at each length paired against the unscaled model on the same units (token blocks "
+            f"of each document, prompts, samples): the ratio strategy / unscaled with its 95% interval; lower-is-"
+            f"better metrics (ppl, LongPPL) pass at most {1 + criteria['tolerance']:g}, higher-is-better ones "
+            f"(retrieval, RULER) at least {criteria['retained']:g} (at the same length up to the trained context, "
+            f"at the trained context beyond it; beyond it the short-context checks must hold too). yes = the "
+            f"whole interval within the limit, NO = beyond it, inconclusive = it straddles the limit (the reason "
+            f"says how many more units would likely decide it). verdict = the answer at the target length; "
+            f"effective_length = the largest length up to which every answer is yes. ? = a reference or a "
+            f"length is missing (see the reason)."
+        )
+        sections_md += [
+            "",
+            "## Verdict: does each strategy keep the model working?",
+            "",
+            explain,
+            "",
+            *_md_table(flat_answer, cols),
+        ]
+        reasons = "".join(
+            f"<li><b>{html.escape(str(r['strategy']))}</b> ({html.escape(str(r['eval']))}) at {L}: "
+            f"{html.escape(r['reasons'][L])}</li>"
+            for r in answer
+            for L in sorted(r["reasons"])
+            if r["verdicts"][L] != "yes"
+        )
+        sections_html.append(
+            f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"
+            f"</p>{_html_table(flat_answer, cols, 'verdict')}"
+            + (f"<details><summary>Why not yes</summary><ul class=note>{reasons}</ul></details>" if reasons else "")
+        )
     search_md, search_html = report_section(dirs)  # a search's best setting and figures (evals/search)
     # a search's report leads with the search: its trials' own verdicts (at each trial's own target) come after
     sections_md, sections_html = search_md + sections_md, search_html + sections_html
@@ -495,25 +645,38 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
     if failed:
         sections_md += ["", f"## Not finished: {len(failed)} of {len(rows)} jobs", ""]
         sections_md += [f"- {r['state']}: {r['dir']}: {r['error'] or '(no error recorded)'}" for r in failed]
-        sections_html.append(f"<h2>Not finished: {len(failed)} of {len(rows)} jobs</h2><ul>" + "".join(
-            f"<li><b>{html.escape(r['state'])}</b>: {html.escape(r['dir'])}: {html.escape(r['error'] or '(no error recorded)')}</li>"
-            for r in failed) + "</ul>")
+        sections_html.append(
+            f"<h2>Not finished: {len(failed)} of {len(rows)} jobs</h2><ul>"
+            + "".join(
+                f"<li><b>{html.escape(r['state'])}</b>: {html.escape(r['dir'])}: {html.escape(r['error'] or '(no error recorded)')}</li>"
+                for r in failed
+            )
+            + "</ul>"
+        )
     kept = retention(jobs, verdicts)
     if kept:
         cols = list(dict.fromkeys(k for r in kept for k in r))
         cols = cols[:4] + sorted(cols[4:], key=_length_key)
-        sections_md += ["", "## Short-context retention (vs the comparable unscaled run; 1 = nothing lost)", "",
-                        *_md_table(kept, cols)]
-        sections_html.append("<h2>Short-context retention</h2><p class=note>Each strategy at lengths up to the trained "
-                             "context relative to the comparable unscaled run (lower-is-better metrics: unscaled/strategy; "
-                             "accuracies and scores: strategy/unscaled); 1 = nothing lost.</p>" + _html_table(kept, cols))
+        sections_md += [
+            "",
+            "## Short-context retention (vs the comparable unscaled run; 1 = nothing lost)",
+            "",
+            *_md_table(kept, cols),
+        ]
+        sections_html.append(
+            "<h2>Short-context retention</h2><p class=note>Each strategy at lengths up to the trained "
+            "context relative to the comparable unscaled run (lower-is-better metrics: unscaled/strategy; "
+            "accuracies and scores: strategy/unscaled); 1 = nothing lost.</p>" + _html_table(kept, cols)
+        )
     agree = agreement(jobs)
     if agree:
         cols = list(agree[0])
         sections_md += ["", "## Agreement between metrics beyond the trained context", "", *_md_table(agree, cols)]
-        sections_html.append("<h2>Agreement between metrics beyond the trained context</h2><p class=note>Across the "
-                             "jobs of one model and data, at each length: does perplexity rank strategies like "
-                             "retrieval does?</p>" + _html_table(agree, cols))
+        sections_html.append(
+            "<h2>Agreement between metrics beyond the trained context</h2><p class=note>Across the "
+            "jobs of one model and data, at each length: does perplexity rank strategies like "
+            "retrieval does?</p>" + _html_table(agree, cols)
+        )
     figures, charts = metric_figures(jobs, verdicts, references, criteria)
     figures.update(section_figures(jobs))
     images = {}
@@ -525,17 +688,33 @@ def write_report(dirs, out: Path | None = None, tolerance: float | None = None, 
             if suffix == "png":
                 images[name] = data
     title = f"rope_ext report: {', '.join(map(str, dirs))}"
-    md = [f"# {title}", "", f"{len(rows)} jobs; one row per job identity.", *sections_md, "", "## Jobs", "",
-          *_md_table(rows, columns), "", *[f"![{n}](report_{n}.png)" for n in images]]
+    md = [
+        f"# {title}",
+        "",
+        f"{len(rows)} jobs; one row per job identity.",
+        *sections_md,
+        "",
+        "## Jobs",
+        "",
+        *_md_table(rows, columns),
+        "",
+        *[f"![{n}](report_{n}.png)" for n in images],
+    ]
     atomic_write(written[1], "\n".join(md) + "\n")
-    page = [f"<!doctype html><html><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">"
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class=note>{len(rows)} jobs; one row per job identity; lengths in order.</p>", *sections_html]
+    page = [
+        f'<!doctype html><html><head><meta charset=utf-8><meta name=viewport content="width=device-width">'
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>"
+        f"<p class=note>{len(rows)} jobs; one row per job identity; lengths in order.</p>",
+        *sections_html,
+    ]
     if charts:
         page += ["<h2>By length (interactive: click a legend entry to hide or show a run, hover a point)</h2>", *charts]
     page += ["<h2>Jobs</h2>", _html_table(rows, columns, "jobs"), "<h2>Figures</h2>"]
-    page += [f"<figure><img alt=\"{n}\" src=\"data:image/png;base64,{base64.b64encode(data).decode()}\">"
-             f"<figcaption>{n} (report_{n}.svg beside this page)</figcaption></figure>" for n, data in images.items()]
+    page += [
+        f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+        f"<figcaption>{n} (report_{n}.svg beside this page)</figcaption></figure>"
+        for n, data in images.items()
+    ]
     atomic_write(written[2], "\n".join(page) + CHART_SCRIPT + "</body></html>\n")
     return written
 
@@ -567,9 +746,15 @@ class ReportCallback(Callback):
         self._finished += 1
         per_job = (time.monotonic() - self._since) / self._finished
         left = jobs - self._finished
-        print(f"sweep: job {self._finished}/{jobs} finished" + (
-            f"; about {_minutes(per_job * left)} left at the rate measured so far ({_minutes(per_job)} per job)"
-            if left > 0 else ""), flush=True)
+        print(
+            f"sweep: job {self._finished}/{jobs} finished"
+            + (
+                f"; about {_minutes(per_job * left)} left at the rate measured so far ({_minutes(per_job)} per job)"
+                if left > 0
+                else ""
+            ),
+            flush=True,
+        )
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -585,16 +770,27 @@ class ReportCallback(Callback):
                 print(f"report: {path}")
         log_report(config, sweep_dir, written)
         ours = os.environ.get(SWEEP)
-        failed = [j for j in load_jobs([sweep_dir]) if j["state"] not in ("done", "unreadable", "unreachable")
-                  and (j.get("process") or {}).get("sweep") == ours]  # another sweep's running job is not ours
+        failed = [
+            j
+            for j in load_jobs([sweep_dir])
+            if j["state"] not in ("done", "unreadable", "unreachable") and (j.get("process") or {}).get("sweep") == ours
+        ]  # another sweep's running job is not ours
         if failed and not is_search(config):  # a search's failed jobs are failed trials; the search says how it ended
-            print(f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
-                  file=sys.stderr)
+            print(
+                f"error: {len(failed)} job(s) of the sweep did not finish; see {sweep_dir / 'report.md'}",
+                file=sys.stderr,
+            )
             raise SystemExit(1)
 
 
 def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.0f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def _uses_target(node) -> bool:
@@ -636,8 +832,10 @@ def target_preflight(config) -> list[str]:
 
     if config.get("target") in (None, ""):
         if _uses_target(config.eval):
-            raise ConfigError("this sweep's eval lengths include 'target' but no target= is given: add one, e.g. "
-                              "python run.py -m experiment=compare target=2x")
+            raise ConfigError(
+                "this sweep's eval lengths include 'target' but no target= is given: add one, e.g. "
+                "python run.py -m experiment=compare target=2x"
+            )
         return []
     parse_target(config)
     model = resolve_model(config.model, geometry=False, weights=False)
@@ -657,8 +855,15 @@ def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
     logger = config.get("logger")
     if logger is None or logger.get("name") == "none":
         return
-    tracker = Tracker(logger, {"sweep_dir": str(sweep_dir)}, sweep_dir, f"report-{sweep_dir.name}", sweep_group(sweep_dir),
-                      tags=["report"], job_type="report")
+    tracker = Tracker(
+        logger,
+        {"sweep_dir": str(sweep_dir)},
+        sweep_dir,
+        f"report-{sweep_dir.name}",
+        sweep_group(sweep_dir),
+        tags=["report"],
+        job_type="report",
+    )
     if tracker.run is None:
         return
     by_name = {p.name: p for p in written}
@@ -668,10 +873,13 @@ def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
                 rows = list(csv.DictReader(handle))
             tracker.table(name.removesuffix(".csv"), rows)
             if name == "report_verdict.csv":  # the answer per strategy, as summary columns of the group's runs table
-                tracker.summary({f"verdict/{r['eval']}/{r['strategy']}": r["verdict"] for r in rows if r.get("verdict")})
+                tracker.summary(
+                    {f"verdict/{r['eval']}/{r['strategy']}": r["verdict"] for r in rows if r.get("verdict")}
+                )
             if name == "report_ranking.csv":  # the ranked answer: each strategy's place and state at the target
-                tracker.summary({f"rank/{r['model']}@{r['target']}/{r['strategy']}": f"{r['rank']}: {r['answer']}"
-                                 for r in rows})
+                tracker.summary(
+                    {f"rank/{r['model']}@{r['target']}/{r['strategy']}": f"{r['rank']}: {r['answer']}" for r in rows}
+                )
     if "report_answer.txt" in by_name:  # the one-line answers, first thing in the report run's summary
         tracker.summary({"answer": by_name["report_answer.txt"].read_text().strip()})
     for path in written:
@@ -683,12 +891,19 @@ def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evals.report", description=__doc__.replace("``", ""),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m evals.report",
+        description=__doc__.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("dirs", nargs="+", type=Path, help="run or sweep directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="where to write the report (default: the first directory)")
-    parser.add_argument("--tolerance", type=float, help="lower-is-better metrics pass at most (1 + this) x the unscaled value")
-    parser.add_argument("--retained", type=float, help="higher-is-better metrics pass at least this x the unscaled value")
+    parser.add_argument(
+        "--tolerance", type=float, help="lower-is-better metrics pass at most (1 + this) x the unscaled value"
+    )
+    parser.add_argument(
+        "--retained", type=float, help="higher-is-better metrics pass at least this x the unscaled value"
+    )
     args = parser.parse_args(argv)
     missing = [str(d) for d in args.dirs if not d.is_dir()]
     if missing:
@@ -697,10 +912,15 @@ def main(argv: list[str]) -> int:
     target = args.out if args.out is not None else args.dirs[0]
     problem = unwritable(target)
     if problem:
-        print(f"error: the report cannot be written to {target}: {problem}; give a writable directory with --out",
-              file=sys.stderr)
+        print(
+            f"error: the report cannot be written to {target}: {problem}; give a writable directory with --out",
+            file=sys.stderr,
+        )
         return 2
-    for name, value, ok in (("--tolerance", args.tolerance, lambda v: v >= 0), ("--retained", args.retained, lambda v: 0 < v <= 1)):
+    for name, value, ok in (
+        ("--tolerance", args.tolerance, lambda v: v >= 0),
+        ("--retained", args.retained, lambda v: 0 < v <= 1),
+    ):
         if value is not None and not (math.isfinite(value) and ok(value)):
             print(f"error: {name}={value} is out of range (--tolerance >= 0, 0 < --retained <= 1)", file=sys.stderr)
             return 2

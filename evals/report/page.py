@@ -77,52 +77,68 @@ def _y_ticks(low: float, high: float, log: bool, least: int = 4) -> list[float]:
     if log:
         first = math.floor(math.log10(low))
         for mantissas in ((1,), (1, 2, 5), range(1, 10)):
-            ticks = [m * 10.0 ** e for e in range(first, math.ceil(math.log10(high)) + 1) for m in mantissas
-                     if low <= m * 10.0 ** e <= high]
+            ticks = [
+                m * 10.0**e
+                for e in range(first, math.ceil(math.log10(high)) + 1)
+                for m in mantissas
+                if low <= m * 10.0**e <= high
+            ]
             if len(ticks) >= min(least, 3):
                 break
         return ticks
     exponent = math.floor(math.log10((high - low) or abs(high) or 1.0))
-    for step in (m * 10.0 ** e for e in range(exponent + 1, exponent - 3, -1) for m in (5, 2, 1)):
+    for step in (m * 10.0**e for e in range(exponent + 1, exponent - 3, -1) for m in (5, 2, 1)):
         ticks = [round(k * step, 12) for k in range(math.ceil(low / step), math.floor(high / step) + 1)]
         if len(ticks) >= least:
             return ticks
     return ticks
 
 
-def _panel(parts: list, top: float, height: float, y, ticks, log: bool, label: str, marks, x, lengths, inner_w,
-           cls: str) -> None:
+def _panel(
+    parts: list, top: float, height: float, y, ticks, log: bool, label: str, marks, x, lengths, inner_w, cls: str
+) -> None:
     """A panel's frame, horizontal grid with labelled y ticks, the trained/target markers and its y label."""
-    parts.append(f'<g class="{cls}" transform="translate(0,{top})">'
-                 f'<rect width="{inner_w}" height="{height}" fill="none" stroke="#ccc"/>')
+    parts.append(
+        f'<g class="{cls}" transform="translate(0,{top})">'
+        f'<rect width="{inner_w}" height="{height}" fill="none" stroke="#ccc"/>'
+    )
     step = min((b - a for a, b in zip(ticks, ticks[1:])), default=1.0)
     places = max(0, -math.floor(math.log10(step) + 1e-9))  # the decimals a linear step needs: 0.05 -> 2
     digits = (lambda t: f"{t:.6g}") if log else (lambda t: f"{t:.{places}f}")
     for tick in ticks:
         ty = y(tick)
-        parts.append(f'<line x1="0" x2="{inner_w}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#eee"/>'
-                     f'<text class="ytick" x="-6" y="{ty + 4:.1f}" font-size="11" text-anchor="end">'
-                     f'{digits(tick)}</text>')
+        parts.append(
+            f'<line x1="0" x2="{inner_w}" y1="{ty:.1f}" y2="{ty:.1f}" stroke="#eee"/>'
+            f'<text class="ytick" x="-6" y="{ty + 4:.1f}" font-size="11" text-anchor="end">'
+            f"{digits(tick)}</text>"
+        )
     for L in lengths:
         parts.append(f'<line x1="{x(L):.1f}" x2="{x(L):.1f}" y1="0" y2="{height}" stroke="#f4f4f4"/>')
     for mark, dash, name in marks:
-        parts.append(f'<line x1="{x(mark):.1f}" x2="{x(mark):.1f}" y1="0" y2="{height}" stroke="#555" '
-                     f'stroke-dasharray="{dash}"><title>{name} {mark}</title></line>')
-    parts.append(f'<text transform="translate(-58,{height / 2}) rotate(-90)" font-size="12" text-anchor="middle">'
-                 f'{html.escape(label)}</text>')
+        parts.append(
+            f'<line x1="{x(mark):.1f}" x2="{x(mark):.1f}" y1="0" y2="{height}" stroke="#555" '
+            f'stroke-dasharray="{dash}"><title>{name} {mark}</title></line>'
+        )
+    parts.append(
+        f'<text transform="translate(-58,{height / 2}) rotate(-90)" font-size="12" text-anchor="middle">'
+        f"{html.escape(label)}</text>"
+    )
 
 
-def _line(parts: list, k: int, strategy: str, colour: str, dash: str, pts, x, y, low: float, high: float,
-          tip) -> None:
+def _line(parts: list, k: int, strategy: str, colour: str, dash: str, pts, x, y, low: float, high: float, tip) -> None:
     """One run's polyline and hoverable points; values off [low, high] sit on the edge, drawn hollow."""
     clamp = lambda v: min(max(v, low), high)  # onto the panel
     path = " ".join(f"{x(L):.1f},{y(clamp(v)):.1f}" for L, v, *_ in pts)
-    parts.append(f'<g data-series="{k}" data-strategy="{html.escape(strategy)}"><polyline points="{path}" '
-                 f'fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>')
+    parts.append(
+        f'<g data-series="{k}" data-strategy="{html.escape(strategy)}"><polyline points="{path}" '
+        f'fill="none" stroke="{colour}" stroke-width="2" stroke-dasharray="{dash}"/>'
+    )
     for p in pts:
         fill = colour if low <= p[1] <= high else "#fff"
-        parts.append(f'<circle cx="{x(p[0]):.1f}" cy="{y(clamp(p[1])):.1f}" r="4" fill="{fill}" stroke="{colour}">'
-                     f'<title>{html.escape(tip(p))}</title></circle>')
+        parts.append(
+            f'<circle cx="{x(p[0]):.1f}" cy="{y(clamp(p[1])):.1f}" r="4" fill="{fill}" stroke="{colour}">'
+            f"<title>{html.escape(tip(p))}</title></circle>"
+        )
     parts.append("</g>")
 
 
@@ -135,13 +151,27 @@ def _ratios(series: list[dict]) -> list[list[tuple]]:
     found = []
     for s in series:
         reference = (s.get("reference") or {}) if given else fallback
-        found.append(sorted((p[0], p[1] / reference[p[0]], p[1], reference[p[0]]) for p in s["points"]
-                            if p[1] is not None and reference.get(p[0])))
+        found.append(
+            sorted(
+                (p[0], p[1] / reference[p[0]], p[1], reference[p[0]])
+                for p in s["points"]
+                if p[1] is not None and reference.get(p[0])
+            )
+        )
     return found
 
 
-def length_chart(title: str, series: list[dict], *, ylabel: str, log: bool, trained: int | None, target: int | None,
-                 bounds=None, limit: float | None = None) -> str:
+def length_chart(
+    title: str,
+    series: list[dict],
+    *,
+    ylabel: str,
+    log: bool,
+    trained: int | None,
+    target: int | None,
+    bounds=None,
+    limit: float | None = None,
+) -> str:
     """An interactive chart; ``series``: [{"label", "strategy", "points": [(length, value, low, high)],
     "reference": {length: unscaled value}}]. Without any "reference" key, the "none" series is the reference
     at each length; ``limit``, the verdict's limit on the ratio, is drawn when given."""
@@ -157,17 +187,32 @@ def length_chart(title: str, series: list[dict], *, ylabel: str, log: bool, trai
     # the ratio axis spans 1, the limit and the scaled runs' ratios: the reference's own (its value beyond the
     # trained context over its value at it) may fall off the scale rather than squash the runs it judges
     scaled = [r[1] for s, rs in zip(series, ratios) if s["strategy"] != "none" for r in rs]
-    r_low, r_high = _padded([1.0, *([limit] if limit else []), *(scaled or [r[1] for rs in ratios for r in rs])],
-                            False, least=0.02)
+    r_low, r_high = _padded(
+        [1.0, *([limit] if limit else []), *(scaled or [r[1] for rs in ratios for r in rs])], False, least=0.02
+    )
     inner_w, inner_h = WIDTH - LEFT - RIGHT, MAIN + (GAP + RATIO if any(ratios) else 0)
     x = _scale(lengths[0] / 1.15, lengths[-1] * 1.15, inner_w, True, False)
     y, ry = _scale(low, high, MAIN, use_log, True), _scale(r_low, r_high, RATIO, False, True)
     height = TOP + inner_h + BOTTOM
-    parts = [f'<svg viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
-             f'aria-label="{html.escape(title)}"><g transform="translate({LEFT},{TOP})">']
+    parts = [
+        f'<svg viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
+        f'aria-label="{html.escape(title)}"><g transform="translate({LEFT},{TOP})">'
+    ]
     banded = any(v is not None for p in points for v in p[2:])
-    _panel(parts, 0, MAIN, y, _y_ticks(low, high, use_log), use_log,
-           ylabel + (" (band: 95% interval)" if banded else ""), marks, x, lengths, inner_w, "values")
+    _panel(
+        parts,
+        0,
+        MAIN,
+        y,
+        _y_ticks(low, high, use_log),
+        use_log,
+        ylabel + (" (band: 95% interval)" if banded else ""),
+        marks,
+        x,
+        lengths,
+        inner_w,
+        "values",
+    )
     seen: dict[str, int] = {}
     styles, legend = [], []
     for k, s in enumerate(series):
@@ -180,29 +225,79 @@ def length_chart(title: str, series: list[dict], *, ylabel: str, log: bool, trai
         if within:  # upper edge left to right, lower edge back: one polygon
             edge = [(p[0], p[3]) for p in within] + [(p[0], p[2]) for p in reversed(within)]
             outline = " ".join(f"{x(L):.1f},{y(min(max(v, low), high)):.1f}" for L, v in edge)
-            parts.append(f'<polygon class="band" data-series="{k}" points="{outline}" fill="{colour}" '
-                         f'fill-opacity="0.15" stroke="none"/>')
-        _line(parts, k, s["strategy"], colour, dash, pts, x, y, low, high, lambda p, s=s: f"{s['label']}: {p[1]:.4g}"
-              + (f" [{p[2]:.4g}, {p[3]:.4g}]" if p[2] is not None and p[3] is not None else "") + f" at {p[0]} tokens")
-        legend.append(f'<span data-series="{k}" title="click to hide or show"><i style="background:{colour}"></i>'
-                      f'{html.escape(s["label"])}</span>')
+            parts.append(
+                f'<polygon class="band" data-series="{k}" points="{outline}" fill="{colour}" '
+                f'fill-opacity="0.15" stroke="none"/>'
+            )
+        _line(
+            parts,
+            k,
+            s["strategy"],
+            colour,
+            dash,
+            pts,
+            x,
+            y,
+            low,
+            high,
+            lambda p, s=s: (
+                f"{s['label']}: {p[1]:.4g}"
+                + (f" [{p[2]:.4g}, {p[3]:.4g}]" if p[2] is not None and p[3] is not None else "")
+                + f" at {p[0]} tokens"
+            ),
+        )
+        legend.append(
+            f'<span data-series="{k}" title="click to hide or show"><i style="background:{colour}"></i>'
+            f"{html.escape(s['label'])}</span>"
+        )
     parts.append("</g>")
     if any(ratios):
-        _panel(parts, MAIN + GAP, RATIO, ry, _y_ticks(r_low, r_high, False, least=3), False, "÷ unscaled", marks, x,
-               lengths, inner_w, "ratio")
+        _panel(
+            parts,
+            MAIN + GAP,
+            RATIO,
+            ry,
+            _y_ticks(r_low, r_high, False, least=3),
+            False,
+            "÷ unscaled",
+            marks,
+            x,
+            lengths,
+            inner_w,
+            "ratio",
+        )
         for level, colour, name in [(1.0, "#555", "1: the unscaled value")] + (
-                [(limit, "#c00", f"verdict limit {limit:g}")] if limit else []):
-            parts.append(f'<line class="level" x1="0" x2="{inner_w}" y1="{ry(level):.1f}" y2="{ry(level):.1f}" '
-                         f'stroke="{colour}" stroke-dasharray="6,4"><title>{name}</title></line>')
+            [(limit, "#c00", f"verdict limit {limit:g}")] if limit else []
+        ):
+            parts.append(
+                f'<line class="level" x1="0" x2="{inner_w}" y1="{ry(level):.1f}" y2="{ry(level):.1f}" '
+                f'stroke="{colour}" stroke-dasharray="6,4"><title>{name}</title></line>'
+            )
         for k, (s, rs, (colour, dash)) in enumerate(zip(series, ratios, styles)):
             if rs:
-                _line(parts, k, s["strategy"], colour, dash, rs, x, ry, r_low, r_high, lambda p, s=s:
-                      f"{s['label']}: {p[1]:.4g} x unscaled ({p[2]:.4g} / {p[3]:.4g}) at {p[0]} tokens")
+                _line(
+                    parts,
+                    k,
+                    s["strategy"],
+                    colour,
+                    dash,
+                    rs,
+                    x,
+                    ry,
+                    r_low,
+                    r_high,
+                    lambda p, s=s: f"{s['label']}: {p[1]:.4g} x unscaled ({p[2]:.4g} / {p[3]:.4g}) at {p[0]} tokens",
+                )
         parts.append("</g>")
     for L in lengths:
-        parts.append(f'<text x="{x(L):.1f}" y="{inner_h + 16}" font-size="11" text-anchor="middle">'
-                     f'{length_label(L)}</text>')
-    parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 34}" font-size="12" text-anchor="middle">'
-                 f'context length (tokens)</text></g></svg>')
-    return (f'<div class="chart" data-title={json.dumps(title)}><div><b>{html.escape(title)}</b></div>'
-            f'<div class="legend">{"".join(legend)}</div>{"".join(parts)}</div>')
+        parts.append(
+            f'<text x="{x(L):.1f}" y="{inner_h + 16}" font-size="11" text-anchor="middle">{length_label(L)}</text>'
+        )
+    parts.append(
+        f'<text x="{inner_w / 2}" y="{inner_h + 34}" font-size="12" text-anchor="middle">'
+        f"context length (tokens)</text></g></svg>"
+    )
+    return (
+        f'<div class="chart" data-title={json.dumps(title)}><div><b>{html.escape(title)}</b></div>'
+        f'<div class="legend">{"".join(legend)}</div>{"".join(parts)}</div>'
+    )

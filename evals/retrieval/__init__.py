@@ -50,11 +50,17 @@ class RetrievalConfig:
     haystack: str = option("corpus", choices=("corpus", "filler"))  # corpus (data=...) | filler
     filler: str = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
     haystack_offset: int = option(0, minimum=0)  # corpus: start this many tokens into the first document
-    preamble: str = ("Some special magic numbers are hidden within the following text. Make sure to memorize it. "
-                     "I will quiz you about the numbers afterwards.\n")
+    preamble: str = (
+        "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+        "I will quiz you about the numbers afterwards.\n"
+    )
     snap_tokens: int = option(32, minimum=0)  # move a needle back to a sentence start at most this far (0: exact)
-    lengths: List[Any] = context_lengths([1024, 4096, 8192])  # total prompt tokens, or multiples of the trained context (2x)
-    depths: List[float] = option([0.1, 0.5, 0.9], minimum=0, maximum=1, nonempty=True)  # needle position in the haystack
+    lengths: List[Any] = context_lengths(
+        [1024, 4096, 8192]
+    )  # total prompt tokens, or multiples of the trained context (2x)
+    depths: List[float] = option(
+        [0.1, 0.5, 0.9], minimum=0, maximum=1, nonempty=True
+    )  # needle position in the haystack
     trials: int = option(2, minimum=1)  # per cell, each with its own random key(s)
     seed: int = 0
     key_digits: List[int] = option([5, 7], minimum=1, maximum=18)  # [min, max] digits of a key
@@ -84,8 +90,9 @@ def check_config(cfg, job=None) -> None:
         try:
             template.format(for_name="", key="1")
         except (KeyError, IndexError, ValueError) as err:
-            raise HaystackError(f"eval.{field_name}={template!r} has a placeholder other than {{for_name}} and "
-                                f"{{key}}: {err}") from None
+            raise HaystackError(
+                f"eval.{field_name}={template!r} has a placeholder other than {{for_name}} and {{key}}: {err}"
+            ) from None
     if "{key}" not in cfg.needle:
         raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
     if job is not None:
@@ -126,8 +133,9 @@ class PromptScorer:
         self.computed += len(ids)
         cached = self.cache.get_seq_length() if self.cache is not None else 0
         started = time.perf_counter()
-        out = self.model(input_ids=ids[None].to(self.device), use_cache=True, logits_to_keep=keep,
-                         **{self.cache_arg: self.cache})
+        out = self.model(
+            input_ids=ids[None].to(self.device), use_cache=True, logits_to_keep=keep, **{self.cache_arg: self.cache}
+        )
         self.cost.record(time.perf_counter() - started, cached + len(ids), len(ids))
         return out.logits[0].float()
 
@@ -186,8 +194,15 @@ def is_correct(text: str, keys: list[str], match: str) -> float:
 
 
 def _score(cfg, scorer, tokenizer, prompt) -> dict:
-    record = {"length": prompt.length, "depth": prompt.depth, "trial": prompt.trial, "prompt_tokens": len(prompt.ids),
-              "needle_position": prompt.needle_position, "keys": prompt.keys, "all_keys": prompt.all_keys}
+    record = {
+        "length": prompt.length,
+        "depth": prompt.depth,
+        "trial": prompt.trial,
+        "prompt_tokens": len(prompt.ids),
+        "needle_position": prompt.needle_position,
+        "keys": prompt.keys,
+        "all_keys": prompt.all_keys,
+    }
     if cfg.scoring in ("generate", "both"):
         generated = scorer.generate(prompt.ids)
         record["answer"] = tokenizer.decode(generated, skip_special_tokens=True)
@@ -207,7 +222,9 @@ def evaluate(cfg, ctx) -> dict:
     dynamic = ctx.scaling.dynamic
     share = cfg.prefix_sharing and not dynamic
     if cfg.prefix_sharing and dynamic:
-        log.warning("prefix sharing is off: dynamic scaling '%s' gives every forward its own frequencies", ctx.scaling.label)
+        log.warning(
+            "prefix sharing is off: dynamic scaling '%s' gives every forward its own frequencies", ctx.scaling.label
+        )
     # within a length, run prompts in order of where they leave the plain haystack
     prompts.sort(key=lambda p: (p.length, p.needle_position, p.depth, p.trial))
     scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
@@ -220,8 +237,11 @@ def evaluate(cfg, ctx) -> dict:
                 continue
             if prompt.length != announced:  # before a length runs: what it will cost (cell by cell: an upper bound)
                 announced = prompt.length
-                scorer.cost.announce(f"{cfg.name}{' (at most, sharing prefixes)' if share else ''}", prompt.length,
-                                     forwards=sum(p.length == prompt.length for p in prompts))
+                scorer.cost.announce(
+                    f"{cfg.name}{' (at most, sharing prefixes)' if share else ''}",
+                    prompt.length,
+                    forwards=sum(p.length == prompt.length for p in prompts),
+                )
             try:
                 record = _score(cfg, scorer, tokenizer, prompt)
             except Exception as err:
@@ -244,8 +264,13 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     for L in lengths:
         for d in cfg.depths:
             cell = [r for r in records if r["length"] == L and r["depth"] == d]
-            row = {"length": L, "depth": d, "trials": len(cell), "oom": L in oom,
-                   "accuracy": sum(float(r[score_key]) for r in cell) / len(cell) if cell else None}
+            row = {
+                "length": L,
+                "depth": d,
+                "trials": len(cell),
+                "oom": L in oom,
+                "accuracy": sum(float(r[score_key]) for r in cell) / len(cell) if cell else None,
+            }
             if cell and "tf_logprob" in cell[0]:
                 row["tf_accuracy"] = sum(r["tf_correct"] for r in cell) / len(cell)
                 row["tf_mean_logprob"] = sum(r["tf_logprob"] for r in cell) / len(cell)
@@ -258,18 +283,46 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
         interval = wilson_interval(sum(trials), len(trials)) if by_length[L] is not None else None
         scored = [r for r in records if r["length"] == L and "tf_logprob" in r]
         nll = -sum(r["tf_logprob"] for r in scored) / sum(r["tf_tokens"] for r in scored) if scored else None
-        curve.append({"length": L, "accuracy": by_length[L], "trials": len(trials), "answer_nll": nll, "oom": L in oom,
-                      "ci95_low": interval and interval[0], "ci95_high": interval and interval[1]})
+        curve.append(
+            {
+                "length": L,
+                "accuracy": by_length[L],
+                "trials": len(trials),
+                "answer_nll": nll,
+                "oom": L in oom,
+                "ci95_low": interval and interval[0],
+                "ci95_high": interval and interval[1],
+            }
+        )
         # the units the verdict pairs: prompts, keyed by depth and trial (the same prompts in every run of the seed)
         at = [r for r in records if r["length"] == L]
         note = "out of memory" if L in oom else None
-        ctx.output.measure(Measurement(f"{cfg.name}_acc", L, by_length[L], len(trials), "prompt",
-                                       {prompt_key(r): (float(r[score_key]), 1.0) for r in at},
-                                       interval and interval[0], interval and interval[1], "Wilson", note))
+        ctx.output.measure(
+            Measurement(
+                f"{cfg.name}_acc",
+                L,
+                by_length[L],
+                len(trials),
+                "prompt",
+                {prompt_key(r): (float(r[score_key]), 1.0) for r in at},
+                interval and interval[0],
+                interval and interval[1],
+                "Wilson",
+                note,
+            )
+        )
         if cfg.scoring in ("teacher_forced", "both"):
-            ctx.output.measure(Measurement(f"{cfg.name}_nll", L, nll, len(scored), "prompt",
-                                           {prompt_key(r): (-r["tf_logprob"], float(r["tf_tokens"])) for r in scored},
-                                           note=note))
+            ctx.output.measure(
+                Measurement(
+                    f"{cfg.name}_nll",
+                    L,
+                    nll,
+                    len(scored),
+                    "prompt",
+                    {prompt_key(r): (-r["tf_logprob"], float(r["tf_tokens"])) for r in scored},
+                    note=note,
+                )
+            )
     passing = [L for L, acc in by_length.items() if acc is not None and acc >= cfg.threshold]
     summary = ctx.output.flat()  # accuracy, answer NLL, trials and intervals by length: the measurements above
     measured = [a for a in by_length.values() if a is not None]
@@ -278,11 +331,15 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     summary[f"{cfg.name}_prefix_sharing"] = share
     summary[f"{cfg.name}_seconds"] = round(seconds, 2)
     summary[f"{cfg.name}_tokens_computed"] = computed
-    grid = [[next(c["accuracy"] for c in cells if c["length"] == L and c["depth"] == d) for L in lengths]
-            for d in cfg.depths]
+    grid = [
+        [next(c["accuracy"] for c in cells if c["length"] == L and c["depth"] == d) for L in lengths]
+        for d in cfg.depths
+    ]
     grid = [[float("nan") if v is None else v for v in row] for row in grid]
-    ctx.output.figure(f"{cfg.name}_heatmap", heatmap(grid, lengths, list(cfg.depths), title=f"{cfg.name}: {ctx.title}",
-                                                     trained=ctx.trained_context))
+    ctx.output.figure(
+        f"{cfg.name}_heatmap",
+        heatmap(grid, lengths, list(cfg.depths), title=f"{cfg.name}: {ctx.title}", trained=ctx.trained_context),
+    )
     ctx.output.curve(cfg.name, [row for row in curve if row["accuracy"] is not None])
     ctx.output.metrics(cfg.name, {**summary, "cells": cells, "by_length": curve})
     return summary
@@ -295,11 +352,28 @@ def prompt_key(record: dict) -> str:
 
 def _metrics(cfg) -> tuple[Metric, ...]:
     """Accuracy (judged) and the answer NLL under teacher forcing (shown beside it: the continuous, paired look)."""
-    found = (Metric(f"{cfg.name}_acc", verdict=True, count=f"{cfg.name}_trials", interval=True,
-                    label=f"{cfg.name} accuracy", bounds=(0, 1), unit="prompt"),)
+    found = (
+        Metric(
+            f"{cfg.name}_acc",
+            verdict=True,
+            count=f"{cfg.name}_trials",
+            interval=True,
+            label=f"{cfg.name} accuracy",
+            bounds=(0, 1),
+            unit="prompt",
+        ),
+    )
     if cfg.scoring in ("teacher_forced", "both"):
-        found += (Metric(f"{cfg.name}_nll", lower_is_better=True, count=f"{cfg.name}_trials",
-                         label=f"{cfg.name} answer NLL", nll=True, unit="prompt"),)
+        found += (
+            Metric(
+                f"{cfg.name}_nll",
+                lower_is_better=True,
+                count=f"{cfg.name}_trials",
+                label=f"{cfg.name} answer NLL",
+                nll=True,
+                unit="prompt",
+            ),
+        )
     return found
 
 
@@ -320,5 +394,12 @@ def report_figures(name: str, jobs: list[dict], label) -> dict:
 
 
 for _name in ("needle", "passkey"):
-    register_eval(_name, config=RetrievalConfig, error=HaystackError, check=check_config, needs=_needs,
-                  metrics=_metrics, report=report_figures)(evaluate)
+    register_eval(
+        _name,
+        config=RetrievalConfig,
+        error=HaystackError,
+        check=check_config,
+        needs=_needs,
+        metrics=_metrics,
+        report=report_figures,
+    )(evaluate)

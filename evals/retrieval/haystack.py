@@ -19,8 +19,24 @@ import torch
 
 from ..core.errors import UserError
 
-NAMES = ("apple", "river", "lantern", "falcon", "meadow", "copper", "violin", "harbor", "glacier", "orchid",
-         "pepper", "saddle", "thistle", "quartz", "walnut", "ember")
+NAMES = (
+    "apple",
+    "river",
+    "lantern",
+    "falcon",
+    "meadow",
+    "copper",
+    "violin",
+    "harbor",
+    "glacier",
+    "orchid",
+    "pepper",
+    "saddle",
+    "thistle",
+    "quartz",
+    "walnut",
+    "ember",
+)
 
 
 class HaystackError(UserError):
@@ -41,8 +57,14 @@ class Prompt:
 
 def distractor_names(name: str, count: int) -> list[str]:
     """Names a character away from ``name``: plural, a swapped pair, a changed letter..."""
-    variants = [name + "s", name[0] + name[2] + name[1] + name[3:], name[:-1] + chr((ord(name[-1]) - 96) % 26 + 97),
-                name.capitalize() + "e", name[:2] + name[3:], "the " + name]
+    variants = [
+        name + "s",
+        name[0] + name[2] + name[1] + name[3:],
+        name[:-1] + chr((ord(name[-1]) - 96) % 26 + 97),
+        name.capitalize() + "e",
+        name[:2] + name[3:],
+        "the " + name,
+    ]
     return [v for v in variants if v != name][:count]
 
 
@@ -53,8 +75,10 @@ class PromptBuilder:
         self.head = torch.cat([head, self.encode(cfg.preamble)]) if cfg.preamble else head
         window = self.haystack[: max(cfg.lengths)]
         # token i of the haystack starts a sentence when the token before it ends one
-        ends = [t.rstrip().endswith((".", "!", "?", '."', "\n")) or "\n" in t for t in
-                tokenizer.convert_ids_to_tokens(window.tolist())]
+        ends = [
+            t.rstrip().endswith((".", "!", "?", '."', "\n")) or "\n" in t
+            for t in tokenizer.convert_ids_to_tokens(window.tolist())
+        ]
         self.sentence_starts = [0] + [i + 1 for i, end in enumerate(ends) if end]
 
     def snap(self, position: int) -> int:
@@ -72,11 +96,16 @@ class PromptBuilder:
         tok = self.tokenizer
         if self.cfg.chat_template and getattr(tok, "chat_template", None):
             marker = "\u2063HAYSTACK\u2063"
-            text = tok.apply_chat_template([{"role": "user", "content": marker}], tokenize=False,
-                                           add_generation_prompt=True)
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True
+            )
             before, after = text.split(marker)
             return self.encode(before), self.encode(after)
-        bos = [tok.bos_token_id] if tok.bos_token_id is not None and tok("a")["input_ids"][:1] == [tok.bos_token_id] else []
+        bos = (
+            [tok.bos_token_id]
+            if tok.bos_token_id is not None and tok("a")["input_ids"][:1] == [tok.bos_token_id]
+            else []
+        )
         return torch.tensor(bos, dtype=torch.int64), torch.tensor([], dtype=torch.int64)
 
     def _question(self, target: str | None) -> tuple[str, str]:
@@ -101,18 +130,23 @@ class PromptBuilder:
 
         all_keys = {name: key() for name in [*names, *distractors]}
         # like the haystack's sentences, a needle opens with a space and ends without one (no double spaces)
-        needles = [self.encode(" " + cfg.needle.format(for_name=f" for {n}" if n else "", key=k))
-                   for n, k in all_keys.items()]
+        needles = [
+            self.encode(" " + cfg.needle.format(for_name=f" for {n}" if n else "", key=k)) for n, k in all_keys.items()
+        ]
         question, answer_prefix = self._question(target)
         question_ids = self.encode(question)
         answer_prefix_ids = self.encode(answer_prefix)
-        overhead = len(self.head) + sum(len(n) for n in needles) + len(question_ids) + len(self.tail) + len(answer_prefix_ids)
+        overhead = (
+            len(self.head) + sum(len(n) for n in needles) + len(question_ids) + len(self.tail) + len(answer_prefix_ids)
+        )
         budget = length - overhead
         if budget < 1:
             raise HaystackError(f"length {length} is below what the needles and question need ({overhead} tokens)")
         if budget > len(self.haystack):
-            raise HaystackError(f"the haystack has {len(self.haystack)} tokens, fewer than the {budget} that length "
-                                f"{length} needs; use longer data or shorter lengths")
+            raise HaystackError(
+                f"the haystack has {len(self.haystack)} tokens, fewer than the {budget} that length "
+                f"{length} needs; use longer data or shorter lengths"
+            )
         # target at the requested depth; the rest at seeded random depths (in haystack tokens)
         positions = [self.snap(round(depth * budget))] + [self.snap(rng.randint(0, budget)) for _ in needles[1:]]
         order = sorted(range(len(needles)), key=lambda i: (positions[i], i))

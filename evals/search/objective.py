@@ -65,12 +65,16 @@ def target(text, job, where: str) -> Target:
     length it evaluates; a ConfigError naming the value, why and what is valid otherwise."""
     declared = job.declared()
     lengths = job_lengths(job)
-    valid = (f"the eval {job.eval.name} reports {', '.join(sorted(declared)) or 'no per-length metric'} at "
-             f"{lengths}, and <metric>{RETENTION}@L for L <= {job.trained_context}")
+    valid = (
+        f"the eval {job.eval.name} reports {', '.join(sorted(declared)) or 'no per-length metric'} at "
+        f"{lengths}, and <metric>{RETENTION}@L for L <= {job.trained_context}"
+    )
     match = AT.match(str(text).strip())
     if not declared:
-        raise ConfigError(f"{where}={text}: the eval {job.eval.name} declares no per-length metric before it runs, "
-                          f"so nothing can be searched on it; search on perplexity, needle, passkey or ruler")
+        raise ConfigError(
+            f"{where}={text}: the eval {job.eval.name} declares no per-length metric before it runs, "
+            f"so nothing can be searched on it; search on perplexity, needle, passkey or ruler"
+        )
     if not match:
         raise ConfigError(f"{where}={text} is not <metric>@<length>; {valid}")
     name, length = match.group(1), int(match.group(2))
@@ -78,12 +82,15 @@ def target(text, job, where: str) -> Target:
     if name not in declared and base not in declared:
         raise ConfigError(f"{where}={text}: no job of this search reports {name}; {valid}")
     if length not in lengths:
-        raise ConfigError(f"{where}={text}: the job evaluates {lengths}, not {length}; add {length} to the eval's "
-                          f"lengths")
+        raise ConfigError(
+            f"{where}={text}: the job evaluates {lengths}, not {length}; add {length} to the eval's lengths"
+        )
     if name not in declared:
         if length > job.trained_context:
-            raise ConfigError(f"{where}={text}: retention is measured up to the trained context "
-                              f"({job.trained_context}), not at {length}")
+            raise ConfigError(
+                f"{where}={text}: retention is measured up to the trained context "
+                f"({job.trained_context}), not at {length}"
+            )
         if not job.verdict.baseline:
             raise ConfigError(f"{where}={text}: retention needs the unscaled reference; set verdict.baseline=true")
         return Target(f"{name}@{length}", name, length, maximize=True)
@@ -100,8 +107,10 @@ def objectives(cfg, job) -> list[Target]:
     """The objectives of ``cfg.objective`` (one, or a list), checked against ``job``."""
     given = cfg.get("objective")
     if given is None or given == [] or given == "":
-        raise ConfigError("objective is not set: a search needs objective=<metric>@<length>, e.g. objective=ppl@16384 "
-                          "(or a list for a multi-objective search)")
+        raise ConfigError(
+            "objective is not set: a search needs objective=<metric>@<length>, e.g. objective=ppl@16384 "
+            "(or a list for a multi-objective search)"
+        )
     items = list(given) if not isinstance(given, str) and hasattr(given, "__iter__") else [given]
     found = [target(item, job, "objective") for item in items]
     if len({t.key for t in found}) != len(found):
@@ -115,8 +124,10 @@ def constraints(cfg, job) -> list[Constraint]:
     for text in cfg.get("constraints") or []:
         match = CONSTRAINT.match(str(text))
         if not match:
-            raise ConfigError(f"constraints: {text!r} is not <metric>@<length>>=<number> or <=, e.g. "
-                              f"\"ppl_retention@4096>=0.98\" (quoted on the command line)")
+            raise ConfigError(
+                f"constraints: {text!r} is not <metric>@<length>>=<number> or <=, e.g. "
+                f'"ppl_retention@4096>=0.98" (quoted on the command line)'
+            )
         try:
             bound = float(match.group("bound"))
         except ValueError:

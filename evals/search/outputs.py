@@ -66,8 +66,13 @@ def best_scaling(search, trial) -> dict:
 
     cfg = search.compose(search.fixed + list(trial.user_attrs.get("overrides") or []))
     resolved = rope_ext.resolve(OmegaConf.to_container(cfg.scaling, resolve=True), search.trained).to_dict()
-    return {k: v for k, v in resolved.items() if k != "name" and not (k == "layer_types" and v == "auto")
-            and not (k == "original_max_position" and v == search.trained)}
+    return {
+        k: v
+        for k, v in resolved.items()
+        if k != "name"
+        and not (k == "layer_types" and v == "auto")
+        and not (k == "original_max_position" and v == search.trained)
+    }
 
 
 def enqueued(trial, trials) -> bool:
@@ -79,18 +84,25 @@ def enqueued(trial, trials) -> bool:
 
 def reference(search, trial) -> dict:
     """A finished trial to set the best against: its reported values, whether it met the constraints, its setting."""
-    return {"trial": trial.number, "reported": trial.user_attrs.get("reported"), "feasible": feasible(trial),
-            "scaling": best_scaling(search, trial)}
+    return {
+        "trial": trial.number,
+        "reported": trial.user_attrs.get("reported"),
+        "feasible": feasible(trial),
+        "scaling": best_scaling(search, trial),
+    }
 
 
 def write_config(search, trial, name: str) -> Path:
     values = best_scaling(search, trial)
-    head = (f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, "
-            f"{_values(trial.user_attrs.get('reported'))}.\n"
-            f"# Use: python run.py hydra.searchpath=[file://{search.sweep_dir.resolve() / 'conf'}] scaling={name}\n"
-            f"# or copy this file into conf/scaling/.\n")
-    body = OmegaConf.to_yaml(OmegaConf.create({"defaults": [{"/schema/scaling@_here_": search.strategy.name}, "_self_"],
-                                               **values}))
+    head = (
+        f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, "
+        f"{_values(trial.user_attrs.get('reported'))}.\n"
+        f"# Use: python run.py hydra.searchpath=[file://{search.sweep_dir.resolve() / 'conf'}] scaling={name}\n"
+        f"# or copy this file into conf/scaling/.\n"
+    )
+    body = OmegaConf.to_yaml(
+        OmegaConf.create({"defaults": [{"/schema/scaling@_here_": search.strategy.name}, "_self_"], **values})
+    )
     path = search.sweep_dir / "conf" / "scaling" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, head + body)
@@ -125,13 +137,18 @@ def figures(search, study) -> dict:
     if enough:
         draw["search_importance"] = lambda: plots.plot_param_importances(study, **kwargs)
     else:
-        print(f"search: no importance or parallel-coordinate figure from {complete} finished trial(s): importances "
-              f"(fANOVA) need at least {importance_budget(search)} ({MIN_TRIALS_FOR_IMPORTANCE}, and 2 per searched "
-              f"value); below that they describe the sampler's first draws, not the parameters")
+        print(
+            f"search: no importance or parallel-coordinate figure from {complete} finished trial(s): importances "
+            f"(fANOVA) need at least {importance_budget(search)} ({MIN_TRIALS_FOR_IMPORTANCE}, and 2 per searched "
+            f"value); below that they describe the sampler's first draws, not the parameters"
+        )
     if len(search.objectives) > 1:  # the trade-off itself: every trial on the first two objectives, the front marked
         draw["search_pareto"] = lambda: plots.plot_pareto_front(
-            study, targets=lambda t: t.values[:2], target_names=[o.key for o in search.objectives[:2]],
-            constraints_func=constraint_values if search.constraints else None)
+            study,
+            targets=lambda t: t.values[:2],
+            target_names=[o.key for o in search.objectives[:2]],
+            constraints_func=constraint_values if search.constraints else None,
+        )
     for name, plot in draw.items():
         try:
             found[name] = plot()
@@ -142,13 +159,16 @@ def figures(search, study) -> dict:
             raise _NotDrawn
         import optuna
 
-        important = list(optuna.importance.get_param_importances(study, **{k: v for k, v in kwargs.items()
-                                                                             if k == "target"}))[:8]
+        important = list(
+            optuna.importance.get_param_importances(study, **{k: v for k, v in kwargs.items() if k == "target"})
+        )[:8]
         found["search_parallel"] = plots.plot_parallel_coordinate(study, params=important, **kwargs)
     except _NotDrawn:
         pass
     except Exception as err:  # noqa: BLE001
-        print(f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
+        print(
+            f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        )
     for name, axes in found.items():
         axes = axes.flat[0] if hasattr(axes, "flat") else axes
         retitle(axes, f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
@@ -200,27 +220,50 @@ def write(search, study) -> list[Path]:
     rows = trial_rows(search, study)
     best = best_trials(search, study)
     written = [write_csv(search.sweep_dir / "search_trials.csv", rows)]
-    configs = [write_config(search, t, f"{search.strategy.name}_searched" if len(search.objectives) == 1
-                            else f"{search.strategy.name}_pareto{t.number}") for t in best]
+    configs = [
+        write_config(
+            search,
+            t,
+            f"{search.strategy.name}_searched"
+            if len(search.objectives) == 1
+            else f"{search.strategy.name}_pareto{t.number}",
+        )
+        for t in best
+    ]
     written_here = re.compile(rf"{re.escape(search.strategy.name)}_(searched|pareto\d+)\.yaml")
     for stale in (search.sweep_dir / "conf" / "scaling").glob("*.yaml"):
         if written_here.fullmatch(stale.name) and stale not in configs:  # an earlier best this study no longer holds
             stale.unlink()
     states = [t.state.name for t in study.trials]
     done = [t for t in study.trials if t.state.name == "COMPLETE"]
-    result = {"strategy": search.strategy.name, "objective": [t.key for t in search.objectives],
-              "directions": [t.direction for t in search.objectives],
-              "constraints": [c.text for c in search.constraints], "space": [s.describe() for s in search.space],
-              "sampler": search.sampler_name, "trials": len(states), "complete": states.count("COMPLETE"),
-              "failed": states.count("FAIL"),
-              "best": [{"trial": t.number, "values": dict(zip([o.key for o in search.objectives], t.values)),
-                        "reported": t.user_attrs.get("reported"), "scaling": best_scaling(search, t),
-                        "dir": t.user_attrs.get("dir"), "config": str(path)} for t, path in zip(best, configs)],
-              # what the best is set against: the settings the user gave (hydra.sweeper.enqueue), e.g. the published default
-              "given": [reference(search, t) for t in done if enqueued(t, study.trials)],
-              # no feasible trial: the one closest to meeting the constraints, so the user sees how far off it is
-              "closest": None if best or not search.constraints or not done else reference(
-                  search, min(done, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"])))}
+    result = {
+        "strategy": search.strategy.name,
+        "objective": [t.key for t in search.objectives],
+        "directions": [t.direction for t in search.objectives],
+        "constraints": [c.text for c in search.constraints],
+        "space": [s.describe() for s in search.space],
+        "sampler": search.sampler_name,
+        "trials": len(states),
+        "complete": states.count("COMPLETE"),
+        "failed": states.count("FAIL"),
+        "best": [
+            {
+                "trial": t.number,
+                "values": dict(zip([o.key for o in search.objectives], t.values)),
+                "reported": t.user_attrs.get("reported"),
+                "scaling": best_scaling(search, t),
+                "dir": t.user_attrs.get("dir"),
+                "config": str(path),
+            }
+            for t, path in zip(best, configs)
+        ],
+        # what the best is set against: the settings the user gave (hydra.sweeper.enqueue), e.g. the published default
+        "given": [reference(search, t) for t in done if enqueued(t, study.trials)],
+        # no feasible trial: the one closest to meeting the constraints, so the user sees how far off it is
+        "closest": None
+        if best or not search.constraints or not done
+        else reference(search, min(done, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"]))),
+    }
     atomic_write(search.sweep_dir / RESULT, json.dumps(result, indent=2, default=str))
     written += [search.sweep_dir / RESULT, *configs]
     images = {}
@@ -241,20 +284,40 @@ def track(search, rows: list[dict], result: dict, images: dict, configs: list[Pa
     logger = search.config.get("logger")
     if logger is None or logger.get("name") == "none":
         return
-    tracker = Tracker(logger, {"search": result}, search.sweep_dir / "search", f"search-{search.sweep_dir.name}",
-                      sweep_group(search.sweep_dir), tags=["search", f"scaling:{search.strategy.name}"],
-                      job_type="search")
+    tracker = Tracker(
+        logger,
+        {"search": result},
+        search.sweep_dir / "search",
+        f"search-{search.sweep_dir.name}",
+        sweep_group(search.sweep_dir),
+        tags=["search", f"scaling:{search.strategy.name}"],
+        job_type="search",
+    )
     if tracker.run is None:
         return
     keys = [t.key for t in search.objectives]
-    tracker.curve("search", "trial", [{"trial": r["trial"], **{k: r[k] for k in keys if r.get(k) is not None}}
-                                      for r in rows if any(r.get(k) is not None for k in keys)])
-    tracker.table("search_trials", [{k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v))
-                                     for k, v in r.items()} for r in rows])
+    tracker.curve(
+        "search",
+        "trial",
+        [
+            {"trial": r["trial"], **{k: r[k] for k in keys if r.get(k) is not None}}
+            for r in rows
+            if any(r.get(k) is not None for k in keys)
+        ],
+    )
+    tracker.table(
+        "search_trials",
+        [
+            {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in r.items()}
+            for r in rows
+        ],
+    )
     for best in result["best"][:1]:
-        tracker.summary({f"best/{k}": v for k, v in best["values"].items()}
-                        | {f"best/scaling.{k}": (v if not isinstance(v, list) else str(v)) for k, v in best["scaling"].items()}
-                        | {"best/trial": best["trial"]})
+        tracker.summary(
+            {f"best/{k}": v for k, v in best["values"].items()}
+            | {f"best/scaling.{k}": (v if not isinstance(v, list) else str(v)) for k, v in best["scaling"].items()}
+            | {"best/trial": best["trial"]}
+        )
     for name, path in images.items():
         tracker.image(name, path)
     for path in configs:
@@ -274,26 +337,51 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
             continue
         result = json.loads(path.read_text())
         goal = " and ".join(f"{d} {k}" for d, k in zip(result["directions"], result["objective"]))
-        head = (f"{result['strategy']}: {goal}" + (f" subject to {', '.join(result['constraints'])}" if result["constraints"]
-                                                   else "") + f"; {result['trials']} trials ({result['complete']} finished, "
-                f"{result['failed']} failed), {result['sampler']}")
-        lines = [f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}; {_setting(b['scaling'])}; "
-                 f"config {b['config']}" for b in result["best"]] or ["- no feasible finished trial"]
+        head = (
+            f"{result['strategy']}: {goal}"
+            + (f" subject to {', '.join(result['constraints'])}" if result["constraints"] else "")
+            + f"; {result['trials']} trials ({result['complete']} finished, "
+            f"{result['failed']} failed), {result['sampler']}"
+        )
+        lines = [
+            f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}; {_setting(b['scaling'])}; "
+            f"config {b['config']}"
+            for b in result["best"]
+        ] or ["- no feasible finished trial"]
         others = [("against a setting given (hydra.sweeper.enqueue)", o) for o in result.get("given") or []]
         others += [("closest to the constraints", result["closest"])] if result.get("closest") else []
         for says, other in others:
             if not any(b["trial"] == other["trial"] for b in result["best"]):
-                lines.append(f"- {says}, trial {other['trial']}: {_values(other['reported'])}"
-                             + ("" if other["feasible"] else " (a constraint not met)") + f"; {_setting(other['scaling'])}")
+                lines.append(
+                    f"- {says}, trial {other['trial']}: {_values(other['reported'])}"
+                    + ("" if other["feasible"] else " (a constraint not met)")
+                    + f"; {_setting(other['scaling'])}"
+                )
         pngs = [root / f"{name}.png" for name in FIGURES if (root / f"{name}.png").is_file()]
-        md += ["", f"## Search ({root})", "", head, "", "Best" + (" (Pareto front)" if len(result["objective"]) > 1 else "")
-               + f"; every trial in {root / 'search_trials.csv'}:", "", *lines, "",
-               *[f"![{png.stem}]({png.name})" for png in pngs]]
-        parts.append(f"<h2>Search ({html.escape(str(root))})</h2><p class=note>{html.escape(head)}</p><ul>"
-                     + "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines) + "</ul>"
-                     + "".join(f"<figure><img alt=\"{png.stem}\" src=\"data:image/png;base64,"
-                               f"{base64.b64encode(png.read_bytes()).decode()}\"><figcaption>{png.stem}</figcaption></figure>"
-                               for png in pngs))
+        md += [
+            "",
+            f"## Search ({root})",
+            "",
+            head,
+            "",
+            "Best"
+            + (" (Pareto front)" if len(result["objective"]) > 1 else "")
+            + f"; every trial in {root / 'search_trials.csv'}:",
+            "",
+            *lines,
+            "",
+            *[f"![{png.stem}]({png.name})" for png in pngs],
+        ]
+        parts.append(
+            f"<h2>Search ({html.escape(str(root))})</h2><p class=note>{html.escape(head)}</p><ul>"
+            + "".join(f"<li>{html.escape(line[2:])}</li>" for line in lines)
+            + "</ul>"
+            + "".join(
+                f'<figure><img alt="{png.stem}" src="data:image/png;base64,'
+                f'{base64.b64encode(png.read_bytes()).decode()}"><figcaption>{png.stem}</figcaption></figure>'
+                for png in pngs
+            )
+        )
     return md, parts
 
 
@@ -306,13 +394,17 @@ def summary_lines(result: dict) -> list[str]:
         lines.append(f"search: best: trial {best['trial']}, {_values(best['reported'])} ({_setting(best['scaling'])})")
     if not result["best"] and result.get("closest"):
         closest = result["closest"]
-        lines.append(f"search: no trial met the constraints ({'; '.join(result['constraints'])}); the closest: trial "
-                     f"{closest['trial']}, {_values(closest['reported'])} ({_setting(closest['scaling'])})")
+        lines.append(
+            f"search: no trial met the constraints ({'; '.join(result['constraints'])}); the closest: trial "
+            f"{closest['trial']}, {_values(closest['reported'])} ({_setting(closest['scaling'])})"
+        )
     elif not result["best"]:
         lines.append("search: no feasible finished trial")
     for g in given:
-        lines.append(f"search: against the given setting, trial {g['trial']}: {_values(g['reported'])} "
-                     f"({_setting(g['scaling'])}){'' if g['feasible'] else ', which misses the constraints'}")
+        lines.append(
+            f"search: against the given setting, trial {g['trial']}: {_values(g['reported'])} "
+            f"({_setting(g['scaling'])}){'' if g['feasible'] else ', which misses the constraints'}"
+        )
     return lines
 
 
@@ -321,6 +413,9 @@ def _values(reported: dict | None) -> str:
 
 
 def _setting(scaling: dict) -> str:
-    shown = {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in scaling.items()
-             if not isinstance(v, list) and v is not None}
+    shown = {
+        k: (f"{v:.4g}" if isinstance(v, float) else v)
+        for k, v in scaling.items()
+        if not isinstance(v, list) and v is not None
+    }
     return ", ".join(f"{k}={v}" for k, v in shown.items())

@@ -66,8 +66,11 @@ class Scalar:
     def describe(self) -> str:
         if self.kind == "categorical":
             return f"{self.key} in {list(self.choices)}"
-        return f"{self.key} in [{self.low:g}, {self.high:g}]" + (" (log)" if self.log else "") + (
-            f" step {self.step:g}" if self.step else "")
+        return (
+            f"{self.key} in [{self.low:g}, {self.high:g}]"
+            + (" (log)" if self.log else "")
+            + (f" step {self.step:g}" if self.step else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,9 @@ class MonotoneFactors:
         return [1.0] * self.pairs
 
     def describe(self) -> str:
-        return (f"{self.key}: {self.pairs} factors, 1 <= f_i <= f_i+1 <= top <= {self.upper:g} (log), "
-                f"the first n_hat = 1")
+        return (
+            f"{self.key}: {self.pairs} factors, 1 <= f_i <= f_i+1 <= top <= {self.upper:g} (log), the first n_hat = 1"
+        )
 
 
 def monotone_factors(n_hat: int, top: float, steps: list[float]) -> list[float]:
@@ -137,19 +141,24 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
     key, sweep = override.get_key_element(), override.value()
     text = override.input_line or key
     if not key.startswith("scaling."):
-        hint = (f"; several objectives are a list: {key}=[{','.join(map(str, getattr(sweep, 'list', [])))}]"
-                if key in ("objective", "constraints") else
-                f"; fix it ({key}=<value>) or compare values in a grid (-m without hydra/sweeper=optuna)")
+        hint = (
+            f"; several objectives are a list: {key}=[{','.join(map(str, getattr(sweep, 'list', [])))}]"
+            if key in ("objective", "constraints")
+            else f"; fix it ({key}=<value>) or compare values in a grid (-m without hydra/sweeper=optuna)"
+        )
         raise ConfigError(f"{text}: a search explores the strategy's parameters (scaling.<name>), not {key}{hint}")
     name = key.split(".", 1)[1]
     if name not in strategy.params:
-        raise ConfigError(f"{text}: scaling '{strategy.name}' does not take {name}; its parameters: "
-                          f"{', '.join(strategy.params)}")
+        raise ConfigError(
+            f"{text}: scaling '{strategy.name}' does not take {name}; its parameters: {', '.join(strategy.params)}"
+        )
     param = strategy.params[name]
     if param.type is list:
-        raise ConfigError(f"{text}: {name} is a list of per-dimension factors; it is searched "
-                          f"{'per dimension when not given' if param.search == 'monotone' else 'only as given'}, "
-                          f"not over a range")
+        raise ConfigError(
+            f"{text}: {name} is a list of per-dimension factors; it is searched "
+            f"{'per dimension when not given' if param.search == 'monotone' else 'only as given'}, "
+            f"not over a range"
+        )
     log = "log" in getattr(sweep, "tags", set())
     if isinstance(sweep, IntervalSweep):
         low, high = sweep.start, sweep.end
@@ -162,8 +171,10 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
         kind = "int" if all(float(v).is_integer() for v in values) and param.type is not float else "float"
         scalar = Scalar(key, kind, min(values), max(values), log=log, step=abs(sweep.step), declared=False)
         if log and not (kind == "int" and scalar.step == 1):  # Optuna samples a log scale without a step
-            raise ConfigError(f"{text}: a log scale takes interval(a,b) (or range(a,b) of an int parameter), not "
-                              f"range() with a step of {scalar.step:g}")
+            raise ConfigError(
+                f"{text}: a log scale takes interval(a,b) (or range(a,b) of an int parameter), not "
+                f"range() with a step of {scalar.step:g}"
+            )
     elif isinstance(sweep, ChoiceSweep):
         values = list(sweep.list)
         scalar = Scalar(key, "categorical", choices=tuple(values), declared=False)
@@ -177,8 +188,9 @@ def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
         try:
             param.coerce(strategy.name, name, value)
         except rope_ext.ScalingError as err:
-            raise ConfigError(f"{text}: {value!r} is outside what '{strategy.name}' declares: "
-                              f"{str(err).split(': ', 1)[-1]}") from None
+            raise ConfigError(
+                f"{text}: {value!r} is outside what '{strategy.name}' declares: {str(err).split(': ', 1)[-1]}"
+            ) from None
     return scalar
 
 

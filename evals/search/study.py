@@ -41,8 +41,10 @@ def split(arguments: list[str], params: dict | None, parser) -> tuple[list[str],
         key = override.get_key_element()
         if override.is_sweep_override():
             if key == "scaling" or key.startswith("scaling@"):
-                raise ConfigError(f"{override.input_line}: a search explores one strategy; run "
-                                  f"one search per strategy (scaling=yarn, then scaling=ntk_by_parts)")
+                raise ConfigError(
+                    f"{override.input_line}: a search explores one strategy; run "
+                    f"one search per strategy (scaling=yarn, then scaling=ntk_by_parts)"
+                )
             ranges[key] = override
         else:
             ranges.pop(key, None)
@@ -58,8 +60,10 @@ def _pairs(cfg, model):
             slots = rope_ext.select_slots(model.slots or (), cfg.scaling.get("layer_types") or "auto")
         sizes = sorted({slot.dim // 2 for slot in slots})
         if len(sizes) != 1:
-            raise ConfigError(f"scaling.layer_types: the scaled layers have rotary sizes d/2 = {sizes}; a per-dimension "
-                              f"search needs one: choose the layer types with scaling.layer_types")
+            raise ConfigError(
+                f"scaling.layer_types: the scaled layers have rotary sizes d/2 = {sizes}; a per-dimension "
+                f"search needs one: choose the layer types with scaling.layer_types"
+            )
         return sizes[0]
 
     return pairs
@@ -95,22 +99,25 @@ class Search:
             self.strategy = STRATEGIES[resolve_name(base.scaling.get("name"))]
         spec = EVALS.get(base.eval.get("name"))
         model = None
-        if spec is not None:  # resolved once: the probe job reuses it (parse_job says what is wrong with an unknown eval)
+        if (
+            spec is not None
+        ):  # resolved once: the probe job reuses it (parse_job says what is wrong with an unknown eval)
             model = resolve_model(base.model, geometry=True, weights="model" in spec.needs_for(base.eval))
         given = [spaces.given(o, self.strategy) for o in ranges]
         fixed_keys = {f.split("=", 1)[0].lstrip("+~") for f in self.fixed}
         skip = fixed_keys | {s.key for s in given}
         # the extension the objective asks for bounds per-dimension factors; its lengths are read from the config here
         # and checked with the probe job below
-        lengths = [int(m.group(2)) for m in map(objectives_of.AT.match, map(str, _listed(base.get("objective"))))
-                   if m]
+        lengths = [int(m.group(2)) for m in map(objectives_of.AT.match, map(str, _listed(base.get("objective")))) if m]
         trained = model.trained_context if model is not None else 1
         extension = max(lengths, default=trained) / trained
         self.space = given + spaces.declared(self.strategy, skip, _pairs(base, model), extension)
         self.check_enqueue()
         if not self.space:
-            raise ConfigError(f"nothing to search: scaling '{self.strategy.name}' declares no searched parameter and no "
-                              f"range was given (e.g. scaling.factor=tag(log,interval(1,8)))")
+            raise ConfigError(
+                f"nothing to search: scaling '{self.strategy.name}' declares no searched parameter and no "
+                f"range was given (e.g. scaling.factor=tag(log,interval(1,8)))"
+            )
         defaults = {f"scaling.{k}": p.default for k, p in self.strategy.params.items()}
         probe = self.compose(self.fixed + self.overrides({s.key: s.probe(defaults.get(s.key)) for s in self.space}))
         self.sweep_dir = self.choose_dir(base)
@@ -119,9 +126,13 @@ class Search:
         self.constraints = objectives_of.constraints(probe, job)
         self.sampler_name = self.choose_sampler()
         self.config, self.trained = base, job.trained_context
-        self.signature = {"strategy": self.strategy.name, "objective": [t.key for t in self.objectives],
-                          "constraints": [c.text for c in self.constraints], "space": [s.describe() for s in self.space],
-                          "fixed": sorted(self.fixed)}
+        self.signature = {
+            "strategy": self.strategy.name,
+            "objective": [t.key for t in self.objectives],
+            "constraints": [c.text for c in self.constraints],
+            "space": [s.describe() for s in self.space],
+            "fixed": sorted(self.fixed),
+        }
 
     def published_default(self) -> list[dict]:
         """The strategy's registered values of the searched parameters, as one setting to try first (where every
@@ -132,15 +143,26 @@ class Search:
             default = None if param is None else param.default
             if default is None:  # a per-dimension list, or a parameter without a published value
                 return []
-            inside = default in dim.choices if dim.kind == "categorical" else (
-                isinstance(default, (int, float)) and not isinstance(default, bool) and dim.low <= default <= dim.high)
+            inside = (
+                default in dim.choices
+                if dim.kind == "categorical"
+                else (
+                    isinstance(default, (int, float))
+                    and not isinstance(default, bool)
+                    and dim.low <= default <= dim.high
+                )
+            )
             if not inside:
                 return []
             setting[dim.key] = default
-        shown = ", ".join(f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]}={v}"
-                          for k, v in setting.items())
-        print(f"search: trial 0 is the published default ({shown}), the setting the best is set against "
-              f"(hydra.sweeper.enqueue=[] leaves it out)")
+        shown = ", ".join(
+            f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]}={v}"
+            for k, v in setting.items()
+        )
+        print(
+            f"search: trial 0 is the published default ({shown}), the setting the best is set against "
+            f"(hydra.sweeper.enqueue=[] leaves it out)"
+        )
         return [setting]
 
     def check_enqueue(self) -> None:
@@ -148,13 +170,17 @@ class Search:
         names = [name for s in self.space for name in s.names()]
         for setting in self.conf.enqueue or []:
             if not hasattr(setting, "keys"):
-                raise ConfigError(f"hydra.sweeper.enqueue: {setting} is not a mapping of searched values, e.g. "
-                                  f"[{{{names[0] if names else 'scaling.factor'}:2.0}}]")
+                raise ConfigError(
+                    f"hydra.sweeper.enqueue: {setting} is not a mapping of searched values, e.g. "
+                    f"[{{{names[0] if names else 'scaling.factor'}:2.0}}]"
+                )
             unknown = [str(k) for k in setting.keys() if str(k) not in names]
             if unknown:
                 shown = names if len(names) <= 8 else [*names[:6], "...", names[-1]]
-                raise ConfigError(f"hydra.sweeper.enqueue: {', '.join(unknown)} is not searched; the searched values: "
-                                  f"{', '.join(shown)}")
+                raise ConfigError(
+                    f"hydra.sweeper.enqueue: {', '.join(unknown)} is not searched; the searched values: "
+                    f"{', '.join(shown)}"
+                )
 
     # --- configs -------------------------------------------------------------------------------------------------
 
@@ -195,21 +221,26 @@ class Search:
         storage = self.conf.storage or f"sqlite:///{(self.sweep_dir / 'optuna.db').resolve()}"
         directions = [t.direction for t in self.objectives]
         try:
-            study = optuna.create_study(study_name=self.conf.study_name, storage=storage, directions=directions,
-                                        load_if_exists=True)
+            study = optuna.create_study(
+                study_name=self.conf.study_name, storage=storage, directions=directions, load_if_exists=True
+            )
         except Exception as err:  # noqa: BLE001 -- SQLAlchemy's DatabaseError on a truncated or foreign file
             if "DatabaseError" not in type(err).__name__ and "database" not in str(err).lower():
                 raise
-            raise ConfigError(f"the study {storage.removeprefix('sqlite:///')} cannot be read ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:120]}); it is damaged: move it away to start the search "
-                              f"anew (its finished trials' jobs are reused), or give another hydra.sweep.dir") from None
+            raise ConfigError(
+                f"the study {storage.removeprefix('sqlite:///')} cannot be read ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:120]}); it is damaged: move it away to start the search "
+                f"anew (its finished trials' jobs are reused), or give another hydra.sweep.dir"
+            ) from None
         stored = study.user_attrs.get("search")
         if stored is None:
             study.set_user_attr("search", self.signature)
         elif stored != self.signature:
             differs = ", ".join(k for k in self.signature if stored.get(k) != self.signature[k])
-            raise ConfigError(f"hydra.sweep.dir={self.sweep_dir} holds the study of another search ({differs} differ); "
-                              f"re-run it with its own arguments or give another hydra.sweep.dir")
+            raise ConfigError(
+                f"hydra.sweep.dir={self.sweep_dir} holds the study of another search ({differs} differ); "
+                f"re-run it with its own arguments or give another hydra.sweep.dir"
+            )
         study.sampler = self.sampler(len(study.trials))
         return study
 
@@ -221,8 +252,10 @@ class Search:
         if name == "cmaes" and multi:
             raise ConfigError("hydra.sweeper.sampler=cmaes takes one objective; use tpe or nsga2 for several")
         if name in ("cmaes", "random") and constrained:
-            print(f"search: hydra.sweeper.sampler={name} samples without the constraints; the best is chosen among "
-                  f"the trials that meet them (tpe and nsga2 steer towards them)")
+            print(
+                f"search: hydra.sweeper.sampler={name} samples without the constraints; the best is chosen among "
+                f"the trials that meet them (tpe and nsga2 steer towards them)"
+            )
         return name
 
     def sampler(self, seen: int):
@@ -238,8 +271,9 @@ class Search:
         if name == "nsga2":
             return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=feasible)
         startup = max(2, min(10, int(self.conf.n_trials) // 3))
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=startup,
-                                          constraints_func=feasible)
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, n_startup_trials=startup, constraints_func=feasible
+        )
 
     def resume(self, study) -> int:
         """Trials a killed run left running are failed and tried again first; the finished trials' count."""
@@ -256,15 +290,19 @@ class Search:
         for trial in study.trials:  # the launcher failed under them: their jobs never said how the setting does
             if trial.user_attrs.get("outcome") == LAUNCHER_FAILED and trial.number not in retried:
                 study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
-                print(f"search: trial {trial.number} was lost with its launcher; it runs again (its job is reused if "
-                      f"it finished)")
+                print(
+                    f"search: trial {trial.number} was lost with its launcher; it runs again (its job is reused if "
+                    f"it finished)"
+                )
         if not study.trials:
             given = self.conf.enqueue if self.conf.enqueue is not None else self.published_default()
             for params in given:
                 study.enqueue_trial(dict(params))
         elif self.conf.enqueue:
-            print(f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
-                  f"trial(s)")
+            print(
+                f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
+                f"trial(s)"
+            )
         finished = [t for t in study.trials if t.user_attrs.get("outcome") in ("done", "failed")]
         if finished:
             print(f"search: {len(finished)} trial(s) of {self.sweep_dir / 'optuna.db'} already finished; not repeated")
@@ -277,9 +315,11 @@ class Search:
         OmegaConf.save(self.sweeper.config, self.sweep_dir / "multirun.yaml")
         done = self.resume(study)
         goal = int(self.conf.n_trials)
-        print(f"search: {self.strategy.name}, {' and '.join(t.direction + ' ' + t.key for t in self.objectives)}"
-              + (f" subject to {', '.join(c.text for c in self.constraints)}" if self.constraints else "")
-              + f"; {self.sampler_name}, {max(0, goal - done)} trial(s) to run; {self.sweep_dir}")
+        print(
+            f"search: {self.strategy.name}, {' and '.join(t.direction + ' ' + t.key for t in self.objectives)}"
+            + (f" subject to {', '.join(c.text for c in self.constraints)}" if self.constraints else "")
+            + f"; {self.sampler_name}, {max(0, goal - done)} trial(s) to run; {self.sweep_dir}"
+        )
         for line in (s.describe() for s in self.space):
             print(f"  {line}")
         returns, launcher_failures, lost = [], 0, 0
@@ -288,8 +328,9 @@ class Search:
             taken = len(self.spent(study)) + lost
             if taken >= goal:
                 break
-            batch = self.within_budget(study, [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - taken))],
-                                       goal - lost)
+            batch = self.within_budget(
+                study, [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - taken))], goal - lost
+            )
             if not batch:
                 break
             jobs = []
@@ -308,8 +349,11 @@ class Search:
                 launcher_failures += 1
                 if launcher_failures == 2:  # twice in a row: the launcher, not a setting, is at fault
                     outputs.write(self, study)
-                    print(f"error: {error}, on two batches in a row; fix the launcher and re-run the same command: "
-                          f"the study continues and those trials run again", file=sys.stderr)
+                    print(
+                        f"error: {error}, on two batches in a row; fix the launcher and re-run the same command: "
+                        f"the study continues and those trials run again",
+                        file=sys.stderr,
+                    )
                     raise SystemExit(1) from None
                 continue
             launcher_failures = 0
@@ -319,7 +363,9 @@ class Search:
         written = outputs.write(self, study)
         complete = [t for t in study.trials if t.state.name == "COMPLETE"]
         if not complete:
-            print(f"error: no trial of the search finished; see {self.sweep_dir / 'search_trials.csv'}", file=sys.stderr)
+            print(
+                f"error: no trial of the search finished; see {self.sweep_dir / 'search_trials.csv'}", file=sys.stderr
+            )
             raise SystemExit(1)
         for path in written:
             print(f"search: {path}")
@@ -330,8 +376,11 @@ class Search:
     @staticmethod
     def spent(study) -> list[int]:
         """The numbers of the trials that take a place in the budget: finished (done or failed) or running."""
-        return sorted(t.number for t in study.get_trials(deepcopy=False)
-                      if t.user_attrs.get("outcome") in ("done", "failed") or t.state.name == "RUNNING")
+        return sorted(
+            t.number
+            for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get("outcome") in ("done", "failed") or t.state.name == "RUNNING"
+        )
 
     def within_budget(self, study, batch: list, goal: int) -> list:
         """The asked trials that fit the budget: two processes searching one study may ask at once, so the first
@@ -343,8 +392,10 @@ class Search:
             if trial.number not in allowed:
                 trial.set_user_attr("outcome", "over budget")
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                print(f"search: trial {trial.number} not run: the study's {goal} trials are taken (another process "
-                      f"searches the same study)")
+                print(
+                    f"search: trial {trial.number} not run: the study's {goal} trials are taken (another process "
+                    f"searches the same study)"
+                )
         return [t for t in batch if t.number in allowed]
 
     def tell(self, study, trial, result) -> None:
@@ -362,8 +413,11 @@ class Search:
             missing = [t.key for t, v in zip(self.objectives, values) if v is None]
             error = f"the job did not report {', '.join(missing)}"
         violations = [c.violation(summary) for c in self.constraints]
-        trial.set_user_attr("reported", {t.key: v for t, v in zip(self.objectives, values)}
-                            | {c.target.key: c.target.value(summary) for c in self.constraints})
+        trial.set_user_attr(
+            "reported",
+            {t.key: v for t, v in zip(self.objectives, values)}
+            | {c.target.key: c.target.value(summary) for c in self.constraints},
+        )
         # a constraint that was not reported (no unscaled reference) is not met
         trial.set_user_attr("constraints", [1.0 if v is None else float(v) for v in violations])
         if error:
@@ -372,8 +426,10 @@ class Search:
         trial.set_user_attr("outcome", "done")
         study.tell(trial, values)
         shown = ", ".join(f"{t.key} {v:.5g}" for t, v in zip(self.objectives, values))
-        print(f"search: trial {trial.number}: {shown}" + ("" if all(v <= 0 for v in trial.user_attrs["constraints"])
-                                                         else " (a constraint is not met)"))
+        print(
+            f"search: trial {trial.number}: {shown}"
+            + ("" if all(v <= 0 for v in trial.user_attrs["constraints"]) else " (a constraint is not met)")
+        )
 
     @staticmethod
     def fail(study, trial, error: str, outcome: str = "failed") -> None:

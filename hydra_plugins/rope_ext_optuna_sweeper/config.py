@@ -11,7 +11,9 @@ class OptunaSweeperConf:
     _target_: str = "hydra_plugins.rope_ext_optuna_sweeper.optuna_sweeper.OptunaSweeper"
     n_trials: int = 20  # finished trials the study should hold (a re-run continues to this number)
     n_jobs: int = 1  # trials launched together (a parallel launcher runs them at once: hydra/launcher=joblib)
-    sampler: str = "auto"  # auto (TPE; CMA-ES for > 8 unconstrained values and one objective) | tpe | cmaes | random | nsga2
+    sampler: str = (
+        "auto"  # auto (TPE; CMA-ES for > 8 unconstrained values and one objective) | tpe | cmaes | random | nsga2
+    )
     seed: Optional[int] = 0  # the sampler's seed (plus the trials already in the study, so a resumed study draws anew)
     study_name: str = "rope_ext"
     storage: Optional[str] = None  # default: sqlite:///<sweep dir>/optuna.db

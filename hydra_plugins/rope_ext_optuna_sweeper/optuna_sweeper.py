@@ -20,8 +20,9 @@ class OptunaSweeper(Sweeper):
         from hydra.core.plugins import Plugins
 
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function,
-                                                                config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def sweep(self, arguments: List[str]) -> Any:
         from evals.search.study import Search
