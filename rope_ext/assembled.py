@@ -8,7 +8,9 @@ block a piece is computed only over the keys it can hold (``Piece.keys``: the ne
 triangle, the chunks), in key blocks whose mask is dropped where every pair is the piece's, skipped where
 none is; the partial softmaxes are merged by their log-sum-exp, as flash attention merges blocks (and as the
 reference implementations of DCA and STRING merge their pieces). No [tokens x tokens] matrix is built beyond
-one block. On CPU each block goes through PyTorch's fused flash kernel, elsewhere through a matmul-softmax.
+one block. Each block goes through a fused kernel that returns the log-sum-exp: on CPU PyTorch's flash kernel;
+on CUDA its flash kernel (bf16/fp16, no mask) or its memory-efficient kernel (a mask, or float32) -- the kernels
+``scaled_dot_product_attention`` dispatches to; elsewhere (and with logit soft-capping) a float32 matmul-softmax.
 
 Works with a KV cache (a query block of one token sees every cached key, re-rotated from its own
 position), grouped-query attention, partial rotary dims (GPT-NeoX), the call's padding mask, a sliding
@@ -49,8 +51,29 @@ def _pair_index(pairs) -> tuple:
 
 
 def fused_kernel(x: torch.Tensor) -> bool:
-    """Whether blocks of ``x`` go through PyTorch's fused CPU flash kernel (which returns the log-sum-exp)."""
-    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
+    """Whether blocks of ``x`` go through a fused PyTorch kernel that returns the log-sum-exp (CPU, CUDA)."""
+    if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    return x.device.type == "cpu" or (x.device.type == "cuda" and x.shape[-1] <= 256)
+
+
+def _fused_cuda(q, k, v, mask, causal: bool, scale: float):
+    """(output, log-sum-exp) from PyTorch's CUDA flash kernel (bf16/fp16 without a mask) or memory-efficient
+    kernel (an additive mask, or float32), the kernels ``scaled_dot_product_attention`` dispatches to."""
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:  # grouped-query attention: the kernels take as many key/value heads as query heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if mask is None and q.dtype != torch.float32:
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)[:2]
+        return out, lse.float()
+    bias = None
+    if mask is not None:  # the kernel reads bias rows aligned to 16 elements: pad the storage, keep the shape
+        keys = mask.shape[-1]
+        storage = mask.new_zeros(*mask.shape[:-1], -(-keys // 16) * 16)
+        storage[..., :keys] = mask
+        bias = storage[..., :keys].expand(q.shape[0], q.shape[1], q.shape[2], keys)
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, bias, True, 0.0, causal, scale=scale)[:2]
+    return out, lse[..., : q.shape[2]].float()  # the kernel pads the log-sum-exp's rows to a multiple of 32
 
 
 def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, causal: bool = False):
@@ -66,10 +89,13 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
             mask = mask.unsqueeze(1)
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            q, k, v, 0.0, causal, attn_mask=mask, scale=scale
-        )
-        lse = lse.float()
+        if q.device.type == "cuda":
+            out, lse = _fused_cuda(q, k, v, mask, causal, scale)
+        else:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, 0.0, causal, attn_mask=mask, scale=scale
+            )
+            lse = lse.float()
     else:
         rep = q.shape[1] // k.shape[1]
         k = k.repeat_interleave(rep, dim=1) if rep > 1 else k
