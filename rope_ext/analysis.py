@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .strategies import default_inv_freq, wavelengths
+from .rope import default_inv_freq, wavelengths
 
 
 def pair_score(q: torch.Tensor, k: torch.Tensor, inv_freq: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:

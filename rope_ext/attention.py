@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from .slots import RotarySlot, find_rotary_slots
-from .strategies import ScalingError
+from .registry import ScalingError
 
 WRAPPER_PREFIX = "rope_ext_"
 

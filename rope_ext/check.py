@@ -25,7 +25,8 @@ from torch import nn
 from .attention import hook_attention, text_config
 from .patch import RopePatch
 from .slots import RotarySlot, find_rotary_slots
-from .strategies import Scaling, ScalingError
+from .registry import ScalingError
+from .scaling import Scaling
 
 
 class PatchCheckError(ScalingError):

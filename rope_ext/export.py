@@ -28,7 +28,8 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from .strategies import Scaling, ntk_base, yarn_mscale
+from .frequency import ntk_base, yarn_mscale
+from .scaling import Compose, Scaling
 
 ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
 QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
@@ -139,7 +140,7 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
 
 def _why_not(scaling: Scaling) -> str:
     kind = scaling.strategy.kind
-    if scaling.name == "compose":
+    if isinstance(scaling, Compose):
         return "a composition of stages has no rope type"
     if kind == "attention":
         return "an attention-level method changes which relative position each pair sees, not the frequencies"

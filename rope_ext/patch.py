@@ -32,7 +32,8 @@ from torch import nn
 from .assembled import assemble
 from .attention import AttentionHookError, hook_attention, pair_layout
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
-from .strategies import Scaling, ScalingError, resolve
+from .registry import ScalingError
+from .scaling import Scaling, resolve
 
 
 class RopePatch:

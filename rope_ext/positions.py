@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from .strategies import TRAINED, Param, ScalingError, register
+from .registry import TRAINED, Param, ScalingError, register
 
 Positions = Callable[[torch.Tensor], torch.Tensor]
 

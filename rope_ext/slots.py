@@ -17,7 +17,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
-from .strategies import ScalingError
+from .registry import ScalingError
 
 
 class RotaryNotFoundError(ScalingError):

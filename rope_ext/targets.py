@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .strategies import STRATEGIES, Scaling, ScalingError, resolve, resolve_name
+from .registry import STRATEGIES, ScalingError, resolve_name
+from .scaling import Scaling, resolve
 
 
 class TargetError(ScalingError):

@@ -156,7 +156,7 @@ def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting,
 
 
 def test_vllm_and_sglang_get_yarns_attention_factor_as_their_own_attn_factor():
-    from rope_ext.strategies import yarn_mscale
+    from rope_ext.frequency import yarn_mscale
 
     model = family_model("llama")
     for setting, expected in (

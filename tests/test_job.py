@@ -242,7 +242,7 @@ def test_a_name_registered_twice_is_an_error_naming_both_places():
     load_evals()
     with pytest.raises(
         ValueError,
-        match=r"strategy name 'yarn' is registered twice: by .*rope_ext/strategies.py:\d+ and by "
+        match=r"strategy name 'yarn' is registered twice: by .*rope_ext/frequency.py:\d+ and by "
         r".*test_job.py:\d+",
     ):
 

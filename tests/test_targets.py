@@ -6,7 +6,7 @@ import json
 import pytest
 
 import rope_ext
-from rope_ext.strategies import STRATEGIES
+from rope_ext.registry import STRATEGIES
 from rope_ext.targets import derives, for_target, set_up, shortfalls
 from tests.tiny import TINY_ARCHITECTURE, tinyllama
 

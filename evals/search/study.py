@@ -80,7 +80,7 @@ class Search:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from rope_ext import STRATEGIES
-        from rope_ext.strategies import resolve_name
+        from rope_ext.registry import resolve_name
 
         from ..core.job import parse_job
         from ..core.models import resolve_model
