@@ -45,9 +45,9 @@ from hydra.experimental.callback import Callback
 
 from ..core.files import atomic_write, unwritable
 from ..core.figures import describe, metric_figure, reference_of, rows_of
-from .page import SCRIPT as CHART_SCRIPT
-from .page import STYLE as CHART_STYLE
-from .page import length_chart
+from .charts import SCRIPT as CHART_SCRIPT
+from .charts import STYLE as CHART_STYLE
+from .charts import length_chart
 from ..core.output import save_figure
 from ..core.plots import Curve
 from ..core.rundir import SWEEP, load_results, state
