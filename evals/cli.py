@@ -131,7 +131,7 @@ def _sweep_preflight(argv: list[str]) -> list[str]:
     wanted = "target" in keys or "experiment=compare" in args.overrides
     if not args.multirun or args.cfg or not wanted or args.config_dir or args.config_name or "hydra/sweeper" in keys:
         return []
-    from .report import target_preflight
+    from .report.sweep import target_preflight
 
     try:
         parsed = OverridesParser.create().parse_overrides(args.overrides)

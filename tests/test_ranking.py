@@ -9,7 +9,7 @@ from evals.core.measure import Measurement
 from evals.core.ranking import format_group, rank, table
 from evals.core.registry import Metric
 from evals.core.verdict import DEFAULTS, paired_ratio
-from evals.report import judge_all
+from evals.report.judge import judge_all
 
 PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True, unit="token block").declared(
     "perplexity"

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from evals.report import write_report
+from evals.report.write import write_report
 from tests.tiny import ROOT
 
 
@@ -378,7 +378,7 @@ def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with
 
 
 def test_the_report_lists_files_it_cannot_read_and_refuses_an_out_it_cannot_write(tmp_path, capsys):
-    from evals.report import main
+    from evals.report.cli import main
 
     for name, text in {"list": "[]", "empty": "{}", "tool": '{"accuracy": 0.5}', "cut": '{"status": "do'}.items():
         (tmp_path / "runs" / name).mkdir(parents=True)

@@ -14,7 +14,7 @@ import pytest
 
 from evals.core.job import parse_job
 from evals.core.rundir import state
-from evals.report import load_jobs
+from evals.report.load import load_jobs
 from tests.tiny import ROOT, TINY
 
 SMALL = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]"]
@@ -362,7 +362,7 @@ def test_interrupted_and_dead_runs_say_so_and_a_rerun_replaces_them(tmp_path, pl
 
 
 def _report_lines(directory):
-    from evals.report import write_report
+    from evals.report.write import write_report
 
     write_report([directory])
     text = (Path(directory) / "report.md").read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.report import write_report
+from evals.report.write import write_report
 from tests.tiny import ROOT, TINY
 
 SMALL = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]"]

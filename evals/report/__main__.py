@@ -1,7 +1,7 @@
-"""``python -m evals.report DIR [DIR ...]``: the local report (see :mod:`evals.report`)."""
+"""``python -m evals.report DIR [DIR ...]``: the local report (see :mod:`evals.report.cli`)."""
 
 import sys
 
-from . import main
+from .cli import main
 
 sys.exit(main(sys.argv[1:]))
