@@ -14,7 +14,7 @@ import sys
 
 import hydra
 
-from .core.config import config_dir, register_configs
+from .core.config.store import config_dir, register_configs
 from .core.errors import UserError
 from .core.progress import quiet_libraries
 from .core.runner import run_hydra
@@ -35,7 +35,8 @@ def composition_error(err: BaseException) -> str:
 
     from rope_ext import STRATEGIES
 
-    from .core.config import not_an_option, scaling_schema_name
+    from .core.config.fields import not_an_option
+    from .core.config.schemas import scaling_schema_name
 
     cause = err.__cause__ or err.__context__
     key, schema = getattr(cause, "key", None), getattr(cause, "object_type", None)
