@@ -6,7 +6,7 @@
 - :mod:`.structured`: the hand-written structured configs (``Config``, ``ModelConfig``, ``DataConfig``,
   ``LoggerConfig``, ``VerdictConfig``).
 - :mod:`.schemas`: the schemas generated from the registries (one per strategy, the suite's).
-- :mod:`.store`: ConfigStore registration and ``config_dir()``.
+- :mod:`.store`: ConfigStore registration (schemas, and the options that need no YAML) and ``config_dir()``.
 - :mod:`.resolvers`: the OmegaConf resolvers the YAMLs use (registered when this package is imported).
 
 Value ranges and choices are declared on the fields with :func:`option` and checked by :func:`check_options`
@@ -17,10 +17,11 @@ from . import resolvers  # noqa: F401 -- registers the resolvers the YAMLs use
 from .fields import check_options, identity_fields, not_an_option, option
 from .lengths import LENGTH, check_lengths, length_fields, lengths, parse_length, resolve_lengths
 from .schemas import scaling_schema, scaling_schema_name, suite_schema
-from .store import config_dir, register_configs
+from .store import ABOUT, config_dir, register_configs
 from .structured import AUSTEN_BOOKS, Config, DataConfig, LoggerConfig, ModelConfig, VerdictConfig
 
 __all__ = [
+    "ABOUT",
     "AUSTEN_BOOKS",
     "Config",
     "DataConfig",
