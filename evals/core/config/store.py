@@ -98,7 +98,7 @@ def written_options(group: str) -> set[str]:
     return {path.stem for path in (config_dir() / group).glob("*.yaml")}
 
 
-def generated(fn) -> bool:
+def built_in(fn) -> bool:
     """Whether a registration (its function) is built in -- rope_ext's or evals' own, not a plugin's: only a
     built-in strategy or eval gets an option generated when it has no YAML."""
     return fn.__module__.split(".")[0] in ("rope_ext", "evals")
@@ -119,14 +119,14 @@ def register_configs() -> None:
     for name, strategy in STRATEGIES.items():
         schema = scaling_schema(strategy)
         store.store(group="schema/scaling", name=name, node=schema)
-        if name not in written and generated(strategy.fn):
+        if name not in written and built_in(strategy.fn):
             store.store(group="scaling", name=name, node=schema)
     written = written_options("eval")
     for name, spec in EVALS.items():
         if name == "suite":
             continue
         store.store(group="schema/eval", name=name, node=spec.config)
-        if name not in written and generated(spec.run):
+        if name not in written and built_in(spec.run):
             named = next((f.default for f in fields(spec.config) if f.name == "name"), None) == name
             store.store(group="eval", name=name, node=spec.config if named else _named(spec.config, name))
     store.store(group="eval", name="suite", node=suite_schema(EVALS))
