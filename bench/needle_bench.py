@@ -40,7 +40,7 @@ def main() -> int:
     from hydra import compose, initialize_config_dir
 
     from evals import load_evals
-    from evals.core.config import config_dir, register_configs
+    from evals.core.config.store import config_dir, register_configs
     from evals.core.job import parse_job
     from evals.core.runner import started
     from evals.retrieval import evaluate

@@ -31,7 +31,7 @@ def load(args):
     from hydra import compose, initialize_config_dir
 
     from evals import load_evals
-    from evals.core.config import config_dir, register_configs
+    from evals.core.config.store import config_dir, register_configs
     from evals.core.data import load_documents
     from evals.core.models import load_model, resolve_model
 

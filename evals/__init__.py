@@ -2,7 +2,7 @@
 
 - Each eval is a module (or a package, with its private helpers beside it) that registers itself with
   ``register_eval``: its name, config dataclass, early check, user-error class, needs, the metrics it reports
-  per length and, if it has one, its section of the report; plus one ``conf/eval/<name>.yaml``. The built-in
+  per length and, if it has one, its section of the report; plus ``conf/eval/<name>.yaml`` to set values. The built-in
   ones -- ``perplexity/`` (LongPPL's key tokens beside it), ``retrieval/`` (needle and passkey, prompts in its
   ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study.py``, ``suite.py`` -- are
   discovered, not listed; ``scoring.py`` and ``stats.py`` are what they share.

@@ -14,7 +14,7 @@ import sys
 
 import hydra
 
-from .core.config import config_dir, register_configs
+from .core.config.store import config_dir, register_configs
 from .core.errors import UserError
 from .core.progress import quiet_libraries
 from .core.runner import run_hydra
@@ -30,16 +30,26 @@ def app(cfg) -> dict | None:
 
 
 def composition_error(err: BaseException) -> str:
-    """One line from a Hydra/OmegaConf composition error, naming the key and what is valid."""
+    """One line from a Hydra/OmegaConf composition error, naming the key and what is valid.
+
+    Read from the exceptions, not their text, where they say it: a key the schema does not have is OmegaConf's
+    ConfigAttributeError/ConfigKeyError (``key``, ``full_key``, ``object_type``) behind Hydra's error; an unknown
+    option of a group is Hydra's MissingConfigException (``missing_cfg_file``, ``options``). Anything else is Hydra's
+    own text joined into one line, less the lines that only repeat the key or suggest ``+key=``: its wording, and
+    each shape above, are pinned for the installed Hydra by tests/test_composition_errors.py."""
     import difflib
+
+    from hydra.errors import MissingConfigException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     from rope_ext import STRATEGIES
 
-    from .core.config import not_an_option, scaling_schema_name
+    from .core.config.fields import not_an_option
+    from .core.config.schemas import scaling_schema_name
 
     cause = err.__cause__ or err.__context__
     key, schema = getattr(cause, "key", None), getattr(cause, "object_type", None)
-    if key is not None and isinstance(schema, type) and "Key" in str(cause).split("\n")[0]:
+    if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and key is not None and isinstance(schema, type):
         fields = [f for f in getattr(schema, "__dataclass_fields__", {}) if f not in ("name", "defaults")]
         strategy = next((s for s in STRATEGIES.values() if schema.__name__ == scaling_schema_name(s.name)), None)
         if strategy is not None:
@@ -49,16 +59,13 @@ def composition_error(err: BaseException) -> str:
         if not fields:
             return f"{cause.full_key} is not in the config; to add a key there, write +{cause.full_key}=..."
         return not_an_option(cause.full_key, key, schema)
-    text = str(err)
-    if "Available options in" in text:  # MissingConfigException: an unknown option of a group
-        head, _, options = text.partition("Available options in")
-        group, _, listed = options.partition(":")
-        names = listed.split("Config search path")[0].split()
-        wanted = head.split("Could not find")[-1].strip().strip("'").split("/")[-1]
+    if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # an unknown option
+        group, _, wanted = err.missing_cfg_file.rpartition("/")
+        names = list(err.options)
         close = difflib.get_close_matches(wanted, names, n=1)
         hint = f" Did you mean {close[0]}?" if close else ""
-        group = group.strip().strip("'")
         return f"{group}={wanted} is not an option; available: {', '.join(names)}.{hint}"
+    text = str(err)
     lines = [
         line.strip()
         for line in text.splitlines()

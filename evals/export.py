@@ -91,7 +91,7 @@ def from_overrides(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
     from . import load_evals
-    from .core.config import config_dir, register_configs
+    from .core.config.store import config_dir, register_configs
     from .core.job import parse_scaling, parse_target
     from .core.models import resolve_model
 

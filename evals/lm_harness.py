@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
 
-from .core.config import lengths as context_lengths
-from .core.config import option
+from .core.config.fields import option
+from .core.config.lengths import lengths as context_lengths
 from .core.errors import UserError
 from .core.hub import hub_reachable
 from .core.measure import Measurement

@@ -43,7 +43,7 @@ import rope_ext
 import torch
 from rope_ext import analysis
 
-from .core.config import option
+from .core.config.fields import option
 from .core.data import document_count
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.models import check_attention_hook

@@ -39,7 +39,7 @@ import rope_ext
 from rope_ext import analysis
 
 from .core.files import cache_dir, read_cache, write_cache
-from .core.config import option
+from .core.config.fields import option
 from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.plots import plt
 from .core.registry import register_eval

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from .core.config import lengths as context_lengths
-from .core.config import option
+from .core.config.fields import option
+from .core.config.lengths import lengths as context_lengths
 from .core.errors import UserError
 from .core.hub import hub_reachable
 from .core.plots import task_heatmap

@@ -11,14 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import List
 
-from .core.config import not_an_option, suite_schema
+from .core.config.fields import not_an_option
+from .core.config.schemas import suite_schema
 from .core.errors import ConfigError
 from .core.registry import EVALS, register_eval
 
 
 @dataclass
 class SuiteOptions:
-    """The suite's own options (its full schema, with a field per eval, is built by evals.core.config)."""
+    """The suite's own options (its full schema, with a field per eval, is built by evals.core.config.schemas)."""
 
     name: str = "suite"
     run: List[str] = field(default_factory=lambda: ["perplexity", "needle"])

@@ -20,7 +20,7 @@ from hydra import initialize_config_dir
 from omegaconf import OmegaConf
 
 from evals import load_evals
-from evals.core.config import config_dir, register_configs
+from evals.core.config.store import config_dir, register_configs
 from evals.core.data import Document
 from evals.core.job import parse_job
 from evals.core.runner import ModelCache, started

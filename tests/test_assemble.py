@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals.core.assemble import AssembleError, assemble, model_node
-from evals.core.config import ModelConfig
+from evals.core.config.structured import ModelConfig
 
 
 @pytest.fixture

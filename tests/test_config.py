@@ -11,11 +11,27 @@ from evals.core.job import parse_job
 from evals.core.models import random_model, resolve_model
 from tests.tiny import ROOT
 
-GROUPS = {
-    group: sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
-    for group in ("model", "scaling", "eval", "data", "logger", "experiment")
-}
-GROUPS["eval"].append("suite")  # derived from the eval registry, not a file
+
+def group_options() -> dict[str, list[str]]:
+    """Every option of each group as ``--help`` lists them: a YAML in conf/, or generated from the registries
+    (``evals.core.config.store``: ``eval=suite``, and each built-in strategy and eval without a YAML)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from evals import load_evals
+    from evals.core.config.store import config_dir, register_configs
+
+    load_evals()
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        return {
+            group: sorted(loader.get_group_options(group))
+            for group in ("model", "scaling", "eval", "data", "logger", "experiment")
+        }
+
+
+GROUPS = group_options()
 REDUCED = [
     "model.architecture.num_hidden_layers=2",
     "model.architecture.hidden_size=64",

@@ -215,7 +215,11 @@ def test_pip_install_ships_the_configs_and_a_console_script(tmp_path):
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
     where = subprocess.run(
-        [sys.executable, "-c", "import evals, evals.core.config as c; print(evals.__file__); print(c.config_dir())"],
+        [
+            sys.executable,
+            "-c",
+            "import evals, evals.core.config.store as c; print(evals.__file__); print(c.config_dir())",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,

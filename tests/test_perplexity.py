@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from evals import perplexity
-from evals.core.config import check_lengths, check_options, resolve_lengths
+from evals.core.config.fields import check_options
+from evals.core.config.lengths import check_lengths, resolve_lengths
 from evals.core.errors import ConfigError
 from evals.perplexity import PerplexityConfig
 from evals.scoring import token_nll

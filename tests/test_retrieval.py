@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from evals import retrieval as needle
-from evals.core.config import check_lengths, check_options
+from evals.core.config.fields import check_options
+from evals.core.config.lengths import check_lengths
 from evals.core.data import Document
 from evals.core.errors import ConfigError
 from evals.core.models import bundled_tokenizer

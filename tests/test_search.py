@@ -451,7 +451,7 @@ def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
 
 
 def test_a_search_trial_runs_only_the_references_its_objective_and_constraints_judge(tmp_path, compose):
-    from evals.core.config import length_fields
+    from evals.core.config.lengths import length_fields
 
     def reference_lengths(*extra):
         cfg = compose(*TINY, "data.books=[persuasion]", "eval.lengths=[1024,4096]", "scaling=yarn", *extra)

@@ -82,7 +82,8 @@ def model_node(name: str):
     """conf/model/<name>.yaml against the model schema (its own keys; no Hydra app needed)."""
     from omegaconf import OmegaConf
 
-    from .config import ModelConfig, config_dir
+    from .config.store import config_dir
+    from .config.structured import ModelConfig
 
     path = config_dir() / "model" / f"{name}.yaml"
     if not path.is_file():

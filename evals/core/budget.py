@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .config import parse_length
+from .config.lengths import parse_length
 
 
 def _lengths(values, trained: int, target: int | None) -> list[int]:

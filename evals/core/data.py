@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from .files import cache_dir, read_cache, sha256_file, write_cache
-from .config import AUSTEN_BOOKS
+from .config.structured import AUSTEN_BOOKS
 from .errors import UserError
 from .progress import progress
 

@@ -29,18 +29,9 @@ from omegaconf import OmegaConf
 
 from rope_ext.targets import TargetError, set_up, shortfalls
 
-from .config import (
-    DataConfig,
-    LoggerConfig,
-    ModelConfig,
-    VerdictConfig,
-    check_lengths,
-    check_options,
-    identity_fields,
-    length_fields,
-    parse_length,
-    resolve_lengths,
-)
+from .config.fields import check_options, identity_fields
+from .config.lengths import check_lengths, length_fields, parse_length, resolve_lengths
+from .config.structured import DataConfig, LoggerConfig, ModelConfig, VerdictConfig
 from .data import data_identity
 from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
 from .files import cache_dir, unwritable

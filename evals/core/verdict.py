@@ -38,7 +38,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .config import VerdictConfig
+from .config.structured import VerdictConfig
 from .measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)

@@ -25,7 +25,7 @@ def _tokenizer(name: str | None, gguf_file: str | None):
 
 
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
-    from evals.core.config import DataConfig
+    from evals.core.config.structured import DataConfig
     from evals.core.data import load_documents
     from evals.retrieval.haystack import PromptBuilder, haystack_ids
     from evals.retrieval import RetrievalConfig
@@ -66,7 +66,7 @@ def _eval_option(name: str) -> dict:
     """The fields of rope_ext's ``conf/eval/<name>.yaml``, so the task asks what ``python run.py eval=<name>`` asks."""
     from omegaconf import OmegaConf
 
-    from evals.core.config import config_dir
+    from evals.core.config.store import config_dir
 
     option = OmegaConf.to_container(OmegaConf.load(config_dir() / "eval" / f"{name}.yaml"))
     option.pop("defaults", None)
@@ -97,7 +97,7 @@ def aggregate_scores(values: list[float]) -> float:
 def books_dataset(**metadata) -> dict:
     """The Austen novels, each cut to ``max_chars`` characters at a line end (default 60000, ~15k tokens)."""
     from evals.core.files import cache_dir
-    from evals.core.config import AUSTEN_BOOKS
+    from evals.core.config.structured import AUSTEN_BOOKS
     from evals.core.data import fetch_austen, read_austen
 
     novels = read_austen(fetch_austen(cache_dir()))

@@ -34,8 +34,8 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..core.config import lengths as context_lengths
-from ..core.config import option
+from ..core.config.fields import option
+from ..core.config.lengths import lengths as context_lengths
 from ..core.errors import UserError
 from ..core.plots import line_plot
 from ..core.progress import progress

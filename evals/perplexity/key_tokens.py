@@ -38,7 +38,9 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..core.files import cache_dir, read_cache, write_cache
-from ..core.config import ModelConfig, check_options, config_dir, option
+from ..core.config.fields import check_options, option
+from ..core.config.store import config_dir
+from ..core.config.structured import ModelConfig
 from ..core.errors import UserError
 from ..core.models import load_tokenizer, resolve_model
 from ..scoring import sliding_nll, token_nll

@@ -29,8 +29,8 @@ from typing import Any, List
 import torch
 from transformers import DynamicCache
 
-from ..core.config import lengths as context_lengths
-from ..core.config import option
+from ..core.config.fields import option
+from ..core.config.lengths import lengths as context_lengths
 from ..core.plots import heatmap, heatmaps
 from ..core.progress import progress
 from ..core.measure import Measurement
