@@ -9,6 +9,9 @@ chosen place (``signal.raise_signal`` runs the handler at once), no timing invol
 - ``raised_from``: in a library that raises its own error from whatever it caught (``except BaseException``);
 - ``swallowed``: in a library's bare ``except:`` (datasets' fingerprinting has one): the run went on and finished;
 - ``del``: in a ``__del__``, where Python only prints "Exception ignored in ..." with a traceback: the run went on.
+
+A sweep stops there (it went on to its next job), and an lm-eval run interrupted while a task's data is built keeps
+its finished tasks, the re-run running only the rest (the slow test of test_lm_harness.py without its timing).
 """
 
 import json
@@ -147,3 +150,68 @@ def test_what_is_the_interrupt():
     assert not interrupt.interrupted(raised_from(ValueError()))
     assert not interrupt.interrupted(SystemExit(0))
     assert not interrupt.interrupted(ValueError())
+
+
+SIGNAL_TASK = """
+include: {template}
+task: signal_passkey
+custom_dataset: !function signal_utils.dataset
+"""
+
+SIGNAL_UTILS = '''
+"""rope_ext_passkey's documents, but the first time they are built SIGTERM lands while a class is created."""
+import signal
+from pathlib import Path
+
+from evals.lm_eval_tasks.rope_ext_utils import aggregate_scores, passkey_dataset, process_retrieval  # noqa: F401
+
+MARKER = Path(__file__).parent / "signalled"
+
+
+class SignalledDescriptor:
+    def __set_name__(self, owner, name):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def dataset(**metadata):
+    if not MARKER.exists():
+        MARKER.touch()
+
+        class Imported:  # what importing rdata / xarray / scipy does, many times over
+            value = SignalledDescriptor()
+
+    return passkey_dataset(**metadata)
+'''
+
+
+@pytest.mark.slow  # two CLI runs (~1 min)
+def test_sigterm_while_lm_eval_loads_a_task_keeps_the_finished_tasks_and_the_rerun_runs_the_rest(tmp_path, run_cli):
+    """The flaky slow test of test_lm_harness.py, made deterministic: SIGTERM lands where lm-eval's task loading
+    spends its time (class creation while importing), after the first task finished."""
+    from evals.lm_harness import TASKS_DIR
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "signal_passkey.yaml").write_text(SIGNAL_TASK.format(template=TASKS_DIR / "_retrieval_template_yaml"))
+    (tasks / "signal_utils.py").write_text(SIGNAL_UTILS)
+    out = tmp_path / "lm"
+    args = [
+        *TINY,
+        "eval=lm_eval",
+        "eval.tasks=[rope_ext_passkey,signal_passkey]",
+        f"eval.include_path=[{tasks}]",
+        "eval.lengths=[256]",
+        "eval.limit=2",
+        f"output_dir={out}",
+    ]
+    first = run_cli(*args)
+    assert first.returncode == 130 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+    kept = [json.loads(line) for line in (out / "lm_eval_tasks.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in kept] == ["rope_ext_passkey"]
+
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "lm_eval: 1 of 2 tasks kept from the interrupted run" in rerun.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]["lm_eval"]["results"]) == {"rope_ext_passkey", "signal_passkey"}
