@@ -100,8 +100,8 @@ def lands(tmp_path, searchpath):
     [
         "set_name",
         "swallowed",
-        pytest.param("raised_from", marks=pytest.mark.slow),  # a CLI run each (~8 s)
-        pytest.param("del", marks=pytest.mark.slow),
+        "raised_from",
+        "del",
     ],
 )
 def test_sigterm_anywhere_in_a_job_exits_130_without_a_traceback_and_keeps_only_what_finished(
@@ -119,7 +119,6 @@ def test_sigterm_anywhere_in_a_job_exits_130_without_a_traceback_and_keeps_only_
     assert records == [{"step": 1}]  # what finished before the signal; nothing computed after it
 
 
-@pytest.mark.slow  # a CLI run (~9 s)
 def test_a_sweep_stops_at_an_interrupt_a_library_raised_as_another_error(tmp_path, lands, run_cli):
     """A multirun went on to its next job: the RuntimeError was a crash of one job, not the interrupt."""
     args, env = lands
