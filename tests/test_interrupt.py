@@ -183,7 +183,7 @@ def dataset(**metadata):
 '''
 
 
-@pytest.mark.slow  # two CLI runs (~1 min)
+@pytest.mark.slow  # two lm-eval CLI runs (~30 s)
 def test_sigterm_while_lm_eval_loads_a_task_keeps_the_finished_tasks_and_the_rerun_runs_the_rest(tmp_path, run_cli):
     """The flaky slow test of test_lm_harness.py, made deterministic: SIGTERM lands where lm-eval's task loading
     spends its time (class creation while importing), after the first task finished."""
