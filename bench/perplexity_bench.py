@@ -206,7 +206,7 @@ def main() -> int:
             f"| {r['mode']} | {','.join(map(str, r.get('lengths', [])))} | {r.get('seconds', '-')} | {r.get('peak_gib', '-')} "
             f"| {r.get('tflops', '-')} | {r.get('mfu', '-')} | {r.get('tokens_per_s', '-')} | {r.get('oom', r.get('error', ''))} |"
         )
-    return 0
+    return 1 if any("error" in r for r in rows) else 0  # a mode that failed is not a measurement
 
 
 if __name__ == "__main__":

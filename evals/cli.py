@@ -3,25 +3,22 @@
 Composition errors (a misspelled key, an unknown option, a value of the wrong type, a parameter the
 chosen strategy does not take) are one line and exit 2, like every other bad input; a multirun exits
 non-zero when any of its jobs failed (see :class:`evals.report.ReportCallback`); Ctrl-C or SIGTERM is one
-line and exit 130, the run recorded as interrupted.
+line and exit 130, the run recorded as interrupted -- wherever it lands, also where a library turns it into
+another error or swallows it (see :mod:`evals.core.interrupt`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 import hydra
 
+from .core import interrupt
 from .core.config.store import config_dir, register_configs
 from .core.errors import UserError
 from .core.progress import quiet_libraries
 from .core.runner import run_hydra
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
@@ -84,7 +81,7 @@ def main() -> int:
     from . import load_evals
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors reach us, not Hydra's multi-line printer
-    signal.signal(signal.SIGTERM, _interrupt)
+    interrupt.install()
     quiet_libraries()
     load_evals()
     register_configs()
@@ -102,17 +99,17 @@ def main() -> int:
                     ]
                 )
             )
-    except (HydraException, OmegaConfBaseException) as err:
-        print(f"error: {composition_error(err)}", file=sys.stderr)
-        return 2
-    except UserError as err:  # bad input a sweeper found before any trial ran (evals/search)
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)
-        return 130
-    except OSError as err:
-        if not _making_hydra_dir(err):
+    except BaseException as err:  # the interrupt first: a library may have raised it as any other type
+        if interrupt.interrupted(err):
+            print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)
+            return 130
+        if isinstance(err, (HydraException, OmegaConfBaseException)):
+            print(f"error: {composition_error(err)}", file=sys.stderr)
+            return 2
+        if isinstance(err, UserError):  # bad input a sweeper found before any trial ran (evals/search)
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if not (isinstance(err, OSError) and _making_hydra_dir(err)):
             raise
         print(
             f"error: the run directory {err.filename} cannot be created ({err.strerror or type(err).__name__}); "

@@ -20,6 +20,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from . import interrupt
 from .errors import EvalDefect
 from .files import atomic_write
 from .measure import Measurement, summary_keys
@@ -248,6 +249,7 @@ class Output:
         handle = open(path, "w", buffering=1)  # line-buffered: each record reaches the disk as it is written
 
         def write(record: dict) -> None:
+            interrupt.check()  # computed after an interrupt a library swallowed: not kept as finished
             rows.append(record)
             if path.name not in self.unwritten:
                 try:

@@ -25,6 +25,7 @@ import torch
 from .files import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, EvalDefect, TargetUnreachable, UserError
+from .interrupt import as_interrupt
 from .config import length_fields
 from .job import Job, parse_job, parts, reference_lengths_for
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
@@ -129,7 +130,7 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     status, error = "failed", None
     peak = PeakMemory()
     try:
-        with peak, EvalContext(job, cache, output, documents) as ctx:
+        with as_interrupt(), peak, EvalContext(job, cache, output, documents) as ctx:  # evals/core/interrupt.py
             yield ctx
         status = "done"
     except KeyboardInterrupt as err:

@@ -1,0 +1,216 @@
+"""SIGTERM is one outcome wherever it lands (evals/core/interrupt.py): exit 130, one line and no traceback, the job
+recorded as interrupted and only what finished before it kept -- also where Python or a library does not let the
+KeyboardInterrupt through as such. Deterministic: the eval of a plugin sends SIGTERM to its own process at the
+chosen place (``signal.raise_signal`` runs the handler at once), no timing involved:
+
+- ``set_name``: in a descriptor's ``__set_name__`` while a class is created, which Python 3.11 re-raises as a
+  RuntimeError. Dataclass fields are such descriptors, so this is where an interrupt landing while lm-eval's task
+  loading imports rdata / xarray / scipy ended (the flaky slow test in test_lm_harness.py): a crash, exit 1;
+- ``raised_from``: in a library that raises its own error from whatever it caught (``except BaseException``);
+- ``swallowed``: in a library's bare ``except:`` (datasets' fingerprinting has one): the run went on and finished;
+- ``del``: in a ``__del__``, where Python only prints "Exception ignored in ..." with a traceback: the run went on.
+
+A sweep stops there (it went on to its next job), and an lm-eval run interrupted while a task's data is built keeps
+its finished tasks, the re-run running only the rest (the slow test of test_lm_harness.py without its timing).
+"""
+
+import json
+
+import pytest
+
+from tests.tiny import TINY
+
+PLUGIN = '''
+"""An eval that writes a record, gets SIGTERM where the test says, then writes another."""
+import signal
+import time
+from dataclasses import dataclass
+
+from evals import register_eval
+
+
+@dataclass
+class LandsConfig:
+    name: str = "interrupt_lands"
+    where: str = "set_name"
+
+
+class SignalledDescriptor:
+    def __set_name__(self, owner, name):
+        signal.raise_signal(signal.SIGTERM)
+
+
+class SignalledOnDelete:
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+class LibraryError(Exception):
+    pass
+
+
+@register_eval("interrupt_lands", config=LandsConfig, needs=())
+def interrupt_lands(cfg, ctx):
+    with ctx.output.records("steps") as write:
+        write({"step": 1})
+        if cfg.where == "set_name":  # a module being imported: its classes created
+            class Imported:
+                value = SignalledDescriptor()
+        elif cfg.where == "raised_from":
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            except BaseException as err:
+                raise LibraryError("the library failed") from err
+        elif cfg.where == "swallowed":
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            except:  # noqa: E722
+                pass
+        elif cfg.where == "del":
+            SignalledOnDelete()  # deleted at once
+            for _ in range(500):  # the run goes on (5 s)
+                time.sleep(0.01)
+        write({"step": 2})
+    return {"steps": 2}
+'''
+
+
+@pytest.fixture
+def lands(tmp_path, searchpath):
+    """(args, env): the CLI arguments and environment of a run of the plugin eval above."""
+    import os
+
+    from tests.tiny import ROOT
+
+    (tmp_path / "lands_plugin.py").write_text(PLUGIN)
+    (tmp_path / "conf" / "eval").mkdir(parents=True)
+    (tmp_path / "conf" / "eval" / "interrupt_lands.yaml").write_text(
+        "defaults:\n  - /schema/eval@_here_: interrupt_lands\n  - _self_\n"
+    )
+    env = {
+        **os.environ,
+        "ROPE_EXT_PLUGINS": "lands_plugin",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    return [*TINY, searchpath(tmp_path), "eval=interrupt_lands"], env
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "set_name",
+        "swallowed",
+        "raised_from",
+        "del",
+    ],
+)
+def test_sigterm_anywhere_in_a_job_exits_130_without_a_traceback_and_keeps_only_what_finished(
+    tmp_path, lands, run_cli, where
+):
+    args, env = lands
+    out = tmp_path / "run"
+    done = run_cli(*args, f"eval.where={where}", f"output_dir={out}", env=env)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("interrupted:")
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "interrupted" and results["error"]["type"] == "KeyboardInterrupt"
+    records = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert records == [{"step": 1}]  # what finished before the signal; nothing computed after it
+
+
+def test_a_sweep_stops_at_an_interrupt_a_library_raised_as_another_error(tmp_path, lands, run_cli):
+    """A multirun went on to its next job: the RuntimeError was a crash of one job, not the interrupt."""
+    args, env = lands
+    sweep = tmp_path / "sweep"
+    done = run_cli("-m", *args, "eval.where=set_name,none", f"hydra.sweep.dir={sweep}", env=env)
+    assert done.returncode == 130 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "crashed" not in done.stderr
+    (first,) = sweep.glob("0_*/results.json")
+    assert json.loads(first.read_text())["status"] == "interrupted"
+    assert not list(sweep.glob("1_*"))
+
+
+def test_what_is_the_interrupt():
+    """The interrupt, raised from or during it; no other error (no signal came to this process)."""
+    from evals.core import interrupt
+
+    def raised_from(err):
+        try:
+            raise err
+        except BaseException as caught:
+            try:
+                raise RuntimeError("wrapped") from caught
+            except RuntimeError as outer:
+                return outer
+
+    assert interrupt.interrupted(KeyboardInterrupt())
+    assert interrupt.interrupted(raised_from(KeyboardInterrupt()))
+    assert not interrupt.interrupted(raised_from(ValueError()))
+    assert not interrupt.interrupted(SystemExit(0))
+    assert not interrupt.interrupted(ValueError())
+
+
+SIGNAL_TASK = """
+include: {template}
+task: signal_passkey
+custom_dataset: !function signal_utils.dataset
+"""
+
+SIGNAL_UTILS = '''
+"""rope_ext_passkey's documents, but the first time they are built SIGTERM lands while a class is created."""
+import signal
+from pathlib import Path
+
+from evals.lm_eval_tasks.rope_ext_utils import aggregate_scores, passkey_dataset, process_retrieval  # noqa: F401
+
+MARKER = Path(__file__).parent / "signalled"
+
+
+class SignalledDescriptor:
+    def __set_name__(self, owner, name):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def dataset(**metadata):
+    if not MARKER.exists():
+        MARKER.touch()
+
+        class Imported:  # what importing rdata / xarray / scipy does, many times over
+            value = SignalledDescriptor()
+
+    return passkey_dataset(**metadata)
+'''
+
+
+@pytest.mark.slow  # two lm-eval CLI runs (~30 s)
+def test_sigterm_while_lm_eval_loads_a_task_keeps_the_finished_tasks_and_the_rerun_runs_the_rest(tmp_path, run_cli):
+    """The flaky slow test of test_lm_harness.py, made deterministic: SIGTERM lands where lm-eval's task loading
+    spends its time (class creation while importing), after the first task finished."""
+    from evals.lm_harness import TASKS_DIR
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "signal_passkey.yaml").write_text(SIGNAL_TASK.format(template=TASKS_DIR / "_retrieval_template_yaml"))
+    (tasks / "signal_utils.py").write_text(SIGNAL_UTILS)
+    out = tmp_path / "lm"
+    args = [
+        *TINY,
+        "eval=lm_eval",
+        "eval.tasks=[rope_ext_passkey,signal_passkey]",
+        f"eval.include_path=[{tasks}]",
+        "eval.lengths=[256]",
+        "eval.limit=2",
+        f"output_dir={out}",
+    ]
+    first = run_cli(*args)
+    assert first.returncode == 130 and "Traceback" not in first.stderr, first.stderr[-3000:]
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+    kept = [json.loads(line) for line in (out / "lm_eval_tasks.jsonl").read_text().splitlines()]
+    assert [r["task"] for r in kept] == ["rope_ext_passkey"]
+
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "lm_eval: 1 of 2 tasks kept from the interrupted run" in rerun.stdout
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["metrics"]["lm_eval"]["results"]) == {"rope_ext_passkey", "signal_passkey"}
