@@ -49,7 +49,7 @@ from .core.errors import UserError, scaling_errors_as_user_errors
 from .core.models import check_attention_hook
 from .core.plots import matrix_heatmaps, plt
 from .core.registry import register_eval
-from .scoring import layer_progress
+from .scoring.nll import layer_progress
 from . import bias as biases
 
 

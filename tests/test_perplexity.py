@@ -10,7 +10,7 @@ from evals import perplexity
 from evals.core.config import check_lengths, check_options, resolve_lengths
 from evals.core.errors import ConfigError
 from evals.perplexity import PerplexityConfig
-from evals.scoring import token_nll
+from evals.scoring.nll import token_nll
 
 
 @pytest.fixture(scope="session")

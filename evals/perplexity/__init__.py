@@ -43,7 +43,9 @@ from ..core.measure import Measurement, token_blocks
 from ..core.registry import Metric, register_eval
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
-from ..scoring import Cost, cost_of, free_memory, is_out_of_memory, sliding_nll, token_nll, warn_if_too_large
+from ..scoring.cost import Cost, cost_of, warn_if_too_large
+from ..scoring.nll import sliding_nll, token_nll
+from ..scoring.oom import free_memory, is_out_of_memory
 from ..stats import block_bootstrap, t_interval
 from .. import bias as biases
 
@@ -116,7 +118,7 @@ def check_config(cfg, job=None) -> None:
     if job is not None:
         biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", PerplexityError)
     if cfg.longppl:
-        from ..core.runner import MODEL_CACHE
+        from ..core.model_cache import MODEL_CACHE
 
         try:
             check_key_tokens(cfg.key_tokens, list(cfg.lengths), job, job and (lambda: MODEL_CACHE.tokenizer(job.model)))

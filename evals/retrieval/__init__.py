@@ -37,7 +37,8 @@ from ..core.measure import Measurement
 from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
 from ..stats import wilson_interval
-from ..scoring import cost_of, free_memory, is_out_of_memory, warn_if_too_large
+from ..scoring.cost import cost_of, warn_if_too_large
+from ..scoring.oom import free_memory, is_out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def check_config(cfg, job=None) -> None:
         raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
     if job is not None:
         # every prompt of the shortest length fits its needles and question: said now, not after a reference ran
-        from ..core.runner import MODEL_CACHE
+        from ..core.model_cache import MODEL_CACHE
 
         shortest = min(int(L) for L in cfg.lengths)
         builder = PromptBuilder(cfg, MODEL_CACHE.tokenizer(job.model), torch.zeros(shortest + 1, dtype=torch.long))
