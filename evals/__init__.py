@@ -4,7 +4,7 @@
   ``register_eval``: its name, config dataclass, early check, user-error class, needs, the metrics it reports
   per length and, if it has one, its section of the report; plus one ``conf/eval/<name>.yaml``. The built-in
   ones -- ``perplexity/`` (LongPPL's key tokens beside it), ``retrieval/`` (needle and passkey, prompts in its
-  ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study.py``, ``suite.py`` -- are
+  ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study/`` (measure, present), ``suite.py`` -- are
   discovered, not listed; ``scoring/`` (NLL, OOM, cost) and ``stats.py`` are what they share.
 - ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
   runner, the verdict, output sink, tracking, figures.
