@@ -32,13 +32,13 @@ semantic channels. Here, on real text:
 Capture runs on the model as the job patches it (``scaling=none``: the model's own RoPE); the
 profiles compare the frequencies it was trained with against the strategy's on the same q and k.
 
-The package: :mod:`.measure` (capture and statistics), :mod:`.present` (tables and figures), :mod:`.study` (the
+The package: :mod:`.measure` (capture and statistics), :mod:`.present` (tables and figures), :mod:`.eval` (the
 config, the early check and the registered eval).
 """
 
 from __future__ import annotations
 
 from .measure import Layer, claims, study_layer
-from .study import QKStudyConfig, QKStudyError, check_config, evaluate
+from .eval import QKStudyConfig, QKStudyError, check_config, evaluate
 
 __all__ = ["Layer", "QKStudyConfig", "QKStudyError", "check_config", "claims", "evaluate", "study_layer"]
