@@ -7,7 +7,8 @@
   ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study/`` (measure, present), ``suite.py`` -- are
   discovered, not listed; ``scoring/`` (NLL, OOM, cost) and ``stats.py`` are what they share.
 - ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
-  runner, the verdict, output sink, tracking, figures.
+  runner, the reference search, the verdict, output sink, tracking, figures.
+- ``setup/`` holds the set-up tools ``make setup`` runs: the books fetched, GGUF chunks joined.
 - The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``), ``report/`` (``python -m
   evals.report``) and ``search/`` (a search over a strategy's parameters, ``-m hydra/sweeper=optuna``).
 
