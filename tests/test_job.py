@@ -258,7 +258,7 @@ def test_a_name_registered_twice_is_an_error_naming_both_places():
 
     assert "my_pi" not in rope_ext.STRATEGIES
     with pytest.raises(
-        ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/__init__.py:\d+"
+        ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/eval.py:\d+"
     ):
 
         @register_eval("passkey", config=dict)
