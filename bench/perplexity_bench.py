@@ -73,7 +73,8 @@ def run_mode(args) -> dict:
     import torch.nn.functional as F
 
     from evals.perplexity import sliding_nll
-    from evals.scoring import is_out_of_memory, token_nll
+    from evals.scoring.nll import token_nll
+    from evals.scoring.oom import is_out_of_memory
 
     loaded, ids = load(args)
     model, lengths, device = loaded.model, sorted(args.lengths), loaded.device

@@ -4,10 +4,11 @@
   ``register_eval``: its name, config dataclass, early check, user-error class, needs, the metrics it reports
   per length and, if it has one, its section of the report; plus ``conf/eval/<name>.yaml`` to set values. The built-in
   ones -- ``perplexity/`` (LongPPL's key tokens beside it), ``retrieval/`` (needle and passkey, prompts in its
-  ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study.py``, ``suite.py`` -- are
-  discovered, not listed; ``scoring.py`` and ``stats.py`` are what they share.
+  ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study/`` (measure, present), ``suite.py`` -- are
+  discovered, not listed; ``scoring/`` (NLL, OOM, cost) and ``stats.py`` are what they share.
 - ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
-  runner, the verdict, output sink, tracking, figures.
+  runner, the reference search, the verdict, output sink, tracking, figures.
+- ``setup/`` holds the set-up tools ``make setup`` runs: the books fetched, GGUF chunks joined.
 - The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``), ``report/`` (``python -m
   evals.report``) and ``search/`` (a search over a strategy's parameters, ``-m hydra/sweeper=optuna``).
 
@@ -25,7 +26,7 @@ from .core.errors import UserError
 from .core.measure import Measurement, token_blocks
 from .core.registry import EVALS, Metric, register_eval
 
-APP = ("cli", "report", "lm_eval_tasks", "core", "search")  # not evals: nothing of theirs registers
+APP = ("cli", "report", "lm_eval_tasks", "core", "search", "setup")  # not evals: nothing of theirs registers
 
 __all__ = ["EVALS", "Measurement", "Metric", "UserError", "load_evals", "register_eval", "token_blocks"]
 

@@ -23,7 +23,8 @@ from evals import load_evals
 from evals.core.config.store import config_dir, register_configs
 from evals.core.data import Document
 from evals.core.job import parse_job
-from evals.core.runner import ModelCache, started
+from evals.core.model_cache import ModelCache
+from evals.core.runner import started
 from tests import tiny
 from tests.tiny import MICRO, ROOT, TINY
 
@@ -136,7 +137,7 @@ def tiny_llama():
 def real_model(tmp_path_factory, compose):
     """``real_model(*overrides)``: (the job those overrides make, its model loaded into the runner's cache); the runs
     of a test module then reuse the model (re-patched, not reloaded)."""
-    from evals.core.runner import MODEL_CACHE
+    from evals.core.model_cache import MODEL_CACHE
 
     def load(*overrides):
         job = parse_job(compose(*overrides), tmp_path_factory.mktemp("real") / "job")
@@ -170,7 +171,7 @@ import torch
 import rope_ext
 from evals import Measurement, Metric, register_eval, token_blocks
 from evals.core.config import lengths, option
-from evals.scoring import token_nll
+from evals.scoring.nll import token_nll
 
 if os.environ.get("TEST_MEMORY_LIMIT_GIB"):  # a process memory limit, so an allocation fails without harm
     with open("/proc/self/status") as status:

@@ -1,4 +1,4 @@
-"""evals/core/assemble.py: a GGUF shipped in chunk packages is joined once into the cache with its SHA-256 checked,
+"""evals/setup/gguf_chunks.py: a GGUF shipped in chunk packages is joined once into the cache with its SHA-256 checked,
 a bad or missing part is one line, and a model whose file was never assembled (model=qwen25 before set-up) is one
 line and exit 2 before anything loads."""
 
@@ -8,8 +8,8 @@ import os
 import pytest
 from omegaconf import OmegaConf
 
-from evals.core.assemble import AssembleError, assemble, model_node
 from evals.core.config.structured import ModelConfig
+from evals.setup.gguf_chunks import AssembleError, assemble, model_node
 
 
 @pytest.fixture

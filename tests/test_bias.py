@@ -83,7 +83,7 @@ QK = [
 
 
 def test_qk_study_on_qwen2_reports_the_bias_share_and_runs_ablated(tmp_path, run_job, models):
-    from evals.core.runner import MODEL_CACHE
+    from evals.core.model_cache import MODEL_CACHE
 
     # the model's own RoPE (scaling=none): no slot is patched
     summary, results = run_job(tmp_path / "plain", *QK, models, "model=tinyqwen2", "scaling=none")

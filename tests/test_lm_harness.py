@@ -13,7 +13,7 @@ from lm_eval.tasks import TaskManager
 from evals.core.models import bundled_tokenizer
 from evals.lm_harness import TASKS_DIR, HarnessError, check_tasks
 from evals.perplexity import sliding_nll
-from evals.scoring import token_nll
+from evals.scoring.nll import token_nll
 
 
 @pytest.fixture(scope="module")

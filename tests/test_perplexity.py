@@ -11,7 +11,7 @@ from evals.core.config.fields import check_options
 from evals.core.config.lengths import check_lengths, resolve_lengths
 from evals.core.errors import ConfigError
 from evals.perplexity import PerplexityConfig
-from evals.scoring import token_nll
+from evals.scoring.nll import token_nll
 
 
 @pytest.fixture(scope="session")

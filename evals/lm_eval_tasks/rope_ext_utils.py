@@ -98,7 +98,7 @@ def books_dataset(**metadata) -> dict:
     """The Austen novels, each cut to ``max_chars`` characters at a line end (default 60000, ~15k tokens)."""
     from evals.core.files import cache_dir
     from evals.core.config.structured import AUSTEN_BOOKS
-    from evals.core.data import fetch_austen, read_austen
+    from evals.setup.books import fetch_austen, read_austen
 
     novels = read_austen(fetch_austen(cache_dir()))
     max_chars = int(metadata.get("max_chars", 60000))

@@ -15,7 +15,7 @@ log-probability exceeds ``beta`` (LCL > beta, i.e. loss < -beta). As the referen
 - the key tokens' character offsets, adjacent ones merged, are the key spans; a token of the evaluated
   model is key when its character span lies inside a key span (so any tokenizer can use them).
 
-Both losses come from :func:`evals.scoring.token_nll` / :func:`evals.scoring.sliding_nll`, never full
+Both losses come from :func:`evals.scoring.nll.token_nll` / :func:`evals.scoring.nll.sliding_nll`, never full
 ``[tokens, vocab]`` logits. The evaluator is the run's model without its scaling (default), a
 ``conf/model`` option by name, or a model config mapping. Spans are cached on disk under
 ``<cache>/key_tokens/``, keyed by the evaluator's identity, the text's hash and the parameters, so a sweep
@@ -43,7 +43,7 @@ from ..core.config.store import config_dir
 from ..core.config.structured import ModelConfig
 from ..core.errors import UserError
 from ..core.models import load_tokenizer, resolve_model
-from ..scoring import sliding_nll, token_nll
+from ..scoring.nll import sliding_nll, token_nll
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # bump when what a cached span file means changes

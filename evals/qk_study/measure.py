@@ -1,112 +1,30 @@
-"""``eval=qk_study``: the model's own queries and keys, and the seeds' decay conjecture tested on them.
+"""Measuring for ``eval=qk_study``: the model's own queries and keys captured in one forward, and the statistics
+computed from them (:mod:`evals.qk_study` says what is studied and why).
 
-The notes this project grew from end on a conjecture (tinymind blog, 2024-10-13,
-github.com/Paul33333/tinymind-blog): RoPE's long-distance decay depends on the distribution of q and k --
-same-sign means decay more as |mean| grows, opposite-sign means give a rise, a larger variance weakens
-it -- so a trained model, with its own q/k means per layer and head, has heads that decay and look
-locally and heads that barely decay and look globally. Barbero et al. 2024 ("Round and round we go!",
-arXiv 2410.06205) found Gemma using the highest frequencies for positional heads and the lowest as
-semantic channels. Here, on real text:
-
-- every attention layer's q and k are captured exactly as RoPE rotates them (after any q/k norm, per
-  head, GQA as it is) through rope_ext's attention hook (``rope_ext.capture``), in one forward of
-  ``eval.tokens`` tokens of document ``eval.document``;
-- per layer x head x rotary pair: mean, variance and energy of q and k (the pair z = x_a + i x_b);
-- per head, its relative-position score profile in logits (the softmax scale applied): the empirical one,
-  E over token pairs at distance r of <R_m q_m, R_n k_n>, from the FFT cross-correlation of every
-  pair (``rope_ext.analysis``; r < tokens), and the mean-field one mu_q R_r mu_k from the measured
-  means (any r), with the model's frequencies (``none``) and with the job's scaling (beyond the trained
-  context L too; a query-scaling strategy multiplies the score at r by its factor for a query at r);
-- locality = mean score over r in [1, near] minus mean over [W/2, W) (W: the trained context, the
-  sliding window of sliding layers, and for the empirical profile the tokens captured); a head is local
-  when its locality is at least ``eval.local_threshold`` logits (e^1 = 2.7x the attention weight);
-- the conjecture's claims as rank correlations across heads with p-values (scipy), and per layer the
-  energy share of the pairs whose wavelength exceeds L (past Liu et al. 2023's critical dimension,
-  arXiv 2310.05209) and of the pairs each strategy in ``eval.compare`` (and the job's) changes;
-- on a model with q/k projection biases (Qwen2.5, arXiv 2412.15115): per head how much of mu_q and mu_k the
-  bias is (its norm, the norm of the mean of W.x, and the share of the mean along the bias), the mean-field
-  locality of the biases alone, and the claim that they set the decay; ``eval.ablate_bias=[q,k]`` measures
-  everything again with the biases zeroed, or (``eval.ablate_mode=center``) with q and k centred to mean 0
-  (the variance-only control; :mod:`evals.bias`), restored after the eval.
-
-Capture runs on the model as the job patches it (``scaling=none``: the model's own RoPE); the
-profiles compare the frequencies it was trained with against the strategy's on the same q and k.
+- :func:`capture_layers`: every attention layer's q and k exactly as RoPE rotates them, through rope_ext's
+  attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.bias`);
+- :func:`study_layer`: per layer x head x rotary pair, mean, variance and energy of q and k; per head the
+  empirical (FFT cross-correlation, ``rope_ext.analysis``) and mean-field relative-position score profiles, with
+  the model's frequencies and the job's scaling; locality; the share of q/k energy beyond Liu et al. 2023's
+  critical dimension (arXiv 2310.05209) and in the pairs a strategy changes; on a model with q/k biases (Qwen2.5,
+  arXiv 2412.15115) how much of the means the biases are;
+- :func:`claims`: the conjecture's claims (tinymind blog, 2024-10-13) as rank correlations across heads with
+  p-values (scipy);
+- the per-layer, per-strategy and per-dimension rows and the summary the eval reports.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Any
 
 import rope_ext
 import torch
 from rope_ext import analysis
 
-from .core.config.fields import option
-from .core.data import document_count
-from .core.errors import UserError, scaling_errors_as_user_errors
-from .core.models import check_attention_hook
-from .core.plots import matrix_heatmaps, plt
-from .core.registry import register_eval
-from .scoring import layer_progress
-from . import bias as biases
-
-
-class QKStudyError(UserError):
-    pass
-
-
-@dataclass
-class QKStudyConfig:
-    name: str = "qk_study"
-    tokens: int = option(4096, minimum=64)  # tokens of real text in the one captured forward
-    document: int = option(0, minimum=0)  # which document of the data (books: 0 = Emma)
-    max_distance: Optional[int] = option(None, minimum=2)  # mean-field profiles up to here (null: 2 x trained context)
-    near: int = option(16, minimum=1)  # locality: mean score over distances 1..near ...
-    local_threshold: float = option(1.0, minimum=0)  # ... minus the far mean, in logits; >= this: a local head
-    bins: int = option(64, minimum=8)  # log-spaced distance bins of the profile table and plots
-    plot_heads: int = option(3, minimum=1)  # most local and most global heads plotted
-    pair_samples: int = option(4096, minimum=64)  # random token pairs for the spread of a head's logits
-    compare: List[Any] = field(
-        default_factory=lambda: [
-            {"name": "linear", "factor": 2.0},
-            {"name": "ntk", "factor": 2.0},
-            {"name": "yarn", "factor": 2.0},
-            {"name": "p_rope", "fraction": 0.75},
-        ]
-    )  # strategies whose changed pairs are weighed by the energy there
-    seed: int = 0
-    ablate_bias: List[str] = option(
-        [], choices=tuple(biases.PROJECTIONS)
-    )  # biases changed for the study (evals/bias.py)
-    ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean (q/k mean 0)
-
-
-def _resolve_compare(cfg, job) -> list[rope_ext.Scaling]:
-    with scaling_errors_as_user_errors():
-        return [rope_ext.resolve(dict(entry), job.trained_context) for entry in cfg.compare]
-
-
-def check_config(cfg, job) -> None:
-    count = document_count(job.data_cfg)
-    if count is not None and cfg.document >= count:
-        raise QKStudyError(f"eval.document={cfg.document} but the data has {count} documents (0..{count - 1})")
-    window = min(cfg.tokens, job.trained_context)
-    if not cfg.near < window // 2:
-        raise QKStudyError(
-            f"eval.near={cfg.near} must be below half of min(eval.tokens, trained context) = {window // 2} "
-            "(the far window is its second half)"
-        )
-    for k, entry in enumerate(cfg.compare):
-        if not hasattr(entry, "get") or "name" not in entry:
-            raise QKStudyError(f"eval.compare[{k}]={entry!r} must be a scaling config with a name")
-    for scaling in _resolve_compare(cfg, job):
-        for slot in job.model.slots or ():
-            with scaling_errors_as_user_errors():
-                scaling.frequencies(slot.dim, slot.base)
-    check_attention_hook(job.model, "eval=qk_study captures q and k inside attention")
-    biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", QKStudyError)
+from .. import bias as biases
+from ..scoring.nll import layer_progress
 
 
 # -- one layer -----------------------------------------------------------------------------------------------
@@ -319,6 +237,27 @@ def _bias_terms(cap, mu_q, mu_k, kv_of, theta, factor, scale, window, near) -> d
     }
 
 
+def capture_layers(model, ids: torch.Tensor, cfg, scaling, scaled: set, trained: int, max_distance: int):
+    """(each attention layer studied in one forward over ``ids`` (1, n), what the bias ablation did): q and k
+    captured as RoPE received them, with ``cfg.ablate_bias`` applied for the forward and restored after."""
+    generator = torch.Generator().manual_seed(cfg.seed)
+    layers: list[Layer] = []
+
+    def on_layer(cap) -> None:
+        layers.append(study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator))
+
+    with biases.ablated(
+        model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=ids, use_cache=False)
+    ) as ablation:
+        with (
+            rope_ext.capture(model, on_layer),
+            torch.inference_mode(),
+            layer_progress(model, f"qk capture {cfg.tokens} tok"),
+        ):
+            model.base_model(input_ids=ids, use_cache=False)
+    return layers, ablation
+
+
 # -- across heads: the conjecture --------------------------------------------------------------------------------
 
 
@@ -393,118 +332,10 @@ def claims(heads: list[dict]) -> dict:
     return found
 
 
-# -- outputs -----------------------------------------------------------------------------------------------------
+# -- per layer, per strategy, per dimension: the rows the eval reports -------------------------------------------
 
 
-def _edges(limit: int, bins: int) -> list[int]:
-    edges = sorted({0, 1, *(int(round(x)) for x in torch.logspace(0, math.log10(limit), bins + 1).tolist())})
-    return [e for e in edges if e < limit] + [limit]
-
-
-def _binned(profile: torch.Tensor, edges: list[int], weights: torch.Tensor | None = None) -> list[list[float | None]]:
-    """(H, D) profile -> per head, the (weighted) mean over each [edges[j], edges[j+1]) within D."""
-    out = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        out.append(
-            analysis.window_mean(profile, lo, hi, weights).tolist() if lo < profile.shape[-1] else [None] * len(profile)
-        )
-    return [list(column) for column in zip(*out)]
-
-
-def profile_rows(layers: list[Layer], edges: list[int]) -> tuple[list[dict], dict]:
-    rows, curves = [], {}
-    centres = [math.sqrt(max(lo, 0.5) * hi) if lo else 0 for lo, hi in zip(edges[:-1], edges[1:])]
-    for layer in layers:
-        binned = {
-            f"{kind}_{name}": _binned(profile, edges, layer.profiles["counts"] if kind == "empirical" else None)
-            for kind in ("empirical", "mean_field")
-            for name, profile in layer.profiles[kind].items()
-        }
-        for h in range(len(layer.heads)):
-            curves[(layer.index, h)] = {key: values[h] for key, values in binned.items()}
-            for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
-                rows.append(
-                    {
-                        "layer": layer.index,
-                        "head": h,
-                        "distance_from": lo,
-                        "distance_to": hi,
-                        "distance": centres[j],
-                        **{key: values[h][j] for key, values in binned.items()},
-                    }
-                )
-    return rows, {"centres": centres, "curves": curves}
-
-
-def profile_figure(heads: list[dict], curves: dict, title: str, trained: int, tokens: int, strategy: str):
-    fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.6), squeeze=False)
-    styles = {
-        "empirical_none": ("C0", "-", "measured, none"),
-        "empirical_strategy": ("C3", "-", f"measured, {strategy}"),
-        "mean_field_none": ("C0", "--", "mean field, none"),
-        "mean_field_strategy": ("C3", "--", f"mean field, {strategy}"),
-    }
-    for ax, head in zip(axes[0], heads):
-        data = curves["curves"][(head["layer"], head["head"])]
-        for key, (colour, style, label) in styles.items():
-            if key in data:
-                points = [(x, y) for x, y in zip(curves["centres"], data[key]) if y is not None and x > 0]
-                ax.plot(
-                    [x for x, _ in points], [y for _, y in points], color=colour, linestyle=style, label=label, lw=1.3
-                )
-        ax.axvline(trained, color="grey", linestyle=":", lw=1, label=f"trained {trained}")
-        ax.axvline(tokens, color="grey", linestyle="-.", lw=0.8, label=f"captured {tokens}")
-        ax.set_xscale("log")
-        ax.set(
-            title=f"layer {head['layer']} head {head['head']}: locality {head['locality']:.2f}",
-            xlabel="distance (tokens)",
-            ylabel="score (logits)",
-        )
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def energy_figure(layers: list[Layer], trained: int, title: str):
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    groups: dict = {}
-    for layer in layers:
-        groups.setdefault((layer.layer_type, layer.base), []).append(layer)
-    for g, ((layer_type, base), members) in enumerate(groups.items()):
-        for layer in members:
-            ax.plot(layer.wavelength, layer.usage.mean(0), color=f"C{g}", alpha=0.15, lw=0.8)
-        mean = torch.stack([layer.usage.mean(0) for layer in members]).mean(0)
-        label = f"{layer_type or 'all layers'} (base {base:g}), mean of {len(members)} layers"
-        ax.plot(members[0].wavelength, mean, color=f"C{g}", lw=2, label=label)
-    ax.axvline(trained, color="grey", linestyle="--", lw=1, label=f"trained context {trained}")
-    ax.set_xscale("log")
-    ax.set(xlabel="wavelength 2π/θ of the rotary pair (tokens)", ylabel="share of q·k energy", title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def claims_figure(heads: list[dict], title: str):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    colours = [h["layer"] for h in heads]
-    for ax, key, xlabel in (
-        (axes[0], "mean_dot", "mean-field score at distance 0, μq·μk (logits)"),
-        (axes[1], "locality_meanfield", "mean-field locality (logits)"),
-    ):
-        points = ax.scatter([h[key] for h in heads], [h["locality"] for h in heads], c=colours, cmap="viridis", s=14)
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.axvline(0, color="grey", lw=0.8)
-        ax.set(xlabel=xlabel, ylabel="measured locality (logits)")
-        ax.grid(alpha=0.3)
-    fig.colorbar(points, ax=axes.tolist(), label="layer")
-    fig.suptitle(title)
-    return fig
-
-
-def _bias_summary(heads: list[dict]) -> dict:
+def bias_summary(heads: list[dict]) -> dict:
     """Means over heads of the bias terms (nothing for a model without q/k biases)."""
     keys = (
         "bias_share_q",
@@ -524,62 +355,13 @@ def _bias_summary(heads: list[dict]) -> dict:
     return found
 
 
-def _grid(layers: list[Layer], key: str) -> list[list[float]]:
-    width = max(len(layer.heads) for layer in layers)
-    return [
-        [float("nan") if row.get(key) is None else row[key] for row in layer.heads]
-        + [float("nan")] * (width - len(layer.heads))
-        for layer in layers
-    ]
-
-
-@register_eval(
-    "qk_study", config=QKStudyConfig, error=QKStudyError, check=check_config, needs=("model", "data", "geometry")
-)
-def evaluate(cfg, ctx) -> dict:
-    """Per layer, head and rotary pair: q/k statistics, score profiles, locality, and the conjecture's claims."""
-    documents = ctx.documents(count=cfg.document + 1)
-    longest = max((len(d.ids) for d in documents), default=0)
-    if cfg.document >= len(documents):
-        raise QKStudyError(
-            f"eval.document={cfg.document} but the data has {len(documents)} documents (0..{len(documents) - 1})"
-        )
-    doc = documents[cfg.document]
-    if cfg.tokens > len(doc.ids):
-        raise QKStudyError(
-            f"eval.tokens={cfg.tokens} exceeds document {cfg.document} ({doc.name}: {len(doc.ids)} tokens; "
-            f"the longest has {longest}); use fewer tokens or another eval.document"
-        )
-    trained = ctx.trained_context
-    max_distance = cfg.max_distance or 2 * trained
-    compare = _resolve_compare(cfg, ctx.job)
-    model = ctx.model()
-    slots = ctx.job.model.slots  # found and selected once, when the job was parsed
-    scaled = set(ctx.job.scaled or ())  # None: scaling=none patches nothing
-    generator = torch.Generator().manual_seed(cfg.seed)
-    layers: list[Layer] = []
-
-    def on_layer(cap) -> None:
-        layers.append(study_layer(cap, cfg, ctx.scaling, scaled, trained, max_distance, generator))
-
-    ids = doc.ids[: cfg.tokens].to(next(model.parameters()).device)[None]
-    with biases.ablated(
-        model, cfg.ablate_bias, cfg.ablate_mode, lambda m: m.base_model(input_ids=ids, use_cache=False)
-    ) as ablation:
-        with (
-            rope_ext.capture(model, on_layer),
-            torch.inference_mode(),
-            layer_progress(model, f"qk capture {cfg.tokens} tok"),
-        ):
-            model.base_model(input_ids=ids, use_cache=False)
-    heads = [row for layer in layers for row in layer.heads]
-    title = f"{ctx.title}, {cfg.tokens} tokens of {doc.name}"
-
-    found = claims(heads)
-    layer_rows = []
+def layer_rows(layers: list[Layer], trained: int) -> list[dict]:
+    """Per layer: the share of local heads, the mean locality, the critical pair and the energy beyond it, the
+    energy in the pairs the job's scaling changes, and the bias shares (a model with q/k biases)."""
+    rows = []
     for layer in layers:
         local = sum(h["class"] == "local" for h in layer.heads)
-        layer_rows.append(
+        rows.append(
             {
                 "layer": layer.index,
                 "layer_type": layer.layer_type,
@@ -593,12 +375,17 @@ def evaluate(cfg, ctx) -> dict:
                 "pairs": len(layer.wavelength),
                 "energy_beyond_critical": float(layer.usage[:, layer.wavelength >= trained].sum(-1).mean()),
                 "energy_changed": float(layer.usage[:, layer.changed].sum(-1).mean()),
-                **{k: v for k, v in _bias_summary(layer.heads).items() if k.startswith("bias_share")},
+                **{k: v for k, v in bias_summary(layer.heads).items() if k.startswith("bias_share")},
             }
         )
-    strategy_rows = []
-    for scaling in [ctx.scaling, *compare]:
-        chosen = scaled if scaling is ctx.scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
+    return rows
+
+
+def strategy_rows(layers: list[Layer], job_scaling, compare: list, scaled: set, slots, max_distance: int) -> list[dict]:
+    """Per strategy (the job's, then ``eval.compare``'s) and layer: the pairs it changes and their energy share."""
+    rows = []
+    for scaling in [job_scaling, *compare]:
+        chosen = scaled if scaling is job_scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
         for layer in layers:
             dim = 2 * len(layer.wavelength)
             own = rope_ext.default_inv_freq(dim, layer.base)
@@ -608,7 +395,7 @@ def evaluate(cfg, ctx) -> dict:
                 else own
             )
             changed = _changed(own, inv_freq)
-            strategy_rows.append(
+            rows.append(
                 {
                     "strategy": scaling.label,
                     "layer": layer.index,
@@ -618,57 +405,28 @@ def evaluate(cfg, ctx) -> dict:
                     "queries_scaled": scaling.scales_query and layer.slot in chosen,
                 }
             )
-    dimension_rows = []
+    return rows
+
+
+def dimension_rows(layers: list[Layer], scaling, trained: int, max_distance: int) -> list[dict]:
+    """Per layer type and base: the per-dimension table of the job's scaling (``rope_ext.analysis``) with the
+    energy share the layers of that kind put in each pair."""
+    rows = []
     for (layer_type, base), members in {
         (l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)] for l in layers
     }.items():
         dim = 2 * len(members[0].wavelength)
-        table = analysis.dimension_table(ctx.scaling.frequencies(dim, base, seq_len=max_distance)[0], base, trained)
+        table = analysis.dimension_table(scaling.frequencies(dim, base, seq_len=max_distance)[0], base, trained)
         share = torch.stack([m.usage.mean(0) for m in members]).mean(0)
-        dimension_rows += [
+        rows += [
             {"layer_type": layer_type, "base": base, **row, "energy_share": float(share[row["pair"]])} for row in table
         ]
+    return rows
 
-    edges = _edges(max_distance, cfg.bins)
-    rows, curves = profile_rows(layers, edges)
-    ctx.output.table("qk_heads", heads)
-    ctx.output.table("qk_layers", layer_rows)
-    ctx.output.table("qk_pairs", [row for layer in layers for row in layer.pairs])
-    ctx.output.table("qk_profiles", rows)
-    ctx.output.table("qk_strategies", strategy_rows)
-    ctx.output.table("qk_dimensions", dimension_rows)
-    ctx.output.figure(
-        "qk_heatmaps",
-        matrix_heatmaps(
-            [
-                ("measured locality (logits)", _grid(layers, "locality")),
-                ("mean-field locality", _grid(layers, "locality_meanfield")),
-                ("μq·μk (logits)", _grid(layers, "mean_dot")),
-                *(
-                    [("share of μk that is the k bias", _grid(layers, "bias_share_k"))]
-                    if heads[0].get("bias_share_k") is not None
-                    else []
-                ),
-            ],
-            xlabel="head",
-            ylabel="layer",
-            suptitle=title,
-        ),
-    )
-    ranked = sorted(heads, key=lambda h: h["locality"])
-    k = min(cfg.plot_heads, len(ranked))
-    label = ctx.scaling.label
-    ctx.output.figure(
-        "qk_profiles_local",
-        profile_figure(ranked[::-1][:k], curves, f"Most local heads: {title}", trained, cfg.tokens, label),
-    )
-    ctx.output.figure(
-        "qk_profiles_global",
-        profile_figure(ranked[:k], curves, f"Most global heads: {title}", trained, cfg.tokens, label),
-    )
-    ctx.output.figure("qk_energy", energy_figure(layers, trained, f"Frequency usage (Barbero et al.): {title}"))
-    ctx.output.figure("qk_claims", claims_figure(heads, f"Does the q/k mean predict the decay? {title}"))
 
+def summarize(heads: list[dict], found: dict, layers: list[dict], strategies: list[dict]) -> dict:
+    """The job's summary: heads, local share, mean locality, each claim's verdict (rho, p), the energy beyond the
+    critical dimension, the bias terms' means, and per strategy the mean energy share of the pairs it changes."""
     summary = {
         "heads": len(heads),
         "local_fraction": sum(h["class"] == "local" for h in heads) / len(heads),
@@ -679,22 +437,10 @@ def evaluate(cfg, ctx) -> dict:
         if "rho" in result:
             summary[f"claim/{name}/rho"] = result["rho"]
         summary[f"claim/{name}/p"] = result["p"]
-    summary["energy_beyond_critical"] = sum(r["energy_beyond_critical"] for r in layer_rows) / len(layer_rows)
-    summary.update(_bias_summary(heads))
-    for row in strategy_rows:
+    summary["energy_beyond_critical"] = sum(r["energy_beyond_critical"] for r in layers) / len(layers)
+    summary.update(bias_summary(heads))
+    for row in strategies:
         summary.setdefault(f"energy_changed/{row['strategy']}", []).append(row["energy_changed"])
     for key in [k for k in summary if k.startswith("energy_changed/")]:
         summary[key] = sum(summary[key]) / len(summary[key])
-    ctx.output.metrics(
-        "qk_study",
-        {
-            "claims": found,
-            "layers": layer_rows,
-            "tokens": cfg.tokens,
-            "document": doc.name,
-            "max_distance": max_distance,
-            "ablation": ablation,
-            **summary,
-        },
-    )
     return summary

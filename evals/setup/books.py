@@ -1,0 +1,86 @@
+"""The books corpus, fetched at set-up: the six Jane Austen novels of Debian's ``r-cran-janeaustenr`` (public
+domain, Project Gutenberg text), downloaded once into the cache with ``apt-get download`` + ``dpkg-deb -x`` and
+read from R's lazy-load database with PyPI ``rdata``. Nothing of the text is kept in the repository.
+:mod:`evals.core.data` loads and tokenizes them for ``data=books`` (fetching them first if set-up did not).
+
+    python -m evals.setup.books fetch    # what `make setup` runs
+    python -m evals.setup.books stats    # each novel's length in characters
+"""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import tempfile
+import warnings
+import zlib
+from pathlib import Path
+
+from ..core.errors import DataError
+from ..core.files import cache_dir
+
+AUSTEN_PACKAGE = "r-cran-janeaustenr"
+
+
+def fetch_austen(root: Path) -> Path:
+    """Download and unpack the Debian package once; returns the R data directory."""
+    data_dir = root / "janeaustenr" / "usr/lib/R/site-library/janeaustenr/data"
+    if (data_dir / "Rdata.rdb").is_file():
+        return data_dir
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            subprocess.run(["apt-get", "download", AUSTEN_PACKAGE], cwd=tmp, check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as err:
+            detail = getattr(err, "stderr", b"") or str(err)
+            raise DataError(
+                f"could not download Debian package {AUSTEN_PACKAGE} (needs apt and a reachable Debian mirror; "
+                f"try `apt-get update`): {detail!s:.300}. Or use data=text_files data.glob='...'"
+            ) from err
+        deb = next(Path(tmp).glob("*.deb"))
+        unpacked = subprocess.run(
+            ["dpkg-deb", "-x", str(deb), str(root / "janeaustenr")], capture_output=True, text=True
+        )
+        if unpacked.returncode != 0 or not (data_dir / "Rdata.rdb").is_file():
+            raise DataError(
+                f"could not unpack {AUSTEN_PACKAGE} into the cache {root} ({unpacked.stderr.strip()[:200]}); "
+                f"set data.cache_dir or $ROPE_EXT_CACHE to a writable directory"
+            )
+    return data_dir
+
+
+def read_austen(data_dir: Path) -> dict[str, str]:
+    """The novels as {name: text} from R's lazy-load database (Rdata.rdx index + Rdata.rdb blobs)."""
+    import rdata
+
+    def parse(raw: bytes):
+        with warnings.catch_warnings():  # rdata cannot tell a bare serialization's type; it is RDS
+            warnings.simplefilter("ignore", UserWarning)
+            return rdata.conversion.convert(rdata.parser.parse_data(raw))
+
+    index = parse(gzip.decompress((data_dir / "Rdata.rdx").read_bytes()))
+    blob = (data_dir / "Rdata.rdb").read_bytes()
+    books = {}
+    for name, (offset, length) in index["variables"].items():
+        # each entry: 4-byte length header, then a zlib-compressed serialized R character vector
+        lines = parse(zlib.decompress(blob[int(offset) + 4 : int(offset) + int(length)]))
+        books[str(name)] = "\n".join(str(line) for line in lines)
+    return books
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "fetch"
+    root = cache_dir()
+    if command == "fetch":
+        print(f"books: {fetch_austen(root)}")
+        return 0
+    if command == "stats":
+        for name, text in read_austen(fetch_austen(root)).items():
+            print(f"{name}: {len(text):,} characters")
+        return 0
+    print("usage: python -m evals.setup.books [fetch|stats]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
