@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the recommended settings for SmolLM2 (trained 8192) at 16k: Self-Extend by its rule (1/2-2/3) L > W + (N-W)/G
-# with W=1024, G=4 (4864); the others at their reference defaults (rope_ext/positions.py)
+# with W=1024, G=4 (4864); the others at their reference defaults (rope_ext/attention_methods.py)
 METHODS = {
     "none": {"name": "none"},
     "self_extend": {"name": "self_extend", "group_size": 4, "window": 1024},

@@ -40,7 +40,7 @@ TRAINED = 8192  # Llama-3-8B's trained context (conf/model/llama3.yaml)
 
 class Bench:
     def __init__(self, args):
-        self.args, self.start = args, time.perf_counter()
+        self.args, self.start, self.errors = args, time.perf_counter(), 0
         self.out = open(args.out, "a") if args.out else None
 
     def left(self) -> float:
@@ -354,6 +354,8 @@ def main() -> None:
             step(bench, "frequency", frequency, bench, args, model, ids)
         if "attention" in steps:
             step(bench, "attention", attention, bench, args, model, ids)
+    if bench.errors:  # each step ran on; the failures are in the JSON lines
+        raise SystemExit(f"{bench.errors} step(s) failed: see the lines with an 'error'")
 
 
 def step(bench: Bench, name: str, work, *args):
@@ -363,6 +365,7 @@ def step(bench: Bench, name: str, work, *args):
     try:
         return work(*args)
     except Exception as err:
+        bench.errors += 1
         bench.record(name, error=f"{type(err).__name__}: {err}"[:500], where=traceback.format_exc()[-1500:])
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

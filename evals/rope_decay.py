@@ -15,7 +15,7 @@
   position a query of ``max_distance`` tokens sees, over the largest it turned through in training (> 1:
   angles never trained). A query-scaling strategy (log-n) changes no frequency: its query factor at
   lengths around the trained one is reported instead.
-- Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite: ``rope_ext.positions``): their
+- Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite: ``rope_ext.attention_methods``): their
   effective relative-position map (the position each (query, key) pair sees, as a heatmap over a sequence
   of ``max_distance`` tokens, and for its last query against distance), and the expected decay that query
   sees: the curve at the mapped positions (gaps where a pair is not attended, LM-Infinite), times the

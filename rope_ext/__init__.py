@@ -8,7 +8,7 @@
 Where things are: the registry and how a strategy declares itself (:mod:`rope_ext.registry`, one protocol per
 kind of strategy); the catalogue, one module per kind: frequency strategies (:mod:`rope_ext.frequency`: PI, NTK,
 YaRN, Llama-3, LongRoPE, ...), query scaling (:mod:`rope_ext.query_scaling`: ``logn``) and attention-level
-strategies (:mod:`rope_ext.positions`: Self-Extend, DCA, ReRoPE, STRING, LM-Infinite); a config resolved into a
+strategies (:mod:`rope_ext.attention_methods`: Self-Extend, DCA, ReRoPE, STRING, LM-Infinite); a config resolved into a
 :class:`Scaling`, and ``compose`` (:mod:`rope_ext.scaling`); RoPE's own frequencies (:mod:`rope_ext.rope`).
 Query-scaling and attention-level strategies and q/k captures go through one hook on the model's attention
 function (:mod:`rope_ext.attention`).
@@ -16,7 +16,7 @@ function (:mod:`rope_ext.attention`).
 
 # The catalogue modules register their strategies on import, in this order (the registry's order): frequency
 # strategies, query scaling, compose, attention-level strategies.
-from . import frequency, query_scaling, scaling, positions  # noqa: F401
+from . import frequency, query_scaling, scaling, attention_methods  # noqa: F401
 from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
 from .patch import RopePatch, patch
 from .registry import ALIASES, STRATEGIES, Param, ScalingError, register

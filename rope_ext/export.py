@@ -244,7 +244,7 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
 
 
 def _dca(scaling: Scaling, geo: Geometry, engine: str) -> dict:
-    from .positions import dca_sizes
+    from .attention_methods import dca_sizes
 
     if geo.model_type not in QWEN2_FAMILY:
         raise Unsupported(

@@ -20,7 +20,7 @@ from a target length (:func:`rope_ext.registry.register`).
 - ``p_rope``        keep the highest-frequency fraction of pairs, theta = 0 for the rest (Barbero et al. 2024, arXiv 2410.06205).
 
 The other kinds live apart: query scaling (``logn``) in :mod:`rope_ext.query_scaling`, attention-level
-strategies in :mod:`rope_ext.positions`, and ``compose`` (stages in order) in :mod:`rope_ext.scaling`.
+strategies in :mod:`rope_ext.attention_methods`, and ``compose`` (stages in order) in :mod:`rope_ext.scaling`.
 """
 
 from __future__ import annotations

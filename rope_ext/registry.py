@@ -12,9 +12,9 @@ There are three kinds of strategy, each with its own function signature (a :clas
 - ``query`` (:class:`QueryScaleFn`): a factor on the query at each position, applied inside attention through
   rope_ext's attention hook (:mod:`rope_ext.attention`); the frequencies stay the model's own
   (catalogue: :mod:`rope_ext.query_scaling`);
-- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.positions.PositionRule`, which relative position
+- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.attention_methods.PositionRule`, which relative position
   each (query, key) pair sees, that the patcher assembles attention from (:mod:`rope_ext.assembled`)
-  (catalogue: :mod:`rope_ext.positions`).
+  (catalogue: :mod:`rope_ext.attention_methods`).
 
 Every name (and alias) is registered once: a second registration from another place is an error naming both
 places (:func:`where`); the same module imported again is none.
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
 import torch
 
 if TYPE_CHECKING:
-    from .positions import PositionRule
+    from .attention_methods import PositionRule
 
 
 class ScalingError(ValueError):
@@ -131,7 +131,7 @@ class QueryScaleFn(Protocol):
 
 class PositionRuleFn(Protocol):
     """``kind="attention"``: ``fn(params) -> PositionRule``: the relative position each query-key pair sees
-    (:class:`rope_ext.positions.PositionRule`); at most one per model."""
+    (:class:`rope_ext.attention_methods.PositionRule`); at most one per model."""
 
     def __call__(self, params: dict, /) -> PositionRule: ...
 
@@ -188,7 +188,7 @@ def register(
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry
     (:class:`FrequencyFn`), or with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors``
     (:class:`QueryScaleFn`), or with ``kind="attention"`` a ``fn(params) -> PositionRule`` (:class:`PositionRuleFn`,
-    :mod:`rope_ext.positions`). ``targets``: how some of its parameters follow from a target length
+    :mod:`rope_ext.attention_methods`). ``targets``: how some of its parameters follow from a target length
     (:mod:`rope_ext.targets`); each must be a declared parameter."""
     if kind not in KINDS:
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")

@@ -64,6 +64,61 @@ def test_perplexity_bench_prefix_and_per_length_agree():
     assert "| mode | lengths | seconds |" in out and "| per_length | 256,512 |" in out
 
 
+MICRO_LLAMA3 = [  # gpu_bench.py's own flags: 2 layers, hidden 64, trained context 256
+    "--device",
+    "cpu",
+    "--dtype",
+    "float32",
+    "--layers",
+    "2",
+    "--trained",
+    "256",
+    "--kernel-trained",
+    "256",
+    "--override",
+    "model.architecture.hidden_size=64",
+    "model.architecture.intermediate_size=128",
+    "model.architecture.num_attention_heads=4",
+    "model.architecture.num_key_value_heads=2",
+    "model.original_max_position=256",
+    "model.architecture.max_position_embeddings=256",
+]
+
+
+def test_gpu_bench_runs_every_step_on_cpu():
+    """bench/gpu_bench.py (the GPU rows) on a micro Llama-3 on CPU: every step writes its lines, none fails, the
+    fused and float64 paths of the attention methods agree, and patched YaRN equals the native one in float32."""
+    rows, _ = bench(
+        "gpu_bench.py",
+        "--steps",
+        "kernels,curve,frequency,attention",
+        "--methods",
+        "self_extend,dca",
+        "--lengths",
+        "256,512",
+        "--kernel-length",
+        "512",
+        "--frequency-length",
+        "512",
+        "--attention-lengths",
+        "512",
+        "--decode-tokens",
+        "2",
+        *MICRO_LLAMA3,
+    )
+    assert not any("error" in r for r in rows), [r for r in rows if "error" in r]
+    kernels = {r["method"]: r for r in rows if r["step"] == "kernels"}
+    assert set(kernels) == {"self_extend", "dca", "yarn_bf16_frequencies"}
+    for method in ("self_extend", "dca"):
+        assert kernels[method]["fused_vs_float64"] < 1e-5 and kernels[method]["method_vs_plain"] > 1e-3
+    assert kernels["yarn_bf16_frequencies"]["patched_vs_native"] < 1e-6
+    assert {r["mode"] for r in rows if r["step"] == "curve"} == {"body", "prefix", "per_length"}
+    assert len([r for r in rows if r["step"] == "frequency"]) == 5
+    attention = [r for r in rows if r["step"] == "attention"]
+    assert [r["method"] for r in attention] == ["none", "self_extend", "dca"]
+    assert all(r["prefill_s"] > 0 and r["decode_ms_per_token"] > 0 for r in attention)
+
+
 def test_perplexity_bench_exits_non_zero_when_a_mode_fails():
     """A failed mode was a row with its error and exit 0: a broken bench looked like a finished one."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

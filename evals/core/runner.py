@@ -166,7 +166,7 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
             )
             ctx.output.verdict(judgement)
             summary = dict(ctx.output.record.data["summary"])
-            from .figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
+            from .answer_figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
 
             for name, figure in job_figures(
                 ctx.title,

@@ -20,7 +20,7 @@ from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
 from .protocols import add_key_tokens, covered, prefix_document, sliding_document
 from ..scoring.cost import warn_if_too_large
-from .. import bias as biases
+from .. import projection_bias as biases
 
 CALIBRATION_TOKENS = 4096  # ablate_mode=center: the means removed are those over the first document's first tokens
 
@@ -56,7 +56,7 @@ class PerplexityConfig:
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
     ablate_bias: List[str] = option(
         [], choices=tuple(biases.PROJECTIONS)
-    )  # biases changed while scoring (evals/bias.py)
+    )  # biases changed while scoring (evals/projection_bias.py)
     ablate_mode: str = option(
         "zero", choices=biases.MODES
     )  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens

@@ -8,7 +8,7 @@ from typing import Any, List, Optional
 
 import rope_ext
 
-from .. import bias as biases
+from .. import projection_bias as biases
 from ..core.config.fields import option
 from ..core.data import document_count
 from ..core.errors import UserError, scaling_errors_as_user_errors
@@ -44,7 +44,7 @@ class QKStudyConfig:
     seed: int = 0
     ablate_bias: List[str] = option(
         [], choices=tuple(biases.PROJECTIONS)
-    )  # biases changed for the study (evals/bias.py)
+    )  # biases changed for the study (evals/projection_bias.py)
     ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean (q/k mean 0)
 
 

@@ -2,7 +2,7 @@
 computed from them (:mod:`evals.qk_study` says what is studied and why).
 
 - :func:`capture_layers`: every attention layer's q and k exactly as RoPE rotates them, through rope_ext's
-  attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.bias`);
+  attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.projection_bias`);
 - :func:`study_layer`: per layer x head x rotary pair, mean, variance and energy of q and k; per head the
   empirical (FFT cross-correlation, ``rope_ext.analysis``) and mean-field relative-position score profiles, with
   the model's frequencies and the job's scaling; locality; the share of q/k energy beyond Liu et al. 2023's
@@ -23,7 +23,7 @@ import rope_ext
 import torch
 from rope_ext import analysis
 
-from .. import bias as biases
+from .. import projection_bias as biases
 from ..scoring.nll import layer_progress
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from ..core.figures import describe, metric_figure, reference_of, rows_of
+from ..core.answer_figures import describe, metric_figure, reference_of, rows_of
 from ..core.files import atomic_write
 from ..core.output import save_figure
 from ..core.plots import Curve
