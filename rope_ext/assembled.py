@@ -51,10 +51,18 @@ def _pair_index(pairs) -> tuple:
 
 
 def fused_kernel(x: torch.Tensor) -> bool:
-    """Whether blocks of ``x`` go through a fused PyTorch kernel that returns the log-sum-exp (CPU, CUDA)."""
+    """Whether blocks of ``x`` go through a fused PyTorch kernel that returns the log-sum-exp: on CPU; on CUDA from
+    Ampere on (the flash kernel's sm80) with a head size the kernels take (a multiple of 8, at most 256)."""
     if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return False
-    return x.device.type == "cpu" or (x.device.type == "cuda" and x.shape[-1] <= 256)
+    if x.device.type == "cpu":
+        return True
+    head = x.shape[-1]
+    return x.device.type == "cuda" and head % 8 == 0 and head <= 256 and _capability(x.device) >= (8, 0)
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
 
 
 def _fused_cuda(q, k, v, mask, causal: bool, scale: float):

@@ -41,6 +41,7 @@ def bench(script: str, *args: str, timeout: int = 300) -> tuple[list[dict], str]
     return rows, done.stdout
 
 
+@pytest.mark.slow  # ~25 s
 def test_perplexity_bench_prefix_and_per_length_agree():
     rows, out = bench(
         "perplexity_bench.py",
@@ -133,6 +134,7 @@ def test_perplexity_bench_exits_non_zero_when_a_mode_fails():
     assert done.returncode == 1 and '"error"' in done.stdout
 
 
+@pytest.mark.slow  # ~25 s
 def test_attention_bench_runs_each_method_between_two_plain_forwards():
     rows, out = bench("attention_bench.py", "--length", "512", "--methods", "self_extend", *TINY_LLAMA3)
     assert [r["method"] for r in rows] == ["none", "self_extend", "none"]

@@ -151,6 +151,29 @@ def test_what_is_the_interrupt():
     assert not interrupt.interrupted(ValueError())
 
 
+def test_a_signal_of_an_earlier_run_in_the_same_process_is_forgotten_by_the_next():
+    """In a long-lived process (a notebook calling the CLI twice), one Ctrl-C must not make every later error, and
+    every later finished job, 'interrupted'."""
+    import signal
+    import sys
+
+    from evals.core import interrupt
+
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook
+    try:
+        interrupt._received.append(signal.SIGTERM)  # what the handler left behind in the earlier run
+        assert interrupt.interrupted(ValueError())
+        interrupt.install()
+        assert not interrupt.interrupted(ValueError()) and not interrupt.received()
+        with interrupt.as_interrupt():
+            pass  # a job that finishes is not turned into an interrupt
+    finally:
+        interrupt._received.clear()
+        signal.signal(signal.SIGTERM, saved[0])
+        signal.signal(signal.SIGINT, saved[1])
+        sys.unraisablehook = saved[2]
+
+
 SIGNAL_TASK = """
 include: {template}
 task: signal_passkey

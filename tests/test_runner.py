@@ -542,6 +542,7 @@ def test_two_identical_sweeps_into_one_directory_compute_each_job_once_and_both_
     assert "wait: " in waited or "skip: the same job finished in" in waited
 
 
+@pytest.mark.slow  # ~28 s
 def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_readable(
     tmp_path, plugin, run_cli, searchpath
 ):

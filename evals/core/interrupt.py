@@ -48,7 +48,9 @@ def _unraisable(unraisable, _default=sys.unraisablehook) -> None:
 
 def install() -> None:
     """SIGTERM, and SIGINT unless it is ignored (a job started in the background), raise the interrupt; an
-    interrupt Python could not raise is delivered again."""
+    interrupt Python could not raise is delivered again. Signals that came before (an earlier run in this process)
+    are forgotten."""
+    _received.clear()
     signal.signal(signal.SIGTERM, _handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _handler)
@@ -89,7 +91,7 @@ def as_interrupt():
     it), and so does a run that finished after the signal came."""
     try:
         yield
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, GeneratorExit):
         raise
     except BaseException as err:
         if not interrupted(err):
