@@ -136,7 +136,7 @@ def value_text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def given(override: Override, strategy: rope_ext.Strategy) -> Scalar:
+def given(override: Override, strategy: rope_ext.registry.Strategy) -> Scalar:
     """A range the user gave in Hydra's sweep syntax, checked against the declared bounds of a strategy parameter."""
     key, sweep = override.get_key_element(), override.value()
     text = override.input_line or key
@@ -201,7 +201,7 @@ def range_values(sweep: RangeSweep):
         value += sweep.step
 
 
-def declared(strategy: rope_ext.Strategy, skip: set, pairs, extension: float) -> list:
+def declared(strategy: rope_ext.registry.Strategy, skip: set, pairs, extension: float) -> list:
     """The strategy's declared search space without the keys in ``skip`` (fixed or given by the user).
     ``pairs()`` gives d/2 of the layers it scales (read only when a per-dimension parameter is searched)."""
     space = []
