@@ -1,4 +1,4 @@
-"""Attention assembled exactly from a position rule (:mod:`rope_ext.attention_methods`), block by block.
+"""Attention assembled exactly from a position rule (:mod:`rope_ext.position_rule`), block by block.
 
 The query and key arrive rotated by RoPE at their own positions (with any frequency strategy and
 attention factor already applied). For each piece of the rule, they are rotated further by the
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from .attention_methods import PositionRule
+from .position_rule import PositionRule
 
 QUERY_BLOCK = 1024
 KEY_BLOCK = 4096

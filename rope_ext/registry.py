@@ -12,7 +12,7 @@ There are three kinds of strategy, each with its own function signature (a :clas
 - ``query`` (:class:`QueryScaleFn`): a factor on the query at each position, applied inside attention through
   rope_ext's attention hook (:mod:`rope_ext.attention`); the frequencies stay the model's own
   (catalogue: :mod:`rope_ext.query_scaling`);
-- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.attention_methods.PositionRule`, which relative position
+- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.position_rule.PositionRule`, which relative position
   each (query, key) pair sees, that the patcher assembles attention from (:mod:`rope_ext.assembled`)
   (catalogue: :mod:`rope_ext.attention_methods`).
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
 import torch
 
 if TYPE_CHECKING:
-    from .attention_methods import PositionRule
+    from .position_rule import PositionRule
 
 
 class ScalingError(ValueError):
@@ -131,7 +131,7 @@ class QueryScaleFn(Protocol):
 
 class PositionRuleFn(Protocol):
     """``kind="attention"``: ``fn(params) -> PositionRule``: the relative position each query-key pair sees
-    (:class:`rope_ext.attention_methods.PositionRule`); at most one per model."""
+    (:class:`rope_ext.position_rule.PositionRule`); at most one per model."""
 
     def __call__(self, params: dict, /) -> PositionRule: ...
 

@@ -62,7 +62,7 @@ class Scaling:
         return self.strategy.kind == "attention"
 
     def position_rule(self):
-        """The :class:`rope_ext.attention_methods.PositionRule` of its attention-level strategy (of the one stage of a
+        """The :class:`rope_ext.position_rule.PositionRule` of its attention-level strategy (of the one stage of a
         ``compose`` that has one), built once; None when it has none."""
         if self.strategy.kind != "attention":
             return None

@@ -72,11 +72,13 @@ def __getattr__(name: str):
     submitit worker) finds them here by name before anything registered them."""
     if name.endswith("Scaling") or name == "SuiteConfig":
         from evals import load_evals
-
-        from .store import register_configs
+        from evals.core.registry import EVALS
+        from rope_ext import STRATEGIES
 
         load_evals()
-        register_configs()
-        if name in globals():
-            return globals()[name]
+        if name == "SuiteConfig":
+            return suite_schema(EVALS)
+        for strategy in STRATEGIES.values():
+            if scaling_schema_name(strategy.name) == name:
+                return scaling_schema(strategy)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
