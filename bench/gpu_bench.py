@@ -114,14 +114,6 @@ def peak_rate(bench: Bench) -> float | None:
     return tflops
 
 
-def flops(model, length: int) -> float:
-    # 2 * params * tokens (matmuls, LM head excluded) + causal attention 2 * L^2 * width per layer
-    config = model.config
-    params = sum(p.numel() for p in model.model.parameters())
-    width = config.num_attention_heads * config.head_dim
-    return 2 * params * length + 2 * length * length * width * config.num_hidden_layers
-
-
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double(), b.double()
     return float(f"{float((a - b).norm() / b.norm()):.3g}")
@@ -204,6 +196,8 @@ def kernels(bench: Bench, args) -> None:
 
 
 def curve(bench: Bench, args, model, ids, peak) -> None:
+    from perplexity_bench import flops
+
     from evals.scoring import token_nll
 
     longest = max(args.lengths)
@@ -217,8 +211,8 @@ def curve(bench: Bench, args, model, ids, peak) -> None:
             length=longest,
             seconds=body and round(body, 2),
             peak_gib=body_gib,
-            tflops=body and round(flops(model, longest) / body / 1e12, 1),
-            mfu=body and peak and round(flops(model, longest) / body / 1e12 / peak, 3),
+            tflops=body and round(flops(model, [longest], lm_head=False) / body / 1e12, 1),
+            mfu=body and peak and round(flops(model, [longest], lm_head=False) / body / 1e12 / peak, 3),
         )
         prefix, prefix_gib, nll = bench.timed(lambda: token_nll(model, ids[:longest], 2048))
         bench.record(

@@ -58,14 +58,18 @@ def load(args):
     return loaded, ids
 
 
-def flops(model, lengths):
-    # 2 * params * tokens (matmuls) + causal attention 2 * L^2 * hidden per layer (QK^T and AV, halved)
+def flops(model, lengths, lm_head: bool = True) -> float:
+    """Matrix-product FLOPs of one forward at each length: 2 * weights * tokens over the decoder's weights (the input
+    embedding is a lookup, not a product) and the LM head's when it runs, plus causal attention: 2 * L^2 * width per
+    layer (QK^T and AV, halved)."""
     config = model.config.get_text_config()
-    params = sum(p.numel() for p in model.parameters())
+    weights = sum(p.numel() for p in model.base_model.parameters()) - model.get_input_embeddings().weight.numel()
+    if lm_head:
+        weights += model.get_output_embeddings().weight.numel()
     attention_width = config.num_attention_heads * getattr(
         config, "head_dim", config.hidden_size // config.num_attention_heads
     )
-    return sum(2 * params * L + 2 * L * L * attention_width * config.num_hidden_layers for L in lengths)
+    return sum(2 * weights * L + 2 * L * L * attention_width * config.num_hidden_layers for L in lengths)
 
 
 def run_mode(args) -> dict:
@@ -153,7 +157,7 @@ def run_mode(args) -> dict:
         "values": values,
     }
     if args.mode in scored_lengths and not oom:
-        tflops = flops(model, scored_lengths[args.mode]) / seconds / 1e12
+        tflops = flops(model, scored_lengths[args.mode], lm_head=args.mode != "body") / seconds / 1e12
         result["tflops"] = round(tflops, 1)
         if cuda and args.peak_tflops:
             result["mfu"] = round(tflops / args.peak_tflops, 3)

@@ -20,6 +20,8 @@ to the model's own attention function, so the output is exactly the unpatched on
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .position_rule import PositionRule
@@ -58,11 +60,13 @@ def fused_kernel(x: torch.Tensor) -> bool:
     if x.device.type == "cpu":
         return True
     head = x.shape[-1]
-    return x.device.type == "cuda" and head % 8 == 0 and head <= 256 and _capability(x.device) >= (8, 0)
+    return x.device.type == "cuda" and head % 8 == 0 and head <= 256 and _capability(x.device.index) >= (8, 0)
 
 
-def _capability(device: torch.device) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device)
+@functools.lru_cache(maxsize=None)
+def _capability(index: int | None) -> tuple[int, int]:
+    # asked for every block of every piece: read the device once
+    return torch.cuda.get_device_capability(index)
 
 
 def _fused_cuda(q, k, v, mask, causal: bool, scale: float):
