@@ -25,6 +25,7 @@ import importlib.util
 import json
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,7 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
     if weights and source.kind == "hub":
         require_hub(cfg)
     config = model_config(cfg, source, allow_architecture=not weights)
-    trained = int(cfg.original_max_position or rope_ext.trained_context(config))
+    trained = _trained_context(cfg, source, config)
     slots = None
     if geometry or weights:
         model = meta_model(config, cfg.attn_implementation if weights else None)
@@ -208,6 +209,44 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
         model_identity(cfg, source, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
     )
     return ResolvedModel(cfg, source, device, dtype, config, trained, slots, identity)
+
+
+def _explicit(key: str) -> bool:
+    """Whether the user set ``key`` on the command line (a Hydra override), as opposed to a preset's value."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return False
+    return any(o.split("=", 1)[0].lstrip("+~") == key for o in HydraConfig.get().overrides.task)
+
+
+_SAID: set = set()  # the disagreements already said in this process (a sweep resolves a model once per job)
+
+
+def _trained_context(cfg, source: Source, config) -> int:
+    """The trained context L: a local checkpoint's (``model.path``) from its own config.json or GGUF metadata,
+    the preset's ``original_max_position`` only as a fallback -- ``model=llama model.path=<a Llama-3 checkpoint>``
+    is 8k-trained, not the preset's 4k; a disagreement is said in one line. ``model.original_max_position=N`` on
+    the command line wins. Elsewhere (hub ids, packaged GGUFs, random weights) the preset's value, else the config's."""
+    import rope_ext
+
+    own = int(rope_ext.trained_context(config))
+    preset = int(cfg.original_max_position) if cfg.original_max_position else None
+    if not cfg.path or source.kind == "random" or preset is None or preset == own:
+        return preset or own
+    if _explicit("model.original_max_position"):
+        said = f"model.original_max_position={preset} overrides the trained context {own} of model.path's own config"
+        trained = preset
+    else:
+        said = (
+            f"model.path={cfg.path}: trained context {own} from the checkpoint's own config, not the preset "
+            f"{cfg.name}'s {preset} (model.original_max_position=N on the command line to override)"
+        )
+        trained = own
+    if said not in _SAID:
+        _SAID.add(said)
+        print(f"note: {said}", file=sys.stderr)
+    return trained
 
 
 def _architecture(cfg) -> dict:

@@ -1,0 +1,57 @@
+"""A local checkpoint (``model.path``) is read as shipped: its trained context comes from its own config, not from
+the preset it was named with (issue #46); the preset's value only where the checkpoint says nothing, and a value
+given on the command line wins. Each disagreement is said in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evals.core.job import parse_job
+
+from tests.tiny import TINY
+
+
+def _checkpoint(tmp_path, tiny_llama, trained: int):
+    from evals.core.models import bundled_tokenizer
+
+    checkpoint = tmp_path / "ckpt"
+    tiny_llama(vocab=49152, trained=trained).save_pretrained(checkpoint)
+    bundled_tokenizer().save_pretrained(checkpoint)  # a checkpoint ships its tokenizer
+    return checkpoint
+
+
+def _run(run_cli, tmp_path, checkpoint, *extra):
+    out = tmp_path / "run"
+    result = run_cli(
+        *TINY,  # the tinyllama preset: original_max_position 2048
+        "model.weights=pretrained",
+        f"model.path={checkpoint}",
+        "data.books=[persuasion]",
+        "eval.lengths=[64]",
+        "verdict.baseline=false",
+        "logger=none",
+        f"output_dir={out}",
+        *extra,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result, json.loads((out / "results.json").read_text())
+
+
+def test_a_local_checkpoint_s_trained_context_is_its_own_not_the_preset_s(tmp_path, compose, tiny_llama, capsys):
+    checkpoint = _checkpoint(tmp_path, tiny_llama, trained=256)
+    cfg = compose(*TINY, "model.weights=pretrained", f"model.path={checkpoint}", "eval.lengths=[64]")
+    assert parse_job(cfg, tmp_path / "job").trained_context == 256  # the preset tinyllama says 2048
+    notes = [line for line in capsys.readouterr().err.splitlines() if "trained context 256" in line]
+    assert len(notes) == 1 and "not the preset tinyllama's 2048" in notes[0], notes
+
+
+@pytest.mark.slow  # a CLI run: the override is read from Hydra's command line
+def test_the_command_line_trained_context_wins_over_the_checkpoint_s(tmp_path, run_cli, tiny_llama):
+    result, results = _run(
+        run_cli, tmp_path, _checkpoint(tmp_path, tiny_llama, trained=256), "model.original_max_position=128"
+    )
+    assert results["job"]["trained_context"] == 128
+    assert "model.original_max_position=128 overrides the trained context 256" in result.stderr
