@@ -81,18 +81,17 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
 def engine_line(entry: dict) -> str:
     """``vllm: yarn-factor2, x1.021 [1.004, 1.038] of dca (dca: vLLM runs dual chunk attention on ...)``; ``vllm: dca
     (the best)``; ``vllm: none of the recommended methods can be served by vllm: dca: ...; self_extend: ...``."""
-    engine, skipped = entry["engine"], entry["skipped"]
+    engine, reasons = entry["engine"], reasons_text(entry["skipped"])
     if entry["strategy"] is None:
-        return f"{engine}: none of the recommended methods can be served by {engine}: " + "; ".join(
-            f"{s}: {why}" for s, why in skipped
-        )
-    if not skipped:
+        return f"{engine}: none of the recommended methods can be served by {engine}: {reasons}"
+    if not entry["skipped"]:
         return f"{engine}: {entry['strategy']} (the best)"
-    return (
-        f"{engine}: {entry['strategy']}, {ratio_text(entry['vs_best'])} of {entry['best']} ("
-        + "; ".join(f"{s}: {why}" for s, why in skipped)
-        + ")"
-    )
+    return f"{engine}: {entry['strategy']}, {ratio_text(entry['vs_best'])} of {entry['best']} ({reasons})"
+
+
+def reasons_text(skipped: list[tuple[str, str]]) -> str:
+    """``dca: why; self_extend: why``, the strategy named once (the engines' reasons often name it already)."""
+    return "; ".join(why if strategy in why else f"{strategy}: {why}" for strategy, why in skipped)
 
 
 def ratio_text(versus: dict | None) -> str:

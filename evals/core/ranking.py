@@ -305,6 +305,11 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: 
     return head + "; ".join(parts)
 
 
+def answer_text(group: dict) -> str:
+    """The answer as report_answer.txt (and W&B's ``answer``) hold it: its line, then a line per engine."""
+    return "".join(line + "\n" for line in [group["answer"], *(f"  {e}" for e in group.get("engine_lines") or [])])
+
+
 def table(group: dict) -> list[dict]:
     """The rows of one group as a flat table (csv, markdown, W&B)."""
     metric = group["metric"] or "value"
