@@ -109,8 +109,9 @@ def test_a_sweep_no_engine_method_of_which_can_be_served_is_one_line_and_exit_2(
     root = tmp_path / "sweep"
     finished(compose, root, 0, "none", 53.0)
     dca = finished(compose, root, 1, "dca", 26.2)
-    write_report([root])
+    write_report([root], print_verdict=True)
     assert "vllm: none of the recommended methods can be served by vllm: " in (root / "report_answer.txt").read_text()
+    assert "\n  vllm: none of the recommended methods can be served by vllm: " in capsys.readouterr().out
     assert export_main([str(root), "--to", "sglang"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(
