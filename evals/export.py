@@ -157,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{first} does not exist: give a run, sweep or search directory, or overrides "
                     f"(scaling=yarn target=4x)"
                 )
-            if not (first / "results.json").is_file() and (first / "report_ranking.csv").is_file():
+            if (first / "report_ranking.csv").is_file() and not any(
+                (first / name).is_file() for name in ("results.json", "search.json")
+            ):  # a sweep: the best of its recommended strategies this engine serves
                 found, why = sweep_choice(first, args.to)
                 print(why, file=sys.stderr)
             else:

@@ -5,6 +5,7 @@ llama.cpp, the best recommended strategy that engine can serve (rope_ext.export 
 The sweep's results.json files hold what a job records before it runs (parse_job on the config the CLI composes:
 job, config, declared) and perplexity measured on the same 64-token blocks of six documents."""
 
+import csv
 import json
 import math
 
@@ -85,6 +86,8 @@ def test_the_answer_names_the_best_strategy_each_engine_can_serve(sweep):
     assert engines["transformers"].startswith(f"transformers: {yarn}, x1.02")
     assert engines["llama.cpp"].startswith(f"llama.cpp: {self_extend}, x1 [0.99")  # llama-cli's --grp-attn-n/-w
     assert f"- vllm: {yarn}" in (root / "report.md").read_text()
+    chosen = {r["strategy"]: r["best_for_engines"] for r in csv.DictReader((root / "report_ranking.csv").open())}
+    assert chosen[yarn] == "transformers, vllm, sglang" and chosen[self_extend] == "llama.cpp" and not chosen[dca]
     ratio = engines["vllm"].split(", ", 1)[1].split(" of ")[0]
     low, high = (float(x) for x in ratio.split("[")[1].rstrip("]").split(", "))
     assert 1 < low < 1.027 < high  # the simultaneous interval of the ranking's own comparison: yarn is worse than dca

@@ -60,7 +60,8 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
         for r in recommended:
             try:
                 why = refusal(configs[r["strategy"]], engine)
-            except (UserError, rope_ext.ScalingError, KeyError) as err:  # a model config that cannot be read again
+            except (UserError, rope_ext.ScalingError, KeyError, OSError, ValueError) as err:
+                # a model config that cannot be read again here (offline, moved): said, and the report goes on
                 why = f"cannot tell ({type(err).__name__}: {err})"
             if why is None:
                 chosen = r

@@ -239,7 +239,7 @@ def _rank_group(
     engines = per_engine(rows, {s: c for s, c in configs.items() if c})
     for r in rows:
         r.pop("_record", None)
-        r["engines"] = [e["engine"] for e in engines if e["strategy"] == r["strategy"]]
+        r["best_for"] = [e["engine"] for e in engines if e["strategy"] == r["strategy"]]  # the engines' choice
     return {
         "model": model,
         "trained": trained,
@@ -332,7 +332,7 @@ def table(group: dict) -> list[dict]:
                 "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
                 "time_vs_unscaled": r["time"],
                 "memory_vs_unscaled": r["memory"],
-                "engines": ", ".join(r.get("engines") or []),
+                "best_for_engines": ", ".join(r.get("best_for") or []),
                 "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
             }
         )
