@@ -2,9 +2,13 @@
 vLLM, SGLang, llama.cpp.
 
     python -m evals.export RUN_DIR --to vllm              # a finished job
-    python -m evals.export SWEEP_DIR --to transformers    # the sweep's recommended strategy (its ranked answer)
+    python -m evals.export SWEEP_DIR --to vllm            # the best recommended strategy vLLM can serve
     python -m evals.export SEARCH_DIR --to llama.cpp      # a search's best trial
     python -m evals.export scaling=yarn target=4x model=qwen25 --to sglang   # overrides, as run.py takes them
+
+A sweep exports the best of its recommended strategies (its ranked answer, report_ranking.csv) that the engine can
+serve, and says in one line (stderr) which and why: ``dca is best overall but vllm cannot serve it (...); exporting
+yarn-factor2, x1.021 [1.004, 1.038] of dca``; none of them: one line, exit 2.
 
 Every finished job also gets a ``deploy/`` folder (:func:`evals.core.deploy.write_deploy`): one file per engine, and README.md with
 what an engine cannot express. Bad input (an unfinished run, an unknown engine, a bad override) is one line and
@@ -23,6 +27,7 @@ import rope_ext
 from rope_ext.export import ENGINES, Unsupported, export, geometry
 
 from .core.deploy import render
+from .core.engines import ratio_text, reasons_text, setup
 from .core.errors import ConfigError, UserError
 
 
@@ -41,7 +46,7 @@ def _results(run_dir: Path) -> dict:
 
 
 def run_of(path: Path) -> Path:
-    """The finished job a directory stands for: itself, a search's best trial, or a sweep's recommended strategy."""
+    """The finished job a directory stands for: itself, or a search's best trial (a sweep: :func:`sweep_choice`)."""
     if (path / "results.json").is_file():
         return path
     if (path / "search.json").is_file():
@@ -49,41 +54,65 @@ def run_of(path: Path) -> Path:
         if not best or not best[0].get("dir"):
             raise ConfigError(f"{path}: the search has no best trial yet (no feasible finished trial)")
         return Path(best[0]["dir"])
-    ranking = path / "report_ranking.csv"
-    if ranking.is_file():
-        rows = list(csv.DictReader(ranking.open()))
-        chosen = next((r for r in rows if r.get("answer") == "recommended"), None)
-        if chosen is None:
-            raise ConfigError(
-                f"{path}: the sweep recommends no strategy (report_answer.txt says why); export one of "
-                f"its job directories instead"
-            )
-        for results in sorted(path.glob("*/results.json")):
-            data = json.loads(results.read_text())
-            if (
-                data.get("status") == "done"
-                and (data.get("job") or {}).get("scaling") == chosen["strategy"]
-                and (data.get("job") or {}).get("role", "job") == "job"
-            ):
-                return results.parent
-        raise ConfigError(f"{path}: no finished job of the recommended {chosen['strategy']} found in the sweep")
     raise ConfigError(
         f"{path} is neither a run (results.json), a search (search.json) nor a sweep with a report (report_ranking.csv)"
     )
 
 
+def _job_of(sweep: Path, strategy: str) -> Path:
+    for results in sorted(sweep.glob("*/results.json")):
+        data = json.loads(results.read_text())
+        job = data.get("job") or {}
+        if data.get("status") == "done" and job.get("scaling") == strategy and job.get("role", "job") == "job":
+            return results.parent
+    raise ConfigError(f"{sweep}: no finished job of the recommended {strategy} found in the sweep")
+
+
+def _ratio(row: dict) -> str:
+    """``x1.021 [1.004, 1.038]`` from a report_ranking.csv row (the interval simultaneous, as the ranking gives it)."""
+    value = lambda key: float(row[key]) if row.get(key) not in (None, "") else None  # noqa: E731
+    return ratio_text({"ratio": value("vs_best"), "low": value("vs_best_ci95_low"), "high": value("vs_best_ci95_high")})
+
+
+def sweep_choice(sweep: Path, engine: str):
+    """(scaling, geometry, model config, why): of a sweep's recommended strategies (report_ranking.csv, in their
+    ranked order), the best one ``engine`` can serve, and one line saying which and why; Unsupported (one line) when
+    it can serve none of them."""
+    rows = list(csv.DictReader((sweep / "report_ranking.csv").open()))
+    recommended = [r for r in rows if r.get("answer") == "recommended"]
+    if not recommended:
+        raise ConfigError(
+            f"{sweep}: the sweep recommends no strategy (report_answer.txt says why); export one of "
+            f"its job directories instead"
+        )
+    first = recommended[0]
+    skipped = []
+    for row in recommended:
+        if (row["model"], row["target"]) != (first["model"], first["target"]):
+            continue  # the answer for the first model and target only
+        scaling, geo, model_config = from_run(_job_of(sweep, row["strategy"]))
+        try:
+            found = export(scaling, geo, engine, model_config)
+        except Unsupported as err:
+            skipped.append((row["strategy"], str(err)))
+            continue
+        where = f"at {first['target']} on {first['model']}"
+        if not skipped:
+            return found, f"exporting {row['strategy']}: the best recommended strategy {where}"
+        names = ", ".join(s for s, _ in skipped)
+        higher = (
+            f"{names} is best overall but {engine} cannot serve it"
+            if len(skipped) == 1
+            else (f"{names} rank higher but {engine} cannot serve them")
+        )
+        reasons = reasons_text(skipped)
+        return found, f"{higher} ({reasons}); exporting {row['strategy']}, {_ratio(row)} of {first['strategy']} {where}"
+    raise Unsupported(f"none of the recommended methods of {sweep} can be served by {engine}: " + reasons_text(skipped))
+
+
 def from_run(run_dir: Path):
     """(scaling, geometry, model config dict) of a finished job, its model's geometry read again (no weights)."""
-    from omegaconf import OmegaConf
-
-    from .core.models import resolve_model
-
-    data = _results(run_dir)
-    config = data["config"]
-    scaling_cfg = {k: v for k, v in config["scaling"].items() if k not in ("label", "derived")}
-    model = resolve_model(OmegaConf.create(config["model"]), geometry=True, weights=False)
-    scaling = rope_ext.resolve(scaling_cfg, model.trained_context)
-    return scaling, geometry(model.config, scaling, model.slots, model.trained_context), model.config.to_dict()
+    return setup(_results(run_dir)["config"])
 
 
 def from_overrides(overrides: list[str]):
@@ -128,11 +157,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"{first} does not exist: give a run, sweep or search directory, or overrides "
                     f"(scaling=yarn target=4x)"
                 )
-            run_dir = run_of(first)
-            scaling, geo, model_config = from_run(run_dir)
+            if (first / "report_ranking.csv").is_file() and not any(
+                (first / name).is_file() for name in ("results.json", "search.json")
+            ):  # a sweep: the best of its recommended strategies this engine serves
+                found, why = sweep_choice(first, args.to)
+                print(why, file=sys.stderr)
+            else:
+                scaling, geo, model_config = from_run(run_of(first))
+                found = export(scaling, geo, args.to, model_config)
         else:
             scaling, geo, model_config = from_overrides(args.source)
-        found = export(scaling, geo, args.to, model_config)
+            found = export(scaling, geo, args.to, model_config)
     except Unsupported as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -167,3 +167,69 @@ def test_merged_runs_pair_only_the_units_they_share():
     unpaired = paired_ratio(PPL, renamed, reference_a["measurements"][0])
     assert unpaired["shared"] == 0 and unpaired["ratio"] == paired["ratio"]
     assert (unpaired["high"] - unpaired["low"]) > 2 * (paired["high"] - paired["low"])
+
+
+# --- the tie groups' multiplicity, by simulation with known truth ---------------------------------------------
+
+SWEEPS = 1000
+
+
+def simulated_sweep(rng, ratios: dict[str, float], docs: int = 6, per_doc: int = 2, noise: float = 0.03):
+    """One sweep at 16384 on a model trained at 8192: a perplexity job per strategy (true perplexity 26 x its ratio)
+    on the same 6 documents' 256-token blocks -- a shared difficulty per block, and each strategy's own noise --
+    every strategy judged yes at the target, so the tie groups alone are tested."""
+    shared = rng.normal(0, 0.3, (docs, per_doc))
+    jobs, verdicts = [], {}
+    for index, (strategy, ratio) in enumerate(ratios.items()):
+        nll = shared - shared.mean() + rng.normal(0, noise, shared.shape) + math.log(26.0 * ratio)
+        units = {f"doc{d}/{256 * b}": (256 * float(nll[d, b]), 256.0) for d in range(docs) for b in range(per_doc)}
+        value = math.exp(sum(t for t, _ in units.values()) / (256.0 * len(units)))
+        jobs.append(
+            job(strategy, "perplexity", [Measurement("ppl", 16384, value, 256 * len(units), "256-token block", units)])
+        )
+        verdicts[index] = {"target": 16384, "trained": 8192, "lengths": [{"length": 16384, "state": "yes"}]}
+    return jobs, verdicts
+
+
+def non_tie_rate(k: int, different: float | None = None, seed: int = 0, sweeps: int = SWEEPS):
+    """(how often some strategy is separated from another among the k equal ones, how often the one ``different``
+    strategy (its ratio) is put in a group of its own) over ``sweeps`` simulated sweeps."""
+    rng = np.random.default_rng(seed)
+    split = separated = 0
+    for _ in range(sweeps):
+        ratios = {f"s{i}": 1.0 for i in range(k)}
+        if different is not None:
+            ratios["worse"] = different
+        jobs, verdicts = simulated_sweep(rng, ratios)
+        (group,) = rank(jobs, verdicts)
+        groups = {r["strategy"]: r["tie_group"] for r in group["rows"]}
+        split += len({groups[s] for s in ratios if s != "worse"}) > 1
+        if different is not None:
+            separated += all(groups["worse"] != groups[s] for s in ratios if s != "worse")
+    return split / sweeps, (separated / sweeps if different is not None else None)
+
+
+# a true rate of 5% is observed above 5% + 2 standard errors (6.4% of 1000 sweeps) in about 2% of seeds
+ALLOWED = 0.05 + 2 * math.sqrt(0.05 * 0.95 / SWEEPS)
+
+
+def test_equal_strategies_are_tied_in_95_percent_of_sweeps_however_many_there_are():
+    """Holm over every pair (evals/core/simultaneous.py): with 2, 3 and 5 strategies of the same true perplexity,
+    a non-tie is declared in at most 5% of sweeps (each comparison at 95% on its own: 5%, 12%, 27%)."""
+    rates = {k: non_tie_rate(k, seed=k)[0] for k in (2, 3, 5)}
+    assert all(rate <= ALLOWED for rate in rates.values()), rates
+
+
+def test_a_clearly_worse_strategy_is_still_separated_from_four_equal_ones():
+    equal, separated = non_tie_rate(
+        4, different=1.1, seed=7, sweeps=400
+    )  # 10% worse: 3.2 sd of a document's paired difference
+    assert separated >= 0.95 and equal <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), (separated, equal)
+
+
+def test_the_answer_says_its_comparisons_hold_jointly():
+    jobs, verdicts = simulated_sweep(np.random.default_rng(1), {"a": 1.0, "b": 1.0, "c": 1.2})
+    (group,) = rank(jobs, verdicts)
+    assert group["pairs"] == 3 and group["answer"].endswith("; simultaneous 95% (Holm, 3 pairs)")
+    worst = group["rows"][-1]
+    assert worst["strategy"] == "c" and worst["p_holm"] <= 0.05 and worst["vs_best"]["low"] > 1

@@ -10,18 +10,24 @@ each judged by evals/core/verdict.py) are taken together:
 - Ordered by the *primary* metric at the target -- the first lower-is-better NLL metric every strategy
   measured (perplexity), else the first judged metric: recommended ones first, then inconclusive, missing,
   failing. For each, the paired ratio to the best (the recommended strategy with the best value) on the units
-  both measured, with its 95% interval (the verdict's method), and **tie groups**: a strategy whose interval
-  against its group's leader holds 1 is tied with it (``dca ≈ self_extend``).
+  both measured, and **tie groups**: a strategy that Holm's procedure does not separate from its group's leader
+  is tied with it (``dca ≈ self_extend``). The comparisons hold 95% jointly (simultaneous.py: Holm 1979 over
+  every pair, the intervals shown Bonferroni-simultaneous), so among strategies of equal quality a non-tie is
+  declared in at most 5% of sweeps however many there are.
 - Cost: the strategy's compute time (its jobs' elapsed time less model loading) and peak memory relative to
   the unscaled job of the same sweep on the same evals.
+- Per engine (engines.py): the best recommended strategy each serving engine can serve, and its ratio to the best.
 
 The answer's first line reads e.g. ``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn-factor2;
-lm_infinite fails passkey; string fails perplexity, passkey``.
+lm_infinite fails passkey; string fails perplexity, passkey; simultaneous 95% (Holm, 15 pairs)``, and a line per
+engine follows it (``vllm: yarn-factor2, x1.021 [1.004, 1.038] of dca (dca: ...)``).
 """
 
 from __future__ import annotations
 
+from .engines import engine_line, per_engine
 from .measure import by_metric, measured_value
+from .simultaneous import ALPHA, holm, p_value, widened
 from .verdict import multiple, paired_ratio
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
@@ -202,33 +208,47 @@ def _rank_group(
             r["strategy"],
         )
     )
-    best = next((r for r in rows if r["recommended"] and r["value"] is not None), None) or next(
-        (r for r in rows if r["value"] is not None), None
-    )
+    # the family: every pair of strategies with a value, the later one against the earlier (simultaneous.py)
+    valued = [r for r in rows if r["value"] is not None]
+    pairs, versus = {}, {}
+    for i, r in enumerate(valued):
+        for other in valued[:i]:
+            key = (r["strategy"], other["strategy"])
+            versus[key] = _versus(primary, r, other)
+            if (p := p_value(versus[key])) is not None:
+                pairs[key] = p
+    adjusted = holm(pairs)
+    best = valued[0] if valued else None  # recommended first: the recommended strategy with the best value
     group, leader = 0, None
     for r in rows:
-        r["vs_best"] = _versus(primary, r, best)
+        if r is best:
+            r["vs_best"] = _versus(primary, r, r)
+        else:
+            r["vs_best"] = widened(versus.get((r["strategy"], best["strategy"])), len(pairs)) if best else None
+        r["p_holm"] = None
         if r["value"] is None:
             r["tie_group"] = None
             continue
-        versus = _versus(primary, r, leader) if leader is not None else None
-        tied = (
-            versus is not None
-            and versus["low"] is not None
-            and versus["low"] <= 1 <= versus["high"]
-            and r["state"] == leader["state"]
-        )
+        key = (r["strategy"], leader["strategy"]) if leader is not None else None
+        r["p_holm"] = adjusted.get(key)
+        tied = r["p_holm"] is not None and r["p_holm"] > ALPHA and r["state"] == leader["state"]
         if not tied:
             group, leader = group + 1, r
         r["tie_group"] = group
+    configs = {s: next((j["config"] for j, _ in jobs if j.get("config")), None) for s, jobs in members.items()}
+    engines = per_engine(rows, {s: c for s, c in configs.items() if c})
     for r in rows:
         r.pop("_record", None)
+        r["best_for"] = [e["engine"] for e in engines if e["strategy"] == r["strategy"]]  # the engines' choice
     return {
         "model": model,
         "trained": trained,
         "target": target,
         "metric": primary[0] if primary else None,
-        "answer": answer_line(model, trained, target, rows),
+        "pairs": len(pairs),
+        "answer": answer_line(model, trained, target, rows, len(pairs)),
+        "engines": engines,
+        "engine_lines": [engine_line(e) for e in engines],
         "rows": rows,
     }
 
@@ -242,11 +262,12 @@ def _versus(primary, row: dict, other: dict | None) -> dict | None:
     paired = paired_ratio(primary[1], row["_record"], other["_record"])
     if not paired["shared"]:  # other tokens, other prompts: nothing to pair
         return None
-    return {"ratio": paired["ratio"], "low": paired["low"], "high": paired["high"]}
+    return {k: paired[k] for k in ("ratio", "low", "high", "n", "method")}  # n, method: the interval's pivot
 
 
-def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
-    """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...``."""
+def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: int = 0) -> str:
+    """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...;
+    simultaneous 95% (Holm, 15 pairs)``: ``pairs`` comparisons made, all holding together."""
     head = f"at {target} ({multiple(target, trained)}) on {model}: "
     recommended = [r for r in rows if r["recommended"]]
     parts = []
@@ -279,7 +300,14 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict]) -> str:
         elif not r["recommended"]:
             word = "undecided" if r["state"] == "inconclusive" else "not answered"
             parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
+    if pairs:
+        parts.append(f"simultaneous 95% (Holm, {pairs} pair{'s' if pairs > 1 else ''})")
     return head + "; ".join(parts)
+
+
+def answer_text(group: dict) -> str:
+    """The answer as report_answer.txt (and W&B's ``answer``) hold it: its line, then a line per engine."""
+    return "".join(line + "\n" for line in [group["answer"], *(f"  {e}" for e in group.get("engine_lines") or [])])
 
 
 def table(group: dict) -> list[dict]:
@@ -300,9 +328,11 @@ def table(group: dict) -> list[dict]:
                 "vs_best": versus.get("ratio"),
                 "vs_best_ci95_low": versus.get("low"),
                 "vs_best_ci95_high": versus.get("high"),
+                "p_holm": r.get("p_holm"),
                 "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
                 "time_vs_unscaled": r["time"],
                 "memory_vs_unscaled": r["memory"],
+                "best_for_engines": ", ".join(r.get("best_for") or []),
                 "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
             }
         )
@@ -311,7 +341,7 @@ def table(group: dict) -> list[dict]:
 
 def format_group(group: dict) -> list[str]:
     """The answer as printed: its line, then one line per strategy."""
-    lines = [f"answer: {group['answer']}"]
+    lines = [f"answer: {group['answer']}", *(f"  {line}" for line in group.get("engine_lines") or [])]
     metric = group["metric"]
     for row in table(group):
         ratio = row["vs_best"]

@@ -56,15 +56,22 @@ def answer_section(ranked: list[dict]) -> tuple[list[str], list[str]]:
         "Recommended only when every metric measured is yes at the target (short-context checks included); "
         "ordered by the first metric, with the paired ratio to the best and its 95% interval on the units both "
         "measured; strategies whose interval against their group's leader holds 1 share a tie group; cost = "
-        "compute time and peak memory relative to the unscaled job of the same evals."
+        "compute time and peak memory relative to the unscaled job of the same evals. The comparisons hold 95% "
+        "jointly: ties by Holm's procedure over every pair, the intervals simultaneous (Bonferroni). Per engine: the "
+        "best recommended strategy it can serve (python -m evals.export SWEEP --to ENGINE exports it)."
     )
     md = ["", "## The answer: which strategy at the target", "", rule, ""]
     parts = [f"<h2>The answer: which strategy at the target</h2><p class=note>{html.escape(rule)}</p>"]
     for group in ranked:
         rows_ = ranking_table(group)
         cols = list(dict.fromkeys(k for r in rows_ for k in r))
-        md += [f"**{group['answer']}**", "", *markdown_table(rows_, cols), ""]
-        parts.append(f"<p class=answer><b>{html.escape(group['answer'])}</b></p>" + html_table(rows_, cols, "ranking"))
+        engines = group.get("engine_lines") or []
+        md += [f"**{group['answer']}**", "", *(f"- {line}" for line in engines), "", *markdown_table(rows_, cols), ""]
+        parts.append(
+            f"<p class=answer><b>{html.escape(group['answer'])}</b></p>"
+            + ("<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in engines) + "</ul>" if engines else "")
+            + html_table(rows_, cols, "ranking")
+        )
     return md, parts
 
 

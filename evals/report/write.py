@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.files import atomic_write
-from ..core.ranking import format_group, rank
+from ..core.ranking import answer_text, format_group, rank
 from ..core.ranking import table as ranking_table
 from .figures import metric_figures, save_figures, section_figures
 from .judge import criteria_from, judge_all, verdict_rows
@@ -52,7 +52,7 @@ def write_report(
         written.append(out / "report_ranking.csv")
         atomic_write(written[-1], csv_text(ranking_rows, list(dict.fromkeys(k for r in ranking_rows for k in r))))
         written.append(out / "report_answer.txt")
-        atomic_write(written[-1], "".join(group["answer"] + "\n" for group in ranked))
+        atomic_write(written[-1], "".join(answer_text(group) for group in ranked))
     if print_verdict and answer:
         print("\n".join(verdict_text(answer)))
         for group in ranked:
