@@ -5,6 +5,11 @@ A perplexity job (prefix protocol) runs one forward per document at its longest 
 its prefixes); a needle or passkey job one prompt per (length, depth, trial) -- an upper bound, prompts share
 prefixes. Rates come from finished perplexity runs found under ``resume_from`` (seconds of compute per forward
 at their longest length); a length never measured is said to be unknown, not guessed.
+
+How many units decide (a preset's documents and prompts, ``conf/experiment/compare.yaml``): the power of the
+verdict's interval at a given margin, simulated through :func:`evals.core.verdict.paired_ratio` itself (the t over
+documents of Miller 2024, arXiv 2411.00640, for perplexity; Fieller on Agresti-Min-adjusted paired proportions for
+accuracies), from the spreads measured on SmolLM2 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
