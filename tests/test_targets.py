@@ -169,8 +169,8 @@ def test_a_compare_sweep_lists_a_method_that_cannot_reach_the_target_in_its_answ
     )
     assert result.returncode == 0, result.stderr[-3000:]  # an answer, not a failed job
     assert (
-        "budget: 1 job (+ the unscaled reference once), each: perplexity 2 forwards at 16384; passkey 10 forwards "
-        "at 16384" in result.stdout
+        "budget: 1 job (+ the unscaled reference once), each: perplexity 6 forwards at 16384; passkey 75 forwards "
+        "at 16384; at most 162 forwards in all" in result.stdout  # the preset's units: tests/test_power.py
     )
     assert "unreachable: scaling 'string' cannot reach 16384 tokens" in result.stderr
     assert (sweep / "report_answer.txt").read_text() == (
@@ -195,8 +195,8 @@ def test_one_command_compares_every_method_at_the_target_and_ends_in_the_ranked_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (
-        "budget: 13 jobs (+ the unscaled reference once), each: perplexity 2 forwards at 1024; passkey 5 "
-        "forwards at 1024" in result.stdout
+        "budget: 13 jobs (+ the unscaled reference once), each: perplexity 6 forwards at 1024; passkey 5 "
+        "forwards at 1024; at most 154 forwards in all" in result.stdout
     )
     assert "sweep: job 13/13 finished" in result.stdout
     ranked = {row["strategy"]: row for row in csv.DictReader((sweep / "report_ranking.csv").open())}
