@@ -20,7 +20,6 @@ from .protocols import add_key_tokens, covered, prefix_document, sliding_documen
 from ..scoring.cost import warn_if_too_large
 from .. import projection_bias as biases
 
-
 CALIBRATION_TOKENS = 4096  # ablate_mode=center: the means removed are those over the first document's first tokens
 
 

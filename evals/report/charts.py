@@ -20,7 +20,6 @@ import math
 
 from ..core.plots import STYLES, length_label, strategy_colour
 
-
 WIDTH, LEFT, RIGHT, TOP, BOTTOM, MAIN, GAP, RATIO = 880, 72, 16, 16, 40, 300, 16, 140
 
 SCRIPT = """<script>
