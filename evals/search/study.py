@@ -128,9 +128,9 @@ class Search:
         )
         self.model = model
         defaults = {f"scaling.{k}": p.default for k, p in self.strategy.params.items()}
-        probe = self.compose(
-            self.fixed + self.judged + self.overrides({s.key: s.probe(defaults.get(s.key)) for s in self.space})
-        )
+        # the probe checks the objective against the job's lengths (its own verdict target: a length the job does
+        # not evaluate is said once, by the objective's check)
+        probe = self.compose(self.fixed + self.overrides({s.key: s.probe(defaults.get(s.key)) for s in self.space}))
         self.sweep_dir = self.choose_dir(base)
         job = parse_job(probe, self.sweep_dir / "probe", multirun=True, model=model)
         self.objectives = objectives_of.objectives(probe, job)
