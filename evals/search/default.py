@@ -74,11 +74,12 @@ def published(strategy, scaling: dict, space: list, trained: int, length: int, s
         else:
             inside = isinstance(value, (int, float)) and not isinstance(value, bool) and dim.low <= value <= dim.high
         if not inside:
-            return None, f"its {name}={_text(value)} lies outside the searched {dim.describe()}"
+            return None, f"its {name}={shown(value)} lies outside the searched {dim.describe()}"
         setting[dim.key] = value
-    why = "; ".join(f"{key}={_text(value)} ({reason})" for key, (value, reason) in derived.why.items())
+    why = "; ".join(f"{key}={shown(value)} ({reason})" for key, (value, reason) in derived.why.items())
     return setting, why
 
 
-def _text(value) -> str:
+def shown(value) -> str:
+    """A value as the search's lines show it."""
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)

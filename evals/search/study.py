@@ -157,7 +157,7 @@ class Search:
         if setting is None:
             print(f"search: no published default to set the best against at {self.length} tokens: {why}")
             return []
-        shown = ", ".join(f"{k.split('.', 1)[1]}={defaults_of._text(v)}" for k, v in setting.items())
+        shown = ", ".join(f"{k.split('.', 1)[1]}={defaults_of.shown(v)}" for k, v in setting.items())
         print(
             f"search: trial 0 is the published default for {self.length} tokens ({shown}"
             + (f"; {why}" if why else "")
