@@ -13,7 +13,10 @@
   evals.report``) and ``search/`` (a search over a strategy's parameters, ``-m hydra/sweeper=optuna``).
 
 ``load_evals()`` imports every eval of this package and any modules named in ``$ROPE_EXT_PLUGINS``
-(comma-separated), whose ``register``/``register_eval`` calls add strategies and evals.
+(comma-separated), whose ``register``/``register_eval`` calls add strategies and evals. Loading them imports no
+torch, transformers, matplotlib, lm-eval or W&B: each module imports those where it computes, so the command line
+is parsed and checked -- ``--help`` and every one-line bad-input error -- before anything only a running job needs
+is imported (tests/test_run.py runs them and looks at ``sys.modules``).
 """
 
 from __future__ import annotations

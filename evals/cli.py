@@ -86,6 +86,10 @@ def main() -> int:
     load_evals()
     register_configs()
     try:
+        shown = _help(sys.argv[1:])
+        if shown is not None:
+            print(shown)
+            return 0
         for line in _sweep_preflight(sys.argv[1:]):
             print(line, flush=True)
         app()
@@ -118,6 +122,42 @@ def main() -> int:
         )
         return 2
     return 0
+
+
+def _help(argv: list[str]) -> str | None:
+    """``--help`` rendered as Hydra renders it -- ``hydra.help.template`` with the composed job config as
+    ``$CONFIG`` -- without what our template does not show: Hydra lists every config group for
+    ``$APP_CONFIG_GROUPS`` and ``$HYDRA_CONFIG_GROUPS`` whether the template shows them or not, copying the whole
+    config store for each group (seconds). None -- Hydra renders it -- when it is not ``--help`` or when the template
+    (a user's) shows those or ``$FLAGS_HELP``."""
+    import copy
+    import string
+
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf, open_dict
+
+    args = get_args_parser().parse_args(argv)
+    if not args.help or args.hydra_help or args.config_dir or args.config_name or args.config_path:
+        return None
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(config_dir()), version_base="1.3"):
+            cfg = compose("config", overrides=args.overrides, return_hydra_config=True)
+            HydraConfig.instance().set_config(cfg)
+            template = str(cfg.hydra.help.template)
+            if any(f"${name}" in template for name in ("FLAGS_HELP", "APP_CONFIG_GROUPS", "HYDRA_CONFIG_GROUPS")):
+                return None
+            job = copy.deepcopy(cfg)
+            with open_dict(job):
+                del job["hydra"]
+            return string.Template(template).substitute(CONFIG=OmegaConf.to_yaml(job, resolve=args.resolve))
+    except Exception:  # noqa: BLE001 -- anything else (a bad override, a $ of its own): Hydra renders and says it
+        return None
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def _sweep_preflight(argv: list[str]) -> list[str]:

@@ -21,12 +21,13 @@ projections have no bias, or are fused, cannot take the ablation: :func:`check` 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .core.errors import UserError
+
+if TYPE_CHECKING:
+    from torch import nn
+    import torch
 
 PROJECTIONS = {"q": "q_proj", "k": "k_proj", "v": "v_proj"}
 MODES = ("zero", "center")
@@ -69,6 +70,8 @@ def check(tensors, model, why: str, error: type[UserError] = UserError) -> None:
 
 def _center_shifts(model: nn.Module, modules: list[nn.Linear], calibrate: Callable[[nn.Module], None]) -> dict:
     """Per module, the mean of its output over one calibration forward, each centred before the next layer runs."""
+    import torch
+
     shifts: dict[int, torch.Tensor] = {}
 
     def hook(module, args, output):
@@ -87,6 +90,8 @@ def _center_shifts(model: nn.Module, modules: list[nn.Linear], calibrate: Callab
 
 
 def _norm(modules) -> float:
+    import torch
+
     return float(torch.stack([m.bias.detach().double().norm() for m in modules]).mean()) if modules else 0.0
 
 
@@ -96,6 +101,8 @@ def ablated(
 ) -> Iterator[dict]:
     """The model with the named biases changed (``zero`` or ``center``; ``center`` runs ``calibrate(model)`` once);
     yields what was done, per tensor the mean bias norm before and after. Restored exactly on exit."""
+    import torch
+
     if mode not in MODES:
         raise ValueError(f"ablation mode {mode!r}; valid: {', '.join(MODES)}")
     found = {t: [m for _, m in biased(model, t)] for t in tensors}

@@ -31,9 +31,7 @@ import json
 import math
 import sys
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import rope_ext
 from rope_ext import analysis
@@ -41,8 +39,11 @@ from rope_ext import analysis
 from .core.files import cache_dir, read_cache, write_cache
 from .core.config.fields import option
 from .core.errors import UserError, scaling_errors_as_user_errors
-from .core.plots import plt
+from .core.plots import pyplot
 from .core.registry import register_eval
+
+if TYPE_CHECKING:
+    import torch
 
 # Men et al. 2024 (arXiv 2405.14591), head dim 128: published lower bounds (Table 1) and the figure's fit
 MEN_ET_AL_POINTS = {1024: 4.3e3, 4096: 2.7e4, 32768: 6.4e5}
@@ -124,6 +125,8 @@ def _bounds(path) -> dict[str, float]:
 
 
 def log_distances(max_distance: int, points: int) -> torch.Tensor:
+    import torch
+
     return torch.unique(torch.logspace(0, math.log10(max_distance - 1), points).round().long())
 
 
@@ -134,6 +137,8 @@ def target_length(scaling, trained: int) -> int | None:
 
 def decay_figure(curves: dict, vectors: list, trained: int, target: int | None, title: str):
     """One panel per q/k distribution; one line (mean) and band (+/- 1 sd) per strategy; log distance."""
+    plt = pyplot()
+
     fig, axes = plt.subplots(1, len(vectors), figsize=(4.2 * len(vectors), 3.6), squeeze=False)
     for ax, vec in zip(axes[0], vectors):
         for label, by_vector in curves.items():
@@ -169,6 +174,8 @@ def decay_figure(curves: dict, vectors: list, trained: int, target: int | None, 
 
 def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float], reference: dict[int, float] | None):
     """The base lower bound over context length (log-log), the published points, and bases marked."""
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     contexts = sorted(bounds)
     ax.plot(contexts, [bounds[L] for L in contexts], marker="o", label=f"lower bound, d={dim} (this run)")
@@ -209,6 +216,8 @@ def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float], re
 
 
 def dimension_figure(table: list[dict], trained: int, title: str):
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.plot([r["wavelength"] for r in table], [r["factor"] for r in table], marker=".")
     ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {trained}")
@@ -227,6 +236,8 @@ def dimension_figure(table: list[dict], trained: int, title: str):
 def seen_positions(rule, length: int, distances: torch.Tensor):
     """The relative position the last query of a ``length``-token sequence sees at each distance (float64),
     whether it attends there, and the rule's factor on that query's scores (query factor x cos/sin factor^2)."""
+    import torch
+
     last = torch.tensor(length - 1)
     position, seen = rule.relative(last, last - distances)
     factor = rule.rotary_scale**2 * (float(rule.query_scale(last)) if rule.query_scale is not None else 1.0)
@@ -236,6 +247,10 @@ def seen_positions(rule, length: int, distances: torch.Tensor):
 def map_figure(rule, length: int, trained: int, title: str, grid: int = 256):
     """Left: the relative position each (query m, key n) pair sees, over L, on a grid (white: not attended).
     Right: what the last query sees against its distance to the key, beside plain RoPE."""
+    import torch
+
+    plt = pyplot()
+
     points = torch.linspace(0, length - 1, grid).round().long()
     position, seen = rule.relative(points[:, None], points[None, :])
     shown = (position / trained).masked_fill(~seen, float("nan")).numpy()
@@ -260,6 +275,8 @@ def map_figure(rule, length: int, trained: int, title: str, grid: int = 256):
 def largest_position(scaling, length: int, queries: int = 512) -> float:
     """The largest relative position any of ``queries`` evenly spread queries (the last among them) of a
     ``length``-token sequence sees: length - 1 without an attention-level rule."""
+    import torch
+
     rule = scaling.position_rule()
     if rule is None:
         return float(length - 1)
@@ -271,6 +288,8 @@ def largest_position(scaling, length: int, queries: int = 512) -> float:
 
 
 def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
+    import torch
+
     trained = ctx.trained_context
     target = target_length(ctx.scaling, trained)
     strategies = {"none": rope_ext.resolve({"name": "none"}), ctx.scaling.label: ctx.scaling}

@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -35,6 +37,8 @@ def block_bootstrap(
 ) -> tuple[float, float] | None:
     """(low, high) of the mean token NLL by resampling blocks of ``block`` consecutive tokens; None with
     fewer than two blocks."""
+    import torch
+
     n_blocks = len(nll) // block
     if n_blocks < 2:
         return None

@@ -15,7 +15,8 @@ function (:mod:`rope_ext.attention`).
 """
 
 # The catalogue modules register their strategies on import, in this order (the registry's order): frequency
-# strategies, query scaling, compose, attention-level strategies.
+# strategies, query scaling, compose, attention-level strategies. No module imports torch before it computes, so
+# the registry (names, parameters, checks, target rules) loads without it.
 from . import frequency, query_scaling, scaling, attention_methods  # noqa: F401
 from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
 from .patch import RopePatch, patch

@@ -19,11 +19,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 
-import torch
-
 from .rope import default_inv_freq, wavelengths
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pair_score(q: torch.Tensor, k: torch.Tensor, inv_freq: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
@@ -51,6 +53,8 @@ def decay_curve(
     its own k ~ N(k_mean, std^2) and the query q ~ N(q_mean, std^2), as in the tinymind experiment.
     ``attention_factor`` scales cos/sin, so it multiplies the score by its square.
     """
+    import torch
+
     dim = 2 * inv_freq.numel()
     distance = torch.arange(max_distance)
     if q_mean is None and k_mean is None:
@@ -81,6 +85,8 @@ def expected_decay(
     Var = d * s^2 * (mu_q^2 + mu_k^2) + d * s^4, the same at every distance (R_r is orthogonal): a larger
     variance does not change the mean curve, it buries it in noise. Both scaled by attention_factor^2.
     """
+    import torch
+
     dim = 2 * inv_freq.numel()
     ones = 2 * torch.cos(distance[:, None].double() * inv_freq.double()).sum(-1)
     scale = attention_factor**2
@@ -117,6 +123,8 @@ def first_rise(score: torch.Tensor, start: int = 64) -> int | None:
     The curve is smoothed over 1/64 of the window (at least 64 distances) to remove the fast
     oscillation. Returns None when the smoothed curve keeps (weakly) decaying to the end.
     """
+    import torch
+
     smooth = max(64, len(score) // 64)
     kernel = torch.ones(1, 1, smooth, dtype=score.dtype) / smooth
     smoothed = torch.nn.functional.conv1d(score[None, None], kernel).flatten()
@@ -128,11 +136,15 @@ def first_rise(score: torch.Tensor, start: int = 64) -> int | None:
 
 def cosine_sum(inv_freq: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     # B(m) = sum_i cos(m * theta_i): the expected score of a key identical to the query at distance m
+    import torch
+
     return torch.cos(positions[:, None].double() * inv_freq.double()).sum(-1)
 
 
 def satisfies_bound(base: float, dim: int, context: int, chunk: int = 1 << 16) -> bool:
     """Whether sum_i cos(m * theta_i) >= 0 for every m in [0, context)."""
+    import torch
+
     inv_freq = default_inv_freq(dim, base)
     for start in range(0, context, chunk):
         positions = torch.arange(start, min(context, start + chunk))
@@ -204,6 +216,8 @@ def dimension_table(inv_freq: torch.Tensor, base: float, trained: int) -> list[d
 
 def complex_pairs(x: torch.Tensor, pairs) -> torch.Tensor:
     """(..., d) real vectors -> (..., d_rot/2) complex pairs z_i = x[a_i] + i x[b_i] (float64)."""
+    import torch
+
     a, b = pairs
     return torch.complex(x[..., a].double(), x[..., b].double())
 
@@ -213,6 +227,8 @@ def cross_correlation(zq: torch.Tensor, zk: torch.Tensor) -> torch.Tensor:
     of tokens at distance r: query r positions after the key), by FFT in O(n log n).
 
     zq, zk: (..., n, P) complex, the same leading shape. Returns (..., n, P) complex128."""
+    import torch
+
     n = zq.shape[-2]
     size = 1 << (2 * n - 1).bit_length()
     fq = torch.fft.fft(zq.to(torch.complex128), n=size, dim=-2)
@@ -224,6 +240,8 @@ def cross_correlation(zq: torch.Tensor, zk: torch.Tensor) -> torch.Tensor:
 
 def profile_from_correlation(corr: torch.Tensor, inv_freq: torch.Tensor, attention_factor: float = 1.0) -> torch.Tensor:
     """Score profile (..., n) at distance r = sum_i a^2 Re(C_i(r) e^{i r theta_i}) for frequencies ``inv_freq`` (P,)."""
+    import torch
+
     n = corr.shape[-2]
     angle = torch.arange(n, dtype=torch.float64)[:, None] * inv_freq.double()[None, :]  # (n, P)
     phase = torch.polar(torch.ones_like(angle), angle)
@@ -240,6 +258,8 @@ def mean_field_profile(
 ) -> torch.Tensor:
     """sum_i a^2 Re(mu_q,i conj(mu_k,i) e^{i r theta_i}) for r = 0 .. max_distance-1: the score of the mean
     query at r positions after the mean key (mu: (..., P) complex). Returns (..., max_distance) float64."""
+    import torch
+
     product = (mu_q.to(torch.complex128) * mu_k.to(torch.complex128).conj())[..., None, :]  # (..., 1, P)
     pieces = []
     for start in range(0, max_distance, chunk):

@@ -20,11 +20,13 @@ to the model's own attention function, so the output is exactly the unpatched on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import functools
 
-import torch
-
 from .position_rule import PositionRule
+
+if TYPE_CHECKING:
+    import torch
 
 QUERY_BLOCK = 1024
 KEY_BLOCK = 4096
@@ -32,6 +34,8 @@ KEY_BLOCK = 4096
 
 def rerotate(x: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor, pairs) -> torch.Tensor:
     """x (batch, heads, n, d) rotated further by ``shift`` (batch, n) positions: R(shift * theta) per pair."""
+    import torch
+
     a, b = pairs
     angle = shift.to(x.device, torch.float64)[..., None] * inv_freq.to(x.device, torch.float64)  # (batch, n, r/2)
     c = angle.cos().to(x.dtype).unsqueeze(1)
@@ -45,6 +49,8 @@ def rerotate(x: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor, pairs
 
 def _pair_index(pairs) -> tuple:
     """Rotary pair dims as slices where contiguous (rotate_half), else index tensors (interleaved)."""
+    import torch
+
     a, b = pairs
     half = len(a)
     if torch.equal(a, torch.arange(half, device=a.device)) and torch.equal(b, a + half):
@@ -55,6 +61,8 @@ def _pair_index(pairs) -> tuple:
 def fused_kernel(x: torch.Tensor) -> bool:
     """Whether blocks of ``x`` go through a fused PyTorch kernel that returns the log-sum-exp: on CPU; on CUDA from
     Ampere on (the flash kernel's sm80) with a head size the kernels take (a multiple of 8, at most 256)."""
+    import torch
+
     if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         return False
     if x.device.type == "cpu":
@@ -66,12 +74,16 @@ def fused_kernel(x: torch.Tensor) -> bool:
 @functools.lru_cache(maxsize=None)
 def _capability(index: int | None) -> tuple[int, int]:
     # asked for every block of every piece: read the device once
+    import torch
+
     return torch.cuda.get_device_capability(index)
 
 
 def _fused_cuda(q, k, v, mask, causal: bool, scale: float):
     """(output, log-sum-exp) from PyTorch's CUDA flash kernel (bf16/fp16 without a mask) or memory-efficient
     kernel (an additive mask, or float32), the kernels ``scaled_dot_product_attention`` dispatches to."""
+    import torch
+
     rep = q.shape[1] // k.shape[1]
     if rep > 1:  # grouped-query attention: the kernels take as many key/value heads as query heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
@@ -92,6 +104,8 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
     """Softmax attention of q over k/v where ``allowed`` (batch, q, k; None: all) holds, or with ``causal`` key
     j for query i <= j (a square block): (output, log-sum-exp); rows with no allowed key get output 0 and
     log-sum-exp -inf."""
+    import torch
+
     if softcap is None and fused_kernel(q):
         mask = None
         if allowed is not None or bias is not None:
@@ -135,6 +149,8 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
 
 def _merge(parts: list) -> torch.Tensor:
     """Softmax partials over disjoint keys merged by their log-sum-exp: sum_i out_i * exp(lse_i - lse)."""
+    import torch
+
     work = torch.promote_types(parts[0][0].dtype, torch.float32)
     if len(parts) == 1:
         return parts[0][0].to(work)
@@ -152,6 +168,8 @@ def _masked(q, k, v, lo, hi, m, n, mask, where, sliding_window, scale, softcap):
     and the call's mask; None when it holds none. Without a window or mask the block is classified from lo and
     hi alone: unmasked when every row holds every key, the kernel's causal path when the pairs are exactly
     the top-left triangle of a square block."""
+    import torch
+
     start, stop, k_start, k_stop = where
     if sliding_window is None and mask is None:
         rows = torch.arange(stop - start, device=lo.device)
@@ -183,6 +201,8 @@ _CAUSAL: dict = {}
 
 
 def _causal(size: int, device) -> torch.Tensor:
+    import torch
+
     key = (size, str(device))
     if key not in _CAUSAL:
         _CAUSAL.clear()
@@ -210,6 +230,8 @@ def assemble(
     d) and ``key``/``value`` (batch, kv_heads, k_len, d) at positions ``query_positions`` (batch, q_len) and
     ``key_positions`` (batch, k_len); ``inv_freq`` and ``pairs`` the layer's rotary frequencies and pair dims;
     ``mask`` the call's mask (batch, 1, q_len, k_len), bool (True: attend) or additive."""
+    import torch
+
     query_block, key_block = query_block or QUERY_BLOCK, key_block or KEY_BLOCK
     pairs = _pair_index(pairs)
     if rule.query_scale is not None:  # ReRoPE's log-n, by the query's position

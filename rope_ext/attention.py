@@ -25,13 +25,14 @@ import functools
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Callable
 
 from .slots import RotarySlot, find_rotary_slots
 from .registry import ScalingError
+
+if TYPE_CHECKING:
+    from torch import nn
+    import torch
 
 WRAPPER_PREFIX = "rope_ext_"
 
@@ -249,6 +250,8 @@ class AttentionHooks:
 
     def slot_of(self, call: AttentionCall) -> RotarySlot | None:
         """The slot whose current frequencies reproduce the layer's cos (the only slot when there is one)."""
+        import torch
+
         if len(self.slots) == 1:
             return self.slots[0]
         if id(call.module) in self._slot_cache:
@@ -277,6 +280,8 @@ class AttentionHooks:
 
 def _positions(query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
     """(batch, q_len) query positions: the call's position_ids, else the last q_len of the key positions."""
+    import torch
+
     batch, q_len = query.shape[0], query.shape[-2]
     if position_ids is not None:
         if position_ids.ndim == 3:  # multimodal rotary (t, h, w): the text positions
@@ -328,6 +333,8 @@ class CapturedLayer:
 def pair_layout(cos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rotary pair dims from the layer's cos: (i, i + r/2) for rotate_half (cos = [f, f]), (2i, 2i+1) for
     interleaved (cos repeats each frequency); rotate_half when both fit (only position 0 seen)."""
+    import torch
+
     r = cos.shape[-1]
     half = torch.arange(r // 2, device=cos.device)
     if torch.equal(cos[..., : r // 2], cos[..., r // 2 :]):
@@ -424,6 +431,8 @@ def _attention_class(model: nn.Module) -> str:
 def probe(model: nn.Module, tokens: int = 4) -> Probe:
     """A ``tokens``-long forward of ``model`` (a ``meta``-device instance is enough) with an observer attached;
     raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook."""
+    import torch
+
     called, rotated, positioned = {}, set(), set()
 
     def observe(call: AttentionCall) -> None:

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from .position_rule import Piece, PositionRule, Positions
 from .registry import TRAINED, Param, ScalingError, register
 
@@ -43,11 +41,15 @@ def _near(window: int) -> Piece:
 
 
 def _far(window: int, query: Positions | None, key: Positions | None, name: str = "far") -> Piece:
+    import torch
+
     return Piece(name, torch.zeros_like, lambda m: (m - window + 1).clamp(min=0), query, key)
 
 
 def _log_n(trained: int) -> Positions:
     # max(1, log(m + 1) / log L): bojone/rerope's query scale, log_L of the tokens seen beyond L
+    import torch
+
     return lambda m: (torch.log(m.double() + 1) / math.log(trained)).clamp(min=1.0)
 
 
@@ -95,6 +97,8 @@ def group_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
 )
 def self_extend(p) -> PositionRule:
     """Self-Extend: grouped positions m//G + W - W//G and n//G beyond the neighbour window W."""
+    import torch
+
     group, window = p["group_size"], p["window"]
     shift = window - window // group  # the grouped query's offset, so the two pieces meet at distance W
     return PositionRule(
@@ -150,6 +154,8 @@ def _dca_local(p: dict, trained: int, target: int) -> tuple[int, str]:
 )
 def dca(p) -> PositionRule:
     """Dual Chunk Attention: intra-chunk, successive-chunk and inter-chunk pieces over chunks of s - w tokens."""
+    import torch
+
     size, local = dca_sizes(p)
     c = size - local  # tokens per chunk
 
@@ -196,6 +202,8 @@ LOGN = Param(True, bool, "scale the query by max(1, log(m+1)/log L) (the referen
 )
 def rerope(p) -> PositionRule:
     """ReRoPE: relative position min(m - n, W); query scaled by log-n."""
+    import torch
+
     window = p["window"]
     return PositionRule(
         "rerope",
@@ -340,6 +348,8 @@ def _span_for_target(p: dict, trained: int, target: int) -> tuple[int, str]:
 )
 def lm_infinite(p) -> PositionRule:
     """LM-Infinite: a Lambda-shaped mask; the global tokens beyond the local span at distance local_span."""
+    import torch
+
     local = p["local_span"] if p["local_span"] is not None else p["original_max_position"]
     first = p["global_tokens"]
     return PositionRule(

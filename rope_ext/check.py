@@ -17,10 +17,7 @@ A mismatch is a :class:`PatchCheckError` naming the layers and what was expected
 
 from __future__ import annotations
 
-from typing import Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Sequence
 
 from .attention import hook_attention, text_config
 from .patch import RopePatch
@@ -28,18 +25,26 @@ from .slots import RotarySlot, find_rotary_slots
 from .registry import ScalingError
 from .scaling import Scaling
 
+if TYPE_CHECKING:
+    from torch import nn
+    import torch
+
 
 class PatchCheckError(ScalingError):
     """A patch that changed nothing where it should, or something where it should not (one line)."""
 
 
 def probe_positions(trained: int) -> torch.Tensor:
+    import torch
+
     return torch.tensor([[0, 1, trained - 1, trained, 2 * trained - 1, 4 * trained]])
 
 
 def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:
     """One probe forward: {attention layer: ((cos, sin) it received, the slot they came from)}, {rotary module:
     its outputs (cos, sin)}."""
+    import torch
+
     seen, rotary = {}, {}
     modules = {s.module_name for s in find_rotary_slots(model)}
     handles = []
@@ -69,6 +74,8 @@ def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:
 
 
 def _same(a, b) -> bool:
+    import torch
+
     return a is not None and b is not None and all(torch.equal(x, y) for x, y in zip(a, b))
 
 
@@ -81,6 +88,8 @@ def patch_checked(
 ) -> tuple[RopePatch, dict]:
     """(the patch, what the check found: ``{"changed": [...], "unchanged": [...], "targeted_types": [...], "how": ...}``);
     a PatchCheckError (the patch undone) when the model changed elsewhere than declared."""
+    import torch
+
     trained = trained or int(scaling.params.get("original_max_position") or 0) or 4096
     positions = probe_positions(trained)
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention

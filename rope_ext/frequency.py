@@ -26,11 +26,13 @@ strategies in :mod:`rope_ext.attention_methods`, and ``compose`` (stages in orde
 from __future__ import annotations
 
 import math
-
-import torch
+from typing import TYPE_CHECKING
 
 from .registry import TRAINED, Param, ScalingError, register
 from .rope import default_inv_freq, wavelengths
+
+if TYPE_CHECKING:
+    import torch
 
 FACTOR = Param(2.0, float, "scale s = target length / trained length", minimum=1.0, search=(1.0, 16.0), log=True)
 
@@ -100,6 +102,8 @@ def correction_dim(rotations: float, dim: int, base: float, trained: int) -> flo
 
 def yarn_ramp(dim: int, base: float, trained: int, beta_fast: float, beta_slow: float, truncate: bool):
     """Ramp over i < d/2: 0 where a pair is extrapolated (high frequency), 1 where interpolated."""
+    import torch
+
     low = correction_dim(beta_fast, dim, base, trained)
     high = correction_dim(beta_slow, dim, base, trained)
     if truncate:
@@ -217,6 +221,8 @@ def llama3(p, dim, base, seq_len):
 
 
 def _factor_list(name: str, key: str, values, dim: int) -> torch.Tensor:
+    import torch
+
     if values is None or len(values) != dim // 2:
         got = "none" if values is None else f"{len(values)} values"
         raise ScalingError(f"scaling '{name}': {key} needs d/2 = {dim // 2} values (one per dimension pair), got {got}")
@@ -263,6 +269,8 @@ def longrope(p, dim, base, seq_len):
 
 def band_factors(bands, dim: int, base: float) -> torch.Tensor:
     """Per-pair factors from bands: each band names dims [start, end) or a wavelength range and a factor."""
+    import torch
+
     wavelen = wavelengths(default_inv_freq(dim, base))
     factors = torch.full((dim // 2,), float("nan"))
     for k, band in enumerate(bands):

@@ -24,16 +24,16 @@ the same layers: attention assembled from the strategy's position rule (:mod:`ro
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .assembled import assemble
 from .attention import AttentionHookError, hook_attention, pair_layout
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
 from .registry import ScalingError
 from .scaling import Scaling, resolve
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class RopePatch:
@@ -88,6 +88,8 @@ class RopePatch:
 
     def _assemble(self, call):
         """The attention output of the position rule for this call, or None where the rule changes nothing."""
+        import torch
+
         if not self._selected(call):
             return None
         self.reached.add(call.name)

@@ -10,11 +10,12 @@ from the pieces, block by block; :meth:`PositionRule.relative` gives the dense m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-Positions = Callable[[torch.Tensor], torch.Tensor]
+Positions = Callable[["torch.Tensor"], "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class Piece:
 
     def keys(self, first: int, last: int) -> tuple[int, int]:
         """The key positions [lo, hi) it can hold for queries at positions in [first, last]."""
+        import torch
+
         return int(self.lo(torch.tensor(first))), int(self.hi(torch.tensor(last)))
 
 
@@ -59,6 +62,8 @@ class PositionRule:
         """Whether, for queries at positions [first, last] seeing keys at most ``max_distance`` back, the rule
         changes nothing: only its first piece (which moves no position) holds pairs, it holds them all, and
         no factor applies."""
+        import torch
+
         if self.rotary_scale != 1.0 or self.pieces[0].moves:
             return False
         if self.query_scale is not None and not bool((self.query_scale(torch.tensor([first, last])) == 1).all()):
@@ -72,6 +77,8 @@ class PositionRule:
 
     def relative(self, m: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The relative position (float64) each pair (m, n) sees and whether it is attended at all."""
+        import torch
+
         m, n = torch.broadcast_tensors(m, n)
         position = torch.zeros(m.shape, dtype=torch.float64)
         seen = torch.zeros(m.shape, dtype=torch.bool)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from .registry import TRAINED, Param, ScalingError, register
 
 LOGN_FORMS = ("su", "llama4")
@@ -53,11 +51,14 @@ def logn(p, positions):
       sees n = L and is scaled, as in Llama-4.
 
     >>> p = {"form": "llama4", "original_max_position": 8192, "attn_scale": 0.1, "floor_scale": None}
+    >>> import torch
     >>> [round(f, 4) for f in logn(p, torch.tensor([0, 8190, 8191, 16383])).tolist()]
     [1.0, 1.0, 1.0693, 1.1099]
     >>> [round(f, 4) for f in logn({**p, "form": "su"}, torch.tensor([8190, 8191, 16383])).tolist()]
     [1.0, 1.0, 1.0769]
     """
+    import torch
+
     n = positions.double() + 1
     trained = p["original_max_position"]
     if p["form"] == "su":

@@ -27,9 +27,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Union
 
-import torch
-
 if TYPE_CHECKING:
+    import torch
+
     from .position_rule import PositionRule
 
 

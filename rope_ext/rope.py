@@ -7,12 +7,16 @@ lambda_i = 2*pi / theta_i.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def default_inv_freq(dim: int, base: float) -> torch.Tensor:
     # theta_i = b^(-2i/d), in float32 exactly as transformers computes it
+    import torch
+
     exponent = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float) / dim
     return 1.0 / (base**exponent)
 
@@ -24,6 +28,8 @@ def wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
 
 def effective_base(inv_freq: torch.Tensor, dim: int) -> float | None:
     """The base b with inv_freq = b^(-2i/d), or None when the frequencies are not of that form."""
+    import torch
+
     if abs(float(inv_freq[0]) - 1.0) > 1e-6 or len(inv_freq) < 2:
         return None
     candidate = float(inv_freq[1]) ** (-dim / 2)

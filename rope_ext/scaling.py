@@ -15,12 +15,13 @@ applied in turn, its query factors their product, its position rule the one of i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
-
-import torch
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .registry import STRATEGIES, Param, ScalingError, Strategy, register, resolve_name
 from .rope import default_inv_freq, effective_base
+
+if TYPE_CHECKING:
+    import torch
 
 # Keys a scaling config may carry that belong to the patcher, not to any strategy (see slots.select_slots).
 PATCH_KEYS = {"layer_types": "auto"}
@@ -79,6 +80,8 @@ class Scaling:
     def frequencies(self, dim: int, base: float, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
         """Inverse frequencies (d/2,) and attention factor on a rotary dim ``dim`` with base ``base`` (a
         query-scaling strategy: the unscaled theta_i = b^(-2i/d) and 1)."""
+        import torch
+
         if dim <= 0 or dim % 2:
             raise ScalingError(f"rotary dimension must be a positive even number, got head_dim={dim}")
         if not base > 1:
@@ -97,6 +100,8 @@ class Scaling:
     def query_factors(self, positions: torch.Tensor) -> torch.Tensor | None:
         """Factors (float32, shape of ``positions``) the query at each 0-based position is multiplied by, or
         None when this scaling scales no query (compose: the product of its query stages)."""
+        import torch
+
         if not self.scales_query:
             return None
         return self.strategy.fn(self.params, positions).to(torch.float32)
@@ -165,6 +170,8 @@ class Compose(Scaling):
         return max((s.factor for s in self.stages if s.factor), default=None)
 
     def query_factors(self, positions: torch.Tensor) -> torch.Tensor | None:
+        import torch
+
         if not self.scales_query:
             return None
         factors = torch.ones(positions.shape, dtype=torch.float32, device=positions.device)

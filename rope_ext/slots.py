@@ -12,12 +12,13 @@ harness finds and selects them once, before anything loads, and hands them to th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .registry import ScalingError
+
+if TYPE_CHECKING:
+    from torch import nn
+    import torch
 
 
 class RotaryNotFoundError(ScalingError):

@@ -1,8 +1,13 @@
 """End to end through run.run(cfg): real Hydra composition, the bundled books, tiny random-weight models."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
+
+from tests.tiny import ROOT
 
 BOOKS = ["data.books=[persuasion,emma]", "data.max_documents=2"]
 
@@ -91,3 +96,40 @@ def test_only_the_documents_asked_for_are_tokenized(tmp_path, capsys):
     ]
     assert list(progress(range(50), "quick", "item")) == list(range(50))  # a quick loop leaves no line in a log
     assert "quick" not in capsys.readouterr().err
+
+
+# ``python run.py <args>`` in a fresh process, then which of the libraries only a running job needs it imported
+PROBE = """
+import json, sys
+sys.argv = ["run.py", *json.loads(sys.argv[1])]
+import run
+try:
+    code = run.main()
+except SystemExit as exit:
+    code = exit.code
+heavy = ("torch", "transformers", "lm_eval", "matplotlib", "wandb", "optuna", "datasets")
+print(json.dumps({"code": code, "imported": sorted(m for m in heavy if m in sys.modules)}))
+"""
+
+
+@pytest.mark.parametrize(
+    "args, code, says",
+    [
+        (["--help"], 0, None),
+        (["scaling=nope"], 2, "error: scaling=nope is not an option"),
+        (["target=abc"], 2, "error: target='abc' is not a length"),
+        (["verdict.target=-5"], 2, "error: verdict.target=-5 is -5 tokens: a target is a positive length"),
+        (["-m", "scaling=none,nope"], 2, "error: scaling=nope is not an option"),
+    ],
+)
+def test_help_and_bad_input_are_answered_before_torch_transformers_or_matplotlib_is_imported(args, code, says):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120
+    )
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert probe == {"code": code, "imported": []}, result.stderr[-2000:]
+    if says is None:
+        assert "== Configuration groups ==" in result.stdout and "scaling: base, base_20k, compose" in result.stdout
+    else:
+        assert result.stderr.strip().startswith(says) and len(result.stderr.strip().splitlines()) == 1, result.stderr

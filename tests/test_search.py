@@ -481,3 +481,126 @@ def test_a_search_suite_reference_keeps_only_the_evals_whose_lengths_are_judged(
     job = parse_job(cfg, tmp_path / "job", multirun=True)
     assert list(job.reference.eval_cfg.run) == ["perplexity"]  # passkey's reference would have no length left
     assert list(job.reference.eval_cfg.perplexity.lengths) == [1024]
+
+
+def test_the_published_default_of_a_search_is_the_targets_setting_inside_the_searched_ranges(compose):
+    import math
+
+    from evals.search.default import judged_length, published
+    from evals.search.space import Scalar, declared
+
+    yarn = rope_ext.STRATEGIES["yarn"]
+    space = declared(yarn, set(), None, 2.0)
+    slots = [rope_ext.RotarySlot("model.rotary_emb", "", 16, 10000.0)]
+    setting, why = published(yarn, {"name": "yarn"}, space, 256, 512, slots)
+    # target=2x sets YaRN up as its paper publishes it: s = target / trained, betas 32 and 1, cos/sin 0.1 ln s + 1
+    assert setting == {
+        "scaling.factor": 2.0,
+        "scaling.beta_fast": 32.0,
+        "scaling.beta_slow": 1.0,
+        "scaling.attention_factor": pytest.approx(0.1 * math.log(2.0) + 1),
+    }
+    assert "target / trained = 512 / 256" in why
+    # a fixed value stays; a default outside the searched range is not tried, and the line says why
+    narrow = [Scalar("scaling.factor", "float", 3.0, 8.0)]
+    assert published(yarn, {"name": "yarn", "beta_fast": 16.0}, narrow, 256, 512, slots) == (
+        None,
+        "its factor=2 lies outside the searched scaling.factor in [3, 8]",
+    )
+    assert published(yarn, {"name": "yarn"}, space, 256, 128, slots)[0] is None  # below the trained context
+    # the one length: target= first, else verdict.target, else the objective's (the longest of several)
+    base = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,1024]", "scaling=yarn"]
+    assert judged_length(compose(*base, "target=4x", "objective=ppl@1024"), 256) == (1024, "target=4x")
+    assert judged_length(compose(*base, "verdict.target=512", "objective=ppl@1024"), 256) == (
+        512,
+        "verdict.target=512",
+    )
+    assert judged_length(compose(*base, "objective=[ppl@512,ppl@1024]"), 256) == (1024, "objective=ppl@1024")
+
+
+def test_the_search_summary_says_whether_the_best_and_the_default_met_the_constraints_and_the_gain():
+    from evals.search.outputs import comparison_summary, summary_lines
+
+    default = {
+        "trial": 0,
+        "role": "default",
+        "reported": {"ppl@4096": 27.5, "ppl_retention@2048": 0.97},
+        "feasible": False,
+        "scaling": {"factor": 2.0, "beta_fast": 32.0},
+    }
+    versus = {"ppl@4096": {"ratio": 0.9, "low": 0.85, "high": 0.95, "n": 4, "method": "t", "maximize": False}}
+    best = {
+        "trial": 3,
+        "reported": {"ppl@4096": 24.8, "ppl_retention@2048": 0.99},
+        "feasible": True,
+        "scaling": {"factor": 2.5},
+        "versus": {"0": versus},
+    }
+    result = {"best": [best], "closest": None, "constraints": ["ppl_retention@2048>=0.98"], "given": [default]}
+    assert summary_lines(result) == [
+        "search: best: trial 3, ppl@4096 = 24.8, ppl_retention@2048 = 0.99, meets the constraints (factor=2.5)",
+        "search: against the published default, trial 0: ppl@4096 = 27.5, ppl_retention@2048 = 0.97, misses the "
+        "constraints (factor=2, beta_fast=32)",
+        "search: best (trial 3) against the published default (trial 0): ppl@4096 x0.9 [0.85, 0.95] (95%, t, n=4): "
+        "better",
+    ]
+    assert comparison_summary(result) == {
+        "default/ppl@4096": 27.5,
+        "default/ppl_retention@2048": 0.97,
+        "default/trial": 0,
+        "default/feasible": False,
+        "best_vs_default/ppl@4096/ratio": 0.9,
+        "best_vs_default/ppl@4096/low": 0.85,
+        "best_vs_default/ppl@4096/high": 0.95,
+    }
+    tied = {**versus["ppl@4096"], "low": 0.97, "high": 1.02}
+    lines = summary_lines({**result, "best": [{**best, "versus": {"0": {"ppl@4096": tied}}}]})
+    assert lines[-1].endswith("x0.9 [0.97, 1.02] (95%, t, n=4): not distinguishable at this sample")
+
+
+@pytest.mark.slow  # heavy: a CLI search of two trials (about a minute)
+def test_a_search_tries_the_published_default_first_and_judges_every_trial_at_its_one_length(tmp_path, run_cli):
+    import math
+
+    sweep_dir = tmp_path / "search"
+    result = run_cli(
+        *SEARCH,
+        "model.original_max_position=256",
+        "objective=ppl@512",
+        'constraints=["ppl_retention@256>=0.5"]',
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "search: trial 0 is the published default for 512 tokens (factor=2, beta_fast=32, beta_slow=1" in (
+        result.stdout
+    )
+    assert "search: every trial is judged at 512 tokens (objective=ppl@512)" in result.stdout
+    study = trials(sweep_dir)
+    assert study[0].params == pytest.approx(
+        {
+            "scaling.factor": 2.0,
+            "scaling.beta_fast": 32.0,
+            "scaling.beta_slow": 1.0,
+            "scaling.attention_factor": 0.1 * math.log(2.0) + 1,
+        }
+    )
+    assert study[1].params["scaling.factor"] != 2.0  # sampled: its own factor, the same verdict length
+    targets = {json.loads(p.read_text())["job"]["target_length"] for p in sweep_dir.glob("[01]_*/results.json")}
+    assert targets == {512}
+    answers = (sweep_dir / "report_answer.txt").read_text().splitlines()
+    assert len(answers) == 1 and answers[0].startswith("at 512 (2x) on tinyllama")  # one answer, at one length
+    summary = json.loads((sweep_dir / "search.json").read_text())
+    best = summary["best"][0]
+    assert summary["given"][0]["role"] == "default" and summary["given"][0]["feasible"] is True
+    assert f"search: best: trial {best['trial']}, ppl@512 = " in result.stdout
+    assert ", meets the constraints (factor=" in result.stdout
+    if best["trial"] == 0:
+        assert "search: the best is trial 0, the published default itself" in result.stdout
+    else:
+        compared = best["versus"]["0"]["ppl@512"]
+        assert compared["low"] <= compared["ratio"] <= compared["high"]
+        line = f"search: best (trial {best['trial']}) against the published default (trial 0): ppl@512 x"
+        assert line in result.stdout
+        assert line.removeprefix("search: ") in (sweep_dir / "report.md").read_text()

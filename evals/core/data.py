@@ -15,6 +15,7 @@ a different job. The set-up download is ``python -m evals.setup.books fetch`` (:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import glob as globlib
 import hashlib
 import io
@@ -22,13 +23,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from .files import cache_dir, read_cache, sha256_file, write_cache
 from .config.structured import AUSTEN_BOOKS
 from .errors import DataError
 from .progress import progress
 from ..setup.books import fetch_austen, read_austen
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -144,6 +146,8 @@ def tokenizer_key(tokenizer) -> str:
 
 def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
     """Token ids of ``text`` (with the tokenizer's BOS, if it adds one), cached on disk."""
+    import torch
+
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = root / "tokens" / tokenizer_key(tokenizer) / f"{name}-{key}.pt"
     cached = read_cache(path, _token_ids, "token ids")
@@ -158,6 +162,8 @@ def tokenize(tokenizer, name: str, text: str, root: Path) -> torch.Tensor:
 
 def _token_ids(path: Path) -> torch.Tensor:
     """A cached token-id file: a 1-D int64 tensor, else an error (damaged)."""
+    import torch
+
     ids = torch.load(path, weights_only=True)
     if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64 or ids.dim() != 1:
         raise ValueError(f"not a 1-D int64 tensor: {type(ids).__name__}")

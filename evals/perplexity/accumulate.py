@@ -6,13 +6,15 @@ and out-of-memory lengths; the per-length rows and :class:`~evals.core.measure.M
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 from collections import defaultdict
 
-import torch
-
 from ..core.measure import Measurement, token_blocks
 from ..stats import block_bootstrap, t_interval
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Accumulator:
@@ -21,6 +23,7 @@ class Accumulator:
     (evals/core/measure.py)."""
 
     def __init__(self, lengths, cfg, keep_tokens: bool):
+
         self.lengths, self.cfg, self.keep_tokens = lengths, cfg, keep_tokens
         self.sum = defaultdict(float)
         self.count = defaultdict(int)

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-import torch
-
 from ..core.config.lengths import lengths as context_lengths
 from ..core.config.fields import option
 from ..core.errors import UserError
@@ -189,6 +187,8 @@ def evaluate(cfg, ctx) -> dict:
 
 def _score(cfg, ctx, model, documents, lengths, max_tokens, bos, keys, key_acc, excluded) -> dict:
     """Every document at every length; results written after each."""
+    import torch
+
     acc = Accumulator(lengths, cfg, keep_tokens=len(documents) == 1)
     position_sum, position_count = torch.zeros(lengths[-1] - 1, dtype=torch.float64), torch.zeros(lengths[-1] - 1)
     for doc in progress(documents, f"perplexity ({cfg.protocol})", "document"):

@@ -31,9 +31,8 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,6 +43,9 @@ from ..core.config.structured import ModelConfig
 from ..core.errors import UserError
 from ..core.models import load_tokenizer, resolve_model
 from ..scoring.nll import sliding_nll, token_nll
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 FORMAT = 2  # bump when what a cached span file means changes
@@ -149,6 +151,8 @@ def merge_spans(offsets: list[tuple[int, int]]) -> list[list[int]]:
 
 def tokens_in_spans(offsets: list[tuple[int, int]], spans: list[list[int]]) -> torch.Tensor:
     """Which tokens (by their character offsets) lie inside a key span: longppl's ``cal_overlap`` walk."""
+    import torch
+
     key = torch.zeros(len(offsets), dtype=torch.bool)
     i = j = 0
     while i < len(offsets) and j < len(spans):
@@ -165,6 +169,8 @@ def tokens_in_spans(offsets: list[tuple[int, int]], spans: list[list[int]]) -> t
 
 def key_positions(full: torch.Tensor, short: torch.Tensor, alpha: float, beta: float) -> torch.Tensor:
     """Indices (into the given losses) of key tokens."""
+    import torch
+
     return torch.nonzero((short - full > alpha) & (full < -beta)).flatten()  # LSD > alpha and log p > beta
 
 
@@ -263,6 +269,8 @@ class KeyTokens:
         return found
 
     def _evaluator_ids(self, tokenizer, text: str, vocab: int):
+        import torch
+
         encoded = tokenizer(text, return_offsets_mapping=True)
         ids = torch.tensor(encoded["input_ids"], dtype=torch.int64)
         return (ids % vocab if len(ids) and int(ids.max()) >= vocab else ids), [
@@ -319,6 +327,8 @@ class KeyTokens:
 
     def _shareable(self, doc) -> bool:
         """The evaluator (the run's model) tokenizes the covered text as the eval's ids: its pass is ours."""
+        import torch
+
         found = self.texts[doc.name]
         ids, _ = self._evaluator_ids(self.ctx.tokenizer(), found.text, 1 << 62)
         n = len(found.offsets)

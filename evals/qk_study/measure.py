@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rope_ext
-import torch
 from rope_ext import analysis
 
 from .. import projection_bias as biases
 from ..scoring.nll import layer_progress
+
+if TYPE_CHECKING:
+    import torch
 
 
 # -- one layer -----------------------------------------------------------------------------------------------
@@ -63,6 +65,8 @@ def _changed(own: torch.Tensor, strategy: torch.Tensor) -> torch.Tensor:
 
 
 def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> Layer:
+    import torch
+
     q, k = cap.query[0], cap.key[0]  # (H, n, d), (Hkv, n, d): as RoPE received them
     heads, n, d = q.shape
     group = heads // k.shape[0]
@@ -196,6 +200,8 @@ def study_layer(cap, cfg, scaling, scaled, trained, max_distance, generator) -> 
 
 def _pairs_of(x: torch.Tensor, pairs, d: int) -> torch.Tensor:
     """(..., d) -> complex pairs, with any dims RoPE leaves alone as pairs of their own (theta = 0)."""
+    import torch
+
     z = analysis.complex_pairs(x, pairs)
     rotary = 2 * len(pairs[0])
     if d > rotary:
@@ -206,6 +212,8 @@ def _pairs_of(x: torch.Tensor, pairs, d: int) -> torch.Tensor:
 def _share(mu: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The share of the mean along the bias, Re<mu, b> / |mu|^2 (1: the mean is the bias; 0: none of it); NaN
     where |mu| is below 0.1% of the size of the bias and of W.x's mean (q and k centred): no share is defined."""
+    import torch
+
     size = (mu.abs() ** 2).sum(-1)
     share = (mu * b.conj()).real.sum(-1) / size.clamp_min(1e-300)
     return torch.where(size > 1e-6 * ((b.abs() ** 2).sum(-1) + ((mu - b).abs() ** 2).sum(-1)), share, torch.nan)
@@ -240,6 +248,8 @@ def _bias_terms(cap, mu_q, mu_k, kv_of, theta, factor, scale, window, near) -> d
 def capture_layers(model, ids: torch.Tensor, cfg, scaling, scaled: set, trained: int, max_distance: int):
     """(each attention layer studied in one forward over ``ids`` (1, n), what the bias ablation did): q and k
     captured as RoPE received them, with ``cfg.ablate_bias`` applied for the forward and restored after."""
+    import torch
+
     generator = torch.Generator().manual_seed(cfg.seed)
     layers: list[Layer] = []
 
@@ -411,6 +421,8 @@ def strategy_rows(layers: list[Layer], job_scaling, compare: list, scaled: set, 
 def dimension_rows(layers: list[Layer], scaling, trained: int, max_distance: int) -> list[dict]:
     """Per layer type and base: the per-dimension table of the job's scaling (``rope_ext.analysis``) with the
     energy share the layers of that kind put in each pair."""
+    import torch
+
     rows = []
     for (layer_type, base), members in {
         (l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)] for l in layers

@@ -11,16 +11,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import math
 
-import torch
 from rope_ext import analysis
 
-from ..core.plots import matrix_heatmaps, plt
+from ..core.plots import matrix_heatmaps, pyplot
 from .measure import Layer
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _edges(limit: int, bins: int) -> list[int]:
+    import torch
+
     edges = sorted({0, 1, *(int(round(x)) for x in torch.logspace(0, math.log10(limit), bins + 1).tolist())})
     return [e for e in edges if e < limit] + [limit]
 
@@ -61,6 +66,8 @@ def profile_rows(layers: list[Layer], edges: list[int]) -> tuple[list[dict], dic
 
 
 def profile_figure(heads: list[dict], curves: dict, title: str, trained: int, tokens: int, strategy: str):
+    plt = pyplot()
+
     fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.6), squeeze=False)
     styles = {
         "empirical_none": ("C0", "-", "measured, none"),
@@ -92,6 +99,10 @@ def profile_figure(heads: list[dict], curves: dict, title: str, trained: int, to
 
 
 def energy_figure(layers: list[Layer], trained: int, title: str):
+    import torch
+
+    plt = pyplot()
+
     fig, ax = plt.subplots(figsize=(7, 4.2))
     groups: dict = {}
     for layer in layers:
@@ -112,6 +123,8 @@ def energy_figure(layers: list[Layer], trained: int, title: str):
 
 
 def claims_figure(heads: list[dict], title: str):
+    plt = pyplot()
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     colours = [h["layer"] for h in heads]
     for ax, key, xlabel in (

@@ -18,8 +18,6 @@ import html
 import json
 import math
 
-from matplotlib.colors import to_hex
-
 from ..core.plots import STYLES, length_label, strategy_colour
 
 WIDTH, LEFT, RIGHT, TOP, BOTTOM, MAIN, GAP, RATIO = 880, 72, 16, 16, 40, 300, 16, 140
@@ -175,6 +173,8 @@ def length_chart(
     """An interactive chart; ``series``: [{"label", "strategy", "points": [(length, value, low, high)],
     "reference": {length: unscaled value}}]. Without any "reference" key, the "none" series is the reference
     at each length; ``limit``, the verdict's limit on the ratio, is drawn when given."""
+    from matplotlib.colors import to_hex
+
     points = [p for s in series for p in s["points"] if p[1] is not None]
     if not points:
         return ""

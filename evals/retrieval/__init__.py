@@ -24,7 +24,17 @@ from __future__ import annotations
 
 from .eval import RetrievalConfig, check_config, evaluate, prompt_key, report_figures
 from .haystack import HaystackError
-from .scorer import PromptScorer, common_prefix, is_correct
+
+SCORER = ("PromptScorer", "common_prefix", "is_correct")  # .scorer imports torch and transformers: on first use
+
+
+def __getattr__(name: str):
+    if name in SCORER:
+        from . import scorer
+
+        return getattr(scorer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "HaystackError",

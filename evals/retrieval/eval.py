@@ -10,8 +10,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, List
 
-import torch
-
 from ..core.config.lengths import lengths as context_lengths
 from ..core.config.fields import option
 from ..core.plots import heatmap, heatmaps
@@ -19,10 +17,10 @@ from ..core.progress import progress
 from ..core.measure import Measurement
 from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
-from .scorer import PromptScorer, is_correct
 from ..stats import wilson_interval
 from ..scoring.cost import warn_if_too_large
 from ..scoring.oom import free_memory, is_out_of_memory
+
 
 log = logging.getLogger("evals.retrieval")
 
@@ -68,6 +66,8 @@ class RetrievalConfig:
 
 
 def check_config(cfg, job=None) -> None:
+    import torch
+
     if len(cfg.key_digits) != 2 or cfg.key_digits[0] > cfg.key_digits[1]:
         raise HaystackError(f"eval.key_digits={list(cfg.key_digits)} must be [min, max] digits")
     for field_name in ("needle", "question", "answer_prefix"):
@@ -96,6 +96,8 @@ def _needs(cfg) -> tuple[str, ...]:
 
 
 def _score(cfg, scorer, tokenizer, prompt) -> dict:
+    from .scorer import is_correct
+
     record = {
         "length": prompt.length,
         "depth": prompt.depth,
@@ -117,6 +119,8 @@ def _score(cfg, scorer, tokenizer, prompt) -> dict:
 
 def evaluate(cfg, ctx) -> dict:
     """The lengths x depths x trials grid: greedy and/or teacher-forced retrieval of hidden keys."""
+    from .scorer import PromptScorer
+
     tokenizer = ctx.tokenizer()
     documents = ctx.documents(count=1) if cfg.haystack == "corpus" else []  # the haystack is the first document
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))

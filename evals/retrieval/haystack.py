@@ -12,12 +12,14 @@ Haystack: the corpus (needle, after Kamradt 2023) or the repeated filler of the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import random
 from dataclasses import dataclass, field
 
-import torch
-
 from ..core.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
 
 NAMES = (
     "apple",
@@ -70,6 +72,8 @@ def distractor_names(name: str, count: int) -> list[str]:
 
 class PromptBuilder:
     def __init__(self, cfg, tokenizer, haystack_ids: torch.Tensor):
+        import torch
+
         self.cfg, self.tokenizer, self.haystack = cfg, tokenizer, haystack_ids
         head, self.tail = self._chat_wrap()
         self.head = torch.cat([head, self.encode(cfg.preamble)]) if cfg.preamble else head
@@ -89,10 +93,14 @@ class PromptBuilder:
         return starts[-1] if starts else position
 
     def encode(self, text: str) -> torch.Tensor:
+        import torch
+
         return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
 
     def _chat_wrap(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids before and after the user message when a chat template is used (else BOS / nothing)."""
+        import torch
+
         tok = self.tokenizer
         if self.cfg.chat_template and getattr(tok, "chat_template", None):
             marker = "\u2063HAYSTACK\u2063"
@@ -117,6 +125,8 @@ class PromptBuilder:
         return cfg.question.format(for_name=for_name), cfg.answer_prefix.format(for_name=for_name)
 
     def build(self, length: int, depth: float, trial: int) -> Prompt:
+        import torch
+
         cfg = self.cfg
         rng = random.Random(f"{cfg.seed}-{length}-{depth}-{trial}")
         named = cfg.num_needles > 1 or cfg.distractors > 0
@@ -166,6 +176,8 @@ class PromptBuilder:
 
 def haystack_ids(cfg, tokenizer, documents) -> torch.Tensor:
     """The corpus's first document (from ``haystack_offset``) or the filler repeated to the longest length."""
+    import torch
+
     if cfg.haystack == "filler":
         unit = " " + cfg.filler.strip()
         repeats = max(cfg.lengths) // len(tokenizer(unit, add_special_tokens=False)["input_ids"]) + 2

@@ -5,9 +5,11 @@ work (:class:`Cost`, one per loaded model: :func:`cost_of`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import sys
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: int | None = None) -> int:
@@ -31,6 +33,8 @@ def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: in
 def available_bytes(device: torch.device) -> int | None:
     """Memory a new allocation can still get on ``device`` (CUDA: free memory; CPU: the least of available
     RAM, the cgroup limit and the process's address-space limit), or None when it cannot be told."""
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu":
@@ -95,6 +99,8 @@ class Cost:
 
     def record(self, seconds: float, length: int, new: int | None = None, forwards: int = 1) -> None:
         """``forwards`` forwards measured: ``new`` tokens (default all) of a ``length``-token sequence, in ``seconds``."""
+        import torch
+
         self.flops_done += forwards * self.flops(length, new)
         self.seconds_done += seconds
         if self.device.type == "cuda":

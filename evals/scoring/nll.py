@@ -5,15 +5,18 @@ forwards on a terminal (:func:`layer_progress`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import contextlib
-
-import torch
-import torch.nn.functional as F
 
 from ..core.progress import interactive
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
+    import torch
+
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
     return max(lists, key=len) if lists else None
 
@@ -46,7 +49,6 @@ def logit_softcap(model: torch.nn.Module) -> float | None:
     return getattr(config, "final_logit_softcapping", None)
 
 
-@torch.inference_mode()
 def token_nll(
     model: torch.nn.Module, ids: torch.Tensor, chunk_tokens: int = 2048, progress: bool = False
 ) -> torch.Tensor:
@@ -55,20 +57,24 @@ def token_nll(
     The final hidden states go through the LM head and cross-entropy ``chunk_tokens`` positions at
     a time, so the full [n, vocab] logit tensor never exists.
     """
-    device = next(model.parameters()).device
-    input_ids = ids.to(device)[None]
-    with layer_progress(model, f"forward {len(ids)} tok", enabled=progress):
-        hidden = model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state[0]
-    head, cap = model.get_output_embeddings(), logit_softcap(model)
-    targets = input_ids[0, 1:]
-    out = torch.empty(len(ids) - 1, dtype=torch.float32)
-    for start in range(0, len(ids) - 1, chunk_tokens):
-        end = min(start + chunk_tokens, len(ids) - 1)
-        logits = head(hidden[start:end]).float()
-        if cap:
-            logits = torch.tanh(logits / cap) * cap  # Gemma-style final soft-capping
-        out[start:end] = F.cross_entropy(logits, targets[start:end], reduction="none").cpu()
-    return out
+    import torch
+    import torch.nn.functional as F
+
+    with torch.inference_mode():
+        device = next(model.parameters()).device
+        input_ids = ids.to(device)[None]
+        with layer_progress(model, f"forward {len(ids)} tok", enabled=progress):
+            hidden = model.base_model(input_ids=input_ids, use_cache=False).last_hidden_state[0]
+        head, cap = model.get_output_embeddings(), logit_softcap(model)
+        targets = input_ids[0, 1:]
+        out = torch.empty(len(ids) - 1, dtype=torch.float32)
+        for start in range(0, len(ids) - 1, chunk_tokens):
+            end = min(start + chunk_tokens, len(ids) - 1)
+            logits = head(hidden[start:end]).float()
+            if cap:
+                logits = torch.tanh(logits / cap) * cap  # Gemma-style final soft-capping
+            out[start:end] = F.cross_entropy(logits, targets[start:end], reduction="none").cpu()
+        return out
 
 
 def sliding_nll(
@@ -79,6 +85,8 @@ def sliding_nll(
     Each window scores only the tokens no earlier window scored; a window's first token is scored
     only when BOS precedes it (otherwise it has no prefix in the window, as in the HF recipe).
     """
+    import torch
+
     offset = 1 if bos_id is not None else 0  # chunk index of ids[begin]
     span = window - offset
     pieces, scored_until, begin = [], 1 - offset, 0

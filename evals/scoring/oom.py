@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 
-import torch
 
 # how allocators word a failed allocation: CUDA / MPS raise torch.OutOfMemoryError; the CPU allocator a
 # RuntimeError ("DefaultCPUAllocator: can't allocate memory ..."), and Python a MemoryError
@@ -15,6 +14,8 @@ _OOM_WORDS = ("can't allocate memory", "cannot allocate memory", "not enough mem
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is a failed allocation on any device."""
+    import torch
+
     if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
         return True
     return isinstance(err, RuntimeError) and any(word in str(err).lower() for word in _OOM_WORDS)
@@ -22,6 +23,8 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 def free_memory() -> None:
     """Release what a failed forward left behind, so the next (shorter) one can run."""
+    import torch
+
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

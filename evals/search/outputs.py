@@ -76,20 +76,65 @@ def best_scaling(search, trial) -> dict:
 
 
 def enqueued(trial, trials) -> bool:
-    """A setting the user gave (``hydra.sweeper.enqueue``), or the re-run of one a killed search cut off."""
+    """A setting the user gave (``hydra.sweeper.enqueue``) or the published default, or the re-run of one a killed
+    search cut off."""
     if "retry_of" in trial.user_attrs:
         return enqueued(trials[trial.user_attrs["retry_of"]], trials)
     return "fixed_params" in trial.system_attrs
 
 
-def reference(search, trial) -> dict:
+def role(trial, trials) -> str:
+    """``default`` (the published default the search enqueued) or ``given`` (hydra.sweeper.enqueue)."""
+    if "retry_of" in trial.user_attrs:
+        return role(trials[trial.user_attrs["retry_of"]], trials)
+    return trial.user_attrs.get("role") or "given"
+
+
+def reference(search, trial, trials=()) -> dict:
     """A finished trial to set the best against: its reported values, whether it met the constraints, its setting."""
     return {
         "trial": trial.number,
+        "role": role(trial, trials) if trials else "given",
         "reported": trial.user_attrs.get("reported"),
         "feasible": feasible(trial),
         "scaling": best_scaling(search, trial),
     }
+
+
+def _measured(trial) -> tuple[dict, dict]:
+    """(the metrics the trial's job declared, {metric: {length: record}}) from its results.json."""
+    from ..core.measure import by_metric
+    from ..core.rundir import read_results
+
+    where = trial.user_attrs.get("dir")
+    results = read_results(Path(where) / "results.json") if where else None
+    return (results or {}).get("declared") or {}, by_metric((results or {}).get("measurements") or [])
+
+
+def versus(search, trial, other) -> dict:
+    """``trial`` against ``other`` on each objective's metric at its length (a retention: the metric itself), paired
+    on the units both measured (:func:`evals.core.verdict.paired_ratio`, the verdict's intervals):
+    ``{"<metric>@<L>": {"ratio", "low", "high", "n", "method", "maximize"}}``; a value neither interval rests on is
+    left out."""
+    from ..core.verdict import paired_ratio
+    from .objective import RETENTION
+
+    declared, own = _measured(trial)
+    _, theirs = _measured(other)
+    found = {}
+    for target in search.objectives:
+        metric = target.metric.removesuffix(RETENTION)
+        a, b = own.get(metric, {}).get(target.length), theirs.get(metric, {}).get(target.length)
+        if metric not in declared or not a or not b:
+            continue
+        paired = paired_ratio(declared[metric], a, b)
+        if paired["ratio"] is None or not paired["shared"]:
+            continue
+        found[f"{metric}@{target.length}"] = {
+            **{k: paired[k] for k in ("ratio", "low", "high", "n", "method")},
+            "maximize": not declared[metric].get("lower_is_better", True),
+        }
+    return found
 
 
 def write_config(search, trial, name: str) -> Path:
@@ -257,13 +302,22 @@ def write(search, study) -> list[Path]:
             }
             for t, path in zip(best, configs)
         ],
-        # what the best is set against: the settings the user gave (hydra.sweeper.enqueue), e.g. the published default
-        "given": [reference(search, t) for t in done if enqueued(t, study.trials)],
+        # what the best is set against: the published default for the search's length, or the settings the user
+        # gave (hydra.sweeper.enqueue)
+        "given": [reference(search, t, study.trials) for t in done if enqueued(t, study.trials)],
         # no feasible trial: the one closest to meeting the constraints, so the user sees how far off it is
         "closest": None
         if best or not search.constraints or not done
         else reference(search, min(done, key=lambda t: sum(max(0.0, v) for v in t.user_attrs["constraints"]))),
+        "length": search.length,  # every trial judged there (its verdict target)
     }
+    against = {t.number: t for t in done if enqueued(t, study.trials)}
+    for entry, trial in zip(result["best"], best):
+        entry["feasible"] = feasible(trial)
+        # the best against each setting it is set against: the paired ratio with its 95% interval
+        entry["versus"] = {
+            str(number): versus(search, trial, other) for number, other in against.items() if number != trial.number
+        }
     atomic_write(search.sweep_dir / RESULT, json.dumps(result, indent=2, default=str))
     written += [search.sweep_dir / RESULT, *configs]
     images = {}
@@ -316,8 +370,9 @@ def track(search, rows: list[dict], result: dict, images: dict, configs: list[Pa
         tracker.summary(
             {f"best/{k}": v for k, v in best["values"].items()}
             | {f"best/scaling.{k}": (v if not isinstance(v, list) else str(v)) for k, v in best["scaling"].items()}
-            | {"best/trial": best["trial"]}
+            | {"best/trial": best["trial"], "best/feasible": best.get("feasible")}
         )
+    tracker.summary(comparison_summary(result))
     for name, path in images.items():
         tracker.image(name, path)
     for path in configs:
@@ -344,19 +399,23 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
             f"{result['failed']} failed), {result['sampler']}"
         )
         lines = [
-            f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}; {_setting(b['scaling'])}; "
-            f"config {b['config']}"
+            f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}"
+            + _met(b, result)
+            + f"; {_setting(b['scaling'])}; config {b['config']}"
             for b in result["best"]
         ] or ["- no feasible finished trial"]
-        others = [("against a setting given (hydra.sweeper.enqueue)", o) for o in result.get("given") or []]
+        others = [(_against(o), o) for o in result.get("given") or []]
         others += [("closest to the constraints", result["closest"])] if result.get("closest") else []
         for says, other in others:
             if not any(b["trial"] == other["trial"] for b in result["best"]):
                 lines.append(
                     f"- {says}, trial {other['trial']}: {_values(other['reported'])}"
-                    + ("" if other["feasible"] else " (a constraint not met)")
+                    + _met(other, result)
                     + f"; {_setting(other['scaling'])}"
                 )
+        lines += [f"- {line}" for line in gain_lines(result)]
+        if result.get("length"):
+            lines.append(f"- every trial judged at {result['length']} tokens (its verdict's target)")
         pngs = [root / f"{name}.png" for name in FIGURES if (root / f"{name}.png").is_file()]
         md += [
             "",
@@ -386,12 +445,16 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
 
 
 def summary_lines(result: dict) -> list[str]:
-    """What the search found, for the terminal: the best feasible trial against the settings the user gave (the
-    published default, when enqueued), or that no trial met the constraints and the closest one."""
+    """What the search found, for the terminal: the best feasible trial, whether it and the setting it is set
+    against (the published default, or the settings given) met the constraints, and the best's paired ratio to
+    that setting with its 95% interval; or that no trial met the constraints and the closest one."""
     given = [g for g in result.get("given") or [] if g["trial"] not in {b["trial"] for b in result["best"]}]
     lines = []
     for best in result["best"]:
-        lines.append(f"search: best: trial {best['trial']}, {_values(best['reported'])} ({_setting(best['scaling'])})")
+        lines.append(
+            f"search: best: trial {best['trial']}, {_values(best['reported'])}{_met(best, result)} "
+            f"({_setting(best['scaling'])})"
+        )
     if not result["best"] and result.get("closest"):
         closest = result["closest"]
         lines.append(
@@ -402,10 +465,77 @@ def summary_lines(result: dict) -> list[str]:
         lines.append("search: no feasible finished trial")
     for g in given:
         lines.append(
-            f"search: against the given setting, trial {g['trial']}: {_values(g['reported'])} "
-            f"({_setting(g['scaling'])}){'' if g['feasible'] else ', which misses the constraints'}"
+            f"search: against {_against_short(result, g['trial'])}, trial {g['trial']}: {_values(g['reported'])}"
+            f"{_met(g, result)} "
+            f"({_setting(g['scaling'])})"
         )
+    for best in result["best"]:
+        if any(g["trial"] == best["trial"] for g in result.get("given") or []):
+            lines.append(f"search: the best is trial {best['trial']}, {_against_short(result, best['trial'])} itself")
+    lines += [f"search: {line}" for line in gain_lines(result)]
     return lines
+
+
+def gain_lines(result: dict) -> list[str]:
+    """The best against each setting it is set against: ``trial 3 against the published default (trial 0): ppl@512
+    x0.912 [0.88, 0.95] (95%, t over paired documents, n=3): better``."""
+    lines = []
+    names = {g["trial"]: _against_short(result, g["trial"]) for g in result.get("given") or []}
+    for best in result["best"]:
+        for number, compared in (best.get("versus") or {}).items():
+            for key, c in compared.items():
+                interval = (
+                    f" [{c['low']:.5g}, {c['high']:.5g}] (95%, {c['method']}, n={c['n']})"
+                    if c.get("low") is not None and c.get("high") is not None
+                    else " (no interval: too few units to pair)"
+                )
+                lines.append(
+                    f"best (trial {best['trial']}) against {names.get(int(number), 'trial ' + number)} "
+                    f"(trial {number}): {key} x{c['ratio']:.5g}{interval}: {_reading(c)}"
+                )
+    return lines
+
+
+def comparison_summary(result: dict) -> dict:
+    """The W&B summary keys of the setting the best is set against and of the best's paired ratio to it."""
+    found = {}
+    for g in result.get("given") or []:
+        prefix = "default" if g.get("role") == "default" else f"given{g['trial']}"
+        found |= {f"{prefix}/{k}": v for k, v in (g.get("reported") or {}).items()}
+        found |= {f"{prefix}/trial": g["trial"], f"{prefix}/feasible": g["feasible"]}
+    for best in result["best"][:1]:
+        for number, compared in (best.get("versus") or {}).items():
+            other = next((g for g in result.get("given") or [] if str(g["trial"]) == number), {})
+            prefix = "default" if other.get("role") == "default" else f"given{number}"
+            for key, c in compared.items():
+                found |= {f"best_vs_{prefix}/{key}/{part}": c.get(part) for part in ("ratio", "low", "high")}
+    return found
+
+
+def _reading(c: dict) -> str:
+    """What a paired ratio says: better or worse when its interval excludes 1, else not distinguishable."""
+    if c.get("low") is None or c.get("high") is None:
+        return "undecided"
+    if c["low"] <= 1 <= c["high"]:
+        return "not distinguishable at this sample"
+    return "better" if (c["high"] < 1) != c["maximize"] else "worse"
+
+
+def _met(entry: dict, result: dict) -> str:
+    if not result.get("constraints"):
+        return ""
+    return ", meets the constraints" if entry.get("feasible", True) else ", misses the constraints"
+
+
+def _against(entry: dict) -> str:
+    if entry.get("role") == "default":
+        return "against the published default"
+    return "against a setting given (hydra.sweeper.enqueue)"
+
+
+def _against_short(result: dict, trial: int) -> str:
+    entry = next((g for g in result.get("given") or [] if g["trial"] == trial), {})
+    return "the published default" if entry.get("role") == "default" else "the given setting"
 
 
 def _values(reported: dict | None) -> str:

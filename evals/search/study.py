@@ -26,6 +26,7 @@ from omegaconf import OmegaConf, open_dict
 from ..core.errors import ConfigError, scaling_errors_as_user_errors
 from ..core.rundir import is_alive, read_results, this_process
 from . import objective as objectives_of
+from . import default as defaults_of
 from . import space as spaces
 
 SAMPLERS = ("auto", "tpe", "cmaes", "random", "nsga2")
@@ -118,7 +119,17 @@ class Search:
                 f"nothing to search: scaling '{self.strategy.name}' declares no searched parameter and no "
                 f"range was given (e.g. scaling.factor=tag(log,interval(1,8)))"
             )
+        # one length for every trial: the target's, or the objective's (its verdict answers there)
+        self.length, self.length_from = defaults_of.judged_length(base, trained) if model is not None else (None, "")
+        self.judged = (
+            [f"verdict.target={self.length}"]
+            if self.length is not None and base.get("target") in (None, "") and base.verdict.get("target") is None
+            else []
+        )
+        self.model = model
         defaults = {f"scaling.{k}": p.default for k, p in self.strategy.params.items()}
+        # the probe checks the objective against the job's lengths (its own verdict target: a length the job does
+        # not evaluate is said once, by the objective's check)
         probe = self.compose(self.fixed + self.overrides({s.key: s.probe(defaults.get(s.key)) for s in self.space}))
         self.sweep_dir = self.choose_dir(base)
         job = parse_job(probe, self.sweep_dir / "probe", multirun=True, model=model)
@@ -135,33 +146,22 @@ class Search:
         }
 
     def published_default(self) -> list[dict]:
-        """The strategy's registered values of the searched parameters, as one setting to try first (where every
-        searched scalar has a default inside its range); none otherwise. Said in one line."""
-        setting = {}
-        for dim in self.space:
-            param = self.strategy.params.get(dim.key.split(".", 1)[1]) if isinstance(dim, spaces.Scalar) else None
-            default = None if param is None else param.default
-            if default is None:  # a per-dimension list, or a parameter without a published value
-                return []
-            inside = (
-                default in dim.choices
-                if dim.kind == "categorical"
-                else (
-                    isinstance(default, (int, float))
-                    and not isinstance(default, bool)
-                    and dim.low <= default <= dim.high
-                )
-            )
-            if not inside:
-                return []
-            setting[dim.key] = default
-        shown = ", ".join(
-            f"{k.split('.', 1)[1]}={v:g}" if isinstance(v, (int, float)) else f"{k.split('.', 1)[1]}={v}"
-            for k, v in setting.items()
+        """The published default for the search's length (:func:`evals.search.default.published`), as one setting
+        to try first; none when a searched value has none inside its range. Said in one line either way."""
+        if self.length is None:
+            return []
+        scaling = OmegaConf.to_container(self.config.scaling, resolve=True)
+        setting, why = defaults_of.published(
+            self.strategy, scaling, self.space, self.trained, self.length, self.model.slots if self.model else None
         )
+        if setting is None:
+            print(f"search: no published default to set the best against at {self.length} tokens: {why}")
+            return []
+        shown = ", ".join(f"{k.split('.', 1)[1]}={defaults_of.shown(v)}" for k, v in setting.items())
         print(
-            f"search: trial 0 is the published default ({shown}), the setting the best is set against "
-            f"(hydra.sweeper.enqueue=[] leaves it out)"
+            f"search: trial 0 is the published default for {self.length} tokens ({shown}"
+            + (f"; {why}" if why else "")
+            + "), the setting the best is set against (hydra.sweeper.enqueue=[] leaves it out)"
         )
         return [setting]
 
@@ -295,9 +295,11 @@ class Search:
                     f"it finished)"
                 )
         if not study.trials:
-            given = self.conf.enqueue if self.conf.enqueue is not None else self.published_default()
-            for params in given:
-                study.enqueue_trial(dict(params))
+            if self.conf.enqueue is not None:
+                for params in self.conf.enqueue:
+                    study.enqueue_trial(dict(params), user_attrs={"role": "given"})
+            for params in self.published_default() if self.conf.enqueue is None else []:
+                study.enqueue_trial(dict(params), user_attrs={"role": "default"})
         elif self.conf.enqueue:
             print(
                 f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
@@ -320,6 +322,8 @@ class Search:
             + (f" subject to {', '.join(c.text for c in self.constraints)}" if self.constraints else "")
             + f"; {self.sampler_name}, {max(0, goal - done)} trial(s) to run; {self.sweep_dir}"
         )
+        if self.length is not None:
+            print(f"search: every trial is judged at {self.length} tokens ({self.length_from})")
         for line in (s.describe() for s in self.space):
             print(f"  {line}")
         returns, launcher_failures, lost = [], 0, 0
@@ -336,7 +340,7 @@ class Search:
             jobs = []
             for trial in batch:
                 values = {s.key: s.suggest(trial) for s in self.space}
-                jobs.append(self.fixed + self.overrides(values))
+                jobs.append(self.fixed + self.judged + self.overrides(values))
                 trial.set_user_attr("overrides", self.overrides(values))
                 trial.set_user_attr("process", this_process())
             try:

@@ -18,9 +18,9 @@ class OptunaSweeperConf:
     study_name: str = "rope_ext"
     storage: Optional[str] = None  # default: sqlite:///<sweep dir>/optuna.db
     params: Optional[Dict[str, str]] = None  # ranges in Hydra's sweep syntax, as on the command line
-    # settings tried first, e.g. [{scaling.factor: 2, scaling.beta_fast: 32}]; null: the strategy's published defaults
-    # (its registered values of the searched parameters, where the ranges hold them), so the best is set against
-    # them; [] tries none
+    # settings tried first, e.g. [{scaling.factor: 2, scaling.beta_fast: 32}]; null: the strategy's published default
+    # for the search's length (as target=<length> sets it up, where the ranges hold it: evals/search/default.py), so
+    # the best is set against it; [] tries none
     enqueue: Optional[List[Any]] = None
 
 
