@@ -74,4 +74,6 @@ def test_qwen25_before_set_up_is_one_line_and_exit_2(tmp_path, run_cli):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and "model 'qwen25' is not installed" in lines[0] and "make setup-models" in lines[0], result.stderr
+    assert len(lines) == 1 and "model 'qwen25' is not installed" in lines[0] and "make setup-models" in lines[0], (
+        result.stderr
+    )

