@@ -55,3 +55,38 @@ def test_the_command_line_trained_context_wins_over_the_checkpoint_s(tmp_path, r
     )
     assert results["job"]["trained_context"] == 128
     assert "model.original_max_position=128 overrides the trained context 256" in result.stderr
+
+
+LLAMA3_X8 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+    "rope_theta": 10000.0,
+}
+
+
+@pytest.mark.parametrize(
+    "scaling, how",
+    [
+        (["scaling=yarn", "scaling.factor=2"], "yarn replaces it: its frequencies are rebuilt from rope_theta"),
+        (["scaling=self_extend"], "self_extend stacks on it: the model's own (scaled) frequencies are kept"),
+    ],
+)
+def test_a_checkpoint_shipped_with_rope_scaling_says_whether_the_strategy_replaces_or_stacks_on_it(
+    tmp_path, compose, tiny_llama, capsys, scaling, how
+):
+    from evals.core.models import bundled_tokenizer
+
+    checkpoint = tmp_path / "ckpt"
+    tiny_llama(vocab=49152, trained=512, rope_parameters=LLAMA3_X8).save_pretrained(checkpoint)
+    bundled_tokenizer().save_pretrained(checkpoint)
+    cfg = compose(*TINY, "model.weights=pretrained", f"model.path={checkpoint}", "eval.lengths=[64]", *scaling)
+    job = parse_job(cfg, tmp_path / "job")
+    assert job.trained_context == 64  # the native scaling's original context, not max_position_embeddings 512
+    notes = [line for line in capsys.readouterr().err.splitlines() if "ships with" in line]
+    assert notes == [
+        f"note: model 'tinyllama' ships with llama3 x8 rope scaling; the reference (scaling=none) is the model as "
+        f"shipped, and {how}"
+    ]

@@ -169,12 +169,51 @@ def parse_scaling(
             derived = setup.why
         if model.slots is None or scaling.name == "none":  # nothing to patch
             return scaling, None, derived
+        _say_native(model, scaling)
         scaled = tuple(rope_ext.select_slots(model.slots, scaling.layer_types))
         for shape in scaled:
             scaling.frequencies(shape.dim, shape.base)
             if scaling.dynamic:
                 scaling.frequencies(shape.dim, shape.base, max(longest or 0, target or 0, 2 * model.trained_context))
     return scaling, scaled, derived
+
+
+def native_scaling(config) -> str | None:
+    """The rope scaling a checkpoint ships with (``llama3 x8``, ``yarn x4``), from its config's rope parameters
+    (any layer type's), or None for plain RoPE."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = dict(getattr(text, "rope_parameters", None) or {})
+    entries = [v for v in params.values() if isinstance(v, dict)] or [params]
+    for entry in entries:
+        kind = entry.get("rope_type") or entry.get("type")
+        if kind and kind != "default":
+            factor = entry.get("factor")
+            return f"{kind}" + (f" x{factor:g}" if isinstance(factor, (int, float)) else "")
+    return None
+
+
+_NATIVE_SAID: set = set()
+
+
+def _say_native(model: ResolvedModel, scaling) -> None:
+    """One line when the checkpoint ships with rope scaling: the reference (``none``) is the model as shipped, and
+    whether the strategy replaces the native scaling (frequency strategies rebuild from ``rope_theta``) or stacks
+    on it (query- and attention-level strategies keep the model's own frequencies)."""
+    native = native_scaling(model.config)
+    if native is None:
+        return
+    how = (
+        "replaces it: its frequencies are rebuilt from rope_theta"
+        if scaling.scales_frequencies
+        else "stacks on it: the model's own (scaled) frequencies are kept"
+    )
+    said = (
+        f"model '{model.name}' ships with {native} rope scaling; the reference (scaling=none) is the model as shipped, "
+        f"and {scaling.name} {how}"
+    )
+    if said not in _NATIVE_SAID:
+        _NATIVE_SAID.add(said)
+        print(f"note: {said}", file=sys.stderr)
 
 
 @functools.lru_cache(maxsize=None)
