@@ -39,11 +39,11 @@ import re
 from dataclasses import dataclass, field
 
 from .config.structured import VerdictConfig
+from ..stats import MIN_PROMPTS  # noqa: F401 -- an accuracy on fewer units is never yes or NO (re-exported)
 from .measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
-MIN_PROMPTS = 4  # an accuracy on fewer units is never yes or NO
 STATES = ("yes", "NO", "inconclusive", "?")
 
 
@@ -133,9 +133,15 @@ def _fmt(x: float | None) -> str:
 
 def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> dict:
     """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
-    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval).
-    ``itself``: an unscaled job judged against its own run (the ratio is 1 by definition)."""
-    from ..stats import paired_log_ratio, paired_proportion_ratio, units_mean
+    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval), and
+    ``documents`` (the clusters both hold; other documents are left out, never pooled), ``min_units`` (the fewest
+    units the method decides on, tests/test_calibration.py), ``lever`` ("documents", "prompts" or "units": what
+    more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
+    "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
+    against its own run (the ratio is 1 by definition: the reference)."""
+    from scipy import stats as sps
+
+    from ..stats import MIN_PROMPTS, paired_log_ratio, paired_proportion_ratio, shared_clusters, units_mean
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
@@ -147,33 +153,58 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
         "method": None,
         "shared": shared,
         "clustered": False,
+        "documents": None,
+        "min_units": None,
+        "lever": None,
+        "refused": None,
     }
     value, reference = measured_value(own), measured_value(ref)
     if metric.get("nll") and a and b:
         found["ratio"] = math.exp(units_mean(a) - units_mean(b))  # the perplexity ratio: exp of the mean NLL difference
     elif value is not None and reference:
         found["ratio"] = value / reference
-    if itself or (metric.get("nll") and a and a == b):  # the same units with the same NLLs: exactly 1
+    if itself:
+        found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="the reference itself", reference=True)
+        return found
+    if metric.get("nll") and a and a == b:  # the same units with the same NLLs: exactly 1
         found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="identical units")
         return found
+    if a and b and not shared_clusters(a, b)[2]:
+        found.update(shared=0, refused="no document (or unit) in common with the reference: not compared")
+        return found
+    unit = (own or {}).get("unit") or metric.get("unit") or "unit"
     bounds = metric.get("bounds")
     if bounds and not metric.get("lower_is_better"):
         lo, hi = bounds
         scale = lambda u: {k: ((t / w - lo) / (hi - lo), 1.0) for k, (t, w) in u.items() if w}  # noqa: E731
-        low, high, _ = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
-        found.update(low=low, high=high, method="Fieller, Agresti-Min adjusted", n=len(a))
+        low, high, table = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
+        pairs = int(round(table["n"])) if table else 0
+        if table and pairs and table["x11"] + table["x21"] > 0:
+            found["ratio"] = (table["x11"] + table["x12"]) / (table["x11"] + table["x21"])  # on the paired units
+        found.update(low=low, high=high, method="Tang score interval", n=pairs, min_units=MIN_PROMPTS)
+        found.update(lever=f"{unit}s", critical=None)
         return found
-    # NLL units: the log ratio is the mean NLL difference; other means: log(mean_a / mean_b)
-    log_ratio = (lambda x, y: x - y) if metric.get("nll") else (lambda x, y: _log(x) - _log(y))
-    interval = paired_log_ratio(a, b, log_ratio) if a and b else None
+    interval = paired_log_ratio(a, b, log=not metric.get("nll")) if a and b else None
     if interval:
         found.update(
-            low=math.exp(interval[0]),
-            high=math.exp(interval[1]),
-            n=interval[2],
-            clustered=interval[3],
-            method="t over paired documents" if interval[3] else "paired bootstrap",
+            ratio=math.exp(interval["estimate"]),
+            low=math.exp(interval["low"]),
+            high=math.exp(interval["high"]),
+            n=interval["n"],
+            clustered=interval["clustered"],
+            documents=interval["documents"],
+            min_units=interval["min_units"],
         )
+        if interval["clustered"]:
+            whole = all("/" in k for k in a)  # blocks of documents, or units that are their own clusters
+            what = "documents" if whole else f"{unit}s"
+            found.update(
+                method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
+                lever=what,
+                critical=lambda m: float(sps.t.ppf(0.995, max(m - 1, 1))),
+            )
+        else:
+            found.update(method="HAC (Bartlett, fixed-b) over the blocks of one document", lever=None)
     return found
 
 
@@ -230,15 +261,27 @@ def _check(
     paired = paired_ratio(metric, own, ref, itself)
     ratio, low, high = paired["ratio"], paired["low"], paired["high"]
     check.update(limit=limit, ratio=ratio, low=low, high=high, n=paired["n"], method=paired["method"])
+    if paired.get("reference"):  # an unscaled job at its own length: nothing is compared, it is the reference
+        check.update(state="yes", reference_itself=True, why=f"{name} {_fmt(value)}: the reference itself")
+        return check
+    if paired["refused"]:
+        check.update(state="?", why=f"{name}: {paired['refused']}")
+        return check
+    blocks_of_one = not paired["clustered"] and "block" in check["unit"]
     if paired["clustered"] and "block" in check["unit"]:  # what the interval rests on: the documents
         check["unit"] = "document"
     head = f"{name} {_fmt(value)} vs {_fmt(check['reference'])} unscaled @{ref_length}: x{_fmt(ratio)}"
+    documents = paired.get("documents")
+    counts = {len({k.rsplit("/", 1)[0] for k in _units(r) if "/" in k}) for r in (own, ref)}
+    if documents and "/" in next(iter(_units(own)), "") and max(counts) > documents:
+        head += f" (on the {documents} document(s) both hold)"
     interval = f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else " [no interval]"
     op = "<=" if lower else ">="
-    few = metric.get("bounds") and not lower and paired["n"] < MIN_PROMPTS and not itself
-    if few:
+    needed = paired.get("min_units") or 0
+    if low is not None and paired["n"] < needed:
         state = "inconclusive"
-        tail = f" on {paired['n']} {check['unit']}(s): at least {MIN_PROMPTS} are needed to decide"
+        what = "blocks of one document" if blocks_of_one else f"{check['unit']}s"
+        tail = f" on {paired['n']} {what}: at least {needed} are needed to decide"
     elif low is None:
         state, tail = "inconclusive", f", no interval on {paired['n']} {check['unit']}(s)"
     elif (high <= limit) if lower else (low >= limit):
@@ -252,11 +295,16 @@ def _check(
         distance = abs(point - limit)
         from ..stats import more_units
 
-        more = more_units(paired["n"], half, distance)
+        if blocks_of_one:  # more blocks would need another length: the lever is more documents
+            more = None
+            tail = f" straddles {limit:g}: one document cannot decide it at this length; more documents would"
+        else:
+            more = more_units(paired["n"], half, distance, paired.get("critical"))
+            lever = paired.get("lever") or f"{check['unit']}s"
+            tail = f" straddles {limit:g}: " + (
+                f"about {more} more {lever} would likely decide it" if more else "the estimate sits on the limit"
+            )
         check["more_units"] = more
-        tail = f" straddles {limit:g}: " + (
-            f"about {more} more {check['unit']}s would likely decide it" if more else "the estimate sits on the limit"
-        )
     check["state"] = state
     check["why"] = head + interval + tail
     return check
@@ -467,9 +515,15 @@ def format_job(title: str, judgement: dict) -> list[str]:
         lines.append(f"  note: {note}")
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
-        looks = [c["why"] for c in row["checks"] if c["second_look"] and c.get("ratio") is not None]
+        looks = [
+            c["why"]
+            for c in row["checks"]
+            if c["second_look"] and c.get("ratio") is not None and not c.get("reference_itself")
+        ]
+        itself = row["checks"] and all(c.get("reference_itself") for c in row["checks"] if not c["second_look"])
         lines.append(
-            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['state']):<12}  "
+            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  "
+            f"{'reference' if itself else word(row['state']):<12}  "
             f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark
         )
     summary = judgement["summary"]
