@@ -193,9 +193,12 @@ def cluster_interval(u, h, estimate, level: float = DOCUMENT_LEVEL):
 
     u, h = np.atleast_2d(np.asarray(u, float)), np.atleast_2d(np.asarray(h, float))
     h = h / h.sum(1, keepdims=True)
-    m = np.eye(h.shape[1])[None] - h[:, None, :]  # residuals of the weighted mean: (I - 1 h') d
-    b = np.einsum("rki,rk,rkj->rij", m, h * h, m)  # sum h_j^2 e_j^2 = d' B d
-    trace, trace2 = np.einsum("rii->r", b), np.einsum("rij,rji->r", b, b)
+    # sum h_j^2 e_j^2 = d' B d, B = M' diag(h^2) M, M = I - 1 h' (the residuals of the weighted mean); with
+    # P = M M' (P_kl = [k = l] - h_k - h_l + sum h^2): tr B = sum_k h_k^2 P_kk, tr B^2 = sum_kl h_k^2 h_l^2 P_kl^2
+    a, s2 = h * h, (h * h).sum(1)[:, None, None]
+    p = np.eye(h.shape[1])[None] - h[:, :, None] - h[:, None, :] + s2
+    trace = (a * np.einsum("rkk->rk", p)).sum(1)
+    trace2 = np.einsum("rk,rkl,rl->r", a, p * p, a)
     uu = (u * u).sum(1)
     variance = uu * (h * h).sum(1) / trace  # E = Var(estimate) when the clusters share one variance
     df = trace * trace / trace2
@@ -329,26 +332,27 @@ def paired_proportion_ratio(a: Units, b: Units, level: float = TANG_LEVEL) -> tu
     return float(low), float(high), table
 
 
+def document_critical(m):
+    """The cluster interval's critical value at ``m`` documents of equal weight (t at DOCUMENT_LEVEL, m - 1 df)."""
+    import numpy as np
+    from scipy import stats
+
+    return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(np.asarray(m, float) - 1, 1))
+
+
 def more_units(n: int, half_width: float, distance: float, critical=None) -> int | None:
     """How many more units would likely bring an interval whose side towards a limit is ``half_width`` long (at
     ``n`` units) to exclude that limit, ``distance`` from its estimate: its standard error shrinking as 1/sqrt(n),
     the smallest k with (q(n + k) + z_0.9) se sqrt(n / (n + k)) <= distance (90% power, so that followed it decides
-    at least 80% of the time; tests/test_calibration.py). ``critical(m)``: the critical value at m units (default
-    the current one). None when the estimate sits on the limit."""
+    at least 80% of the time; tests/test_calibration.py). ``critical(m)``: the critical value at m units, for an
+    array of m (default: the current one's, 1.96). None when the estimate sits on the limit or beyond 1000 n."""
+    import numpy as np
+
     if distance <= 1e-12 or n <= 0 or half_width <= 0:
         return None
-    q0 = critical(n) if critical else 1.96
+    q0 = float(critical(n)) if critical else 1.96
     se = half_width / q0
-    for total in _grow(n):
-        q = critical(total) if critical else q0
-        if (q + POWER_Z) * se * math.sqrt(n / total) <= distance:
-            return total - n
-    return None
-
-
-def _grow(n: int):
-    """n + 1, n + 2, ... then geometric steps, up to 1000 n."""
-    total = n
-    while total < 1000 * n:
-        total = total + 1 if total < 2 * n + 50 else math.ceil(total * 1.02)
-        yield total
+    totals = np.unique(np.concatenate([n + np.arange(1, 201), np.ceil(n * 1.03 ** np.arange(1, 235))])).astype(int)
+    q = np.asarray(critical(totals), float) if critical else np.full(len(totals), q0)
+    ok = (q + POWER_Z) * se * np.sqrt(n / totals) <= distance
+    return int(totals[np.argmax(ok)] - n) if ok.any() else None

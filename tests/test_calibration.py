@@ -19,6 +19,7 @@ from evals.stats import (
     MIN_BLOCKS,
     MIN_PROMPTS,
     cluster_interval,
+    document_critical,
     hac_interval,
     influence,
     more_units,
@@ -177,8 +178,6 @@ def test_perfect_accuracy_on_both_sides_needs_24_prompts_for_yes():
 
 def test_more_documents_followed_decide_it():
     """Six documents, a true ratio 4% from the limit: when inconclusive, the documents it names are added."""
-    from scipy import stats
-
     rng = np.random.default_rng(11)
     truth, limit = np.log(1.06), np.log(1.1)
     decided = asked = 0
@@ -188,8 +187,7 @@ def test_more_documents_followed_decide_it():
         low, high, se, df = cluster_interval(u, h, estimate)
         if high[0] <= limit or low[0] > limit:
             continue
-        critical = lambda m: float(stats.t.ppf(0.995, m - 1))  # noqa: E731
-        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), critical)
+        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), document_critical)
         asked += 1
         if more is None:
             continue

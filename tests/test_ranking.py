@@ -15,7 +15,7 @@ PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True
     "perplexity"
 )
 PASSKEY = Metric("passkey_acc", verdict=True, count="passkey_trials", bounds=(0, 1), unit="prompt").declared("passkey")
-DIFFICULTY = np.random.default_rng(11).normal(0, 0.1, (6, 64))  # the same tokens in every run: shared block effects (0.1: six documents decide 2x with the calibrated interval)
+DIFFICULTY = np.random.default_rng(11).normal(0, 0.1, (6, 64))  # shared block effects (six documents decide 2x)
 
 
 def blocks(length: int, ppl: float, seed: int, noise: float = 0.01, docs=range(6)) -> dict:

@@ -372,3 +372,41 @@ def test_plausible_but_wrong_settings_are_said_in_one_line_before_the_model_load
     ):
         parse_job(compose(*common, *fine.split()), tmp_path)
         assert "warning" not in capsys.readouterr().err, fine
+
+
+def test_the_reference_row_says_reference_and_other_documents_are_compared_on_the_shared_ones_only():
+    from evals.core.verdict import format_job, own_reference
+
+    found = judge(ppl(NONE), PPL, own_reference(ppl(NONE)), 8192, 16384, dict(DEFAULTS))
+    assert found["summary"]["verdict_state@8192"] == "yes"  # read by the ranking and the report: unchanged
+    assert found["summary"]["verdict_reason@8192"] == "ppl 25.7: the reference itself"
+    lines = format_job("none on smollm2", found)
+    row = next(line for line in lines if line.lstrip().startswith("8192"))
+    assert "reference" in row and "x1 [1, 1]" not in row and "[1, 1]" not in "\n".join(lines)
+
+    def docs(d_range, value, length=4096, seed=0):
+        units = {k: v for k, v in blocks(length, value, documents=9, seed=seed).items() if int(k[3]) in d_range}
+        return [Measurement("ppl", length, value, 256 * len(units), "256-token block", units).record()]
+
+    some = verdict(docs(range(6), 26.0, length=16384, seed=1), docs(range(3, 9), 25.0, length=8192), target=16384)
+    check = some["lengths"][0]["checks"][0]
+    assert "(on the 3 document(s) both hold)" in check["why"] and check["n"] == 3
+    none = verdict(docs(range(3), 26.0, length=16384), docs(range(3, 9), 25.0, length=8192), target=16384)
+    assert "no document (or unit) in common" in none["lengths"][0]["checks"][0]["why"]
+    assert none["summary"]["verdict_state@16384"] == "?"
+
+
+def test_too_few_units_are_never_decided_and_prompt_level_nll_is_labelled_by_its_prompts():
+    two = [Measurement("ppl", 512, 25.0, 512, "256-token block", blocks(512, 25.0, documents=1)).record()]
+    worse = [Measurement("ppl", 512, 40.0, 512, "256-token block", blocks(512, 40.0, documents=1, seed=1)).record()]
+    found = verdict(worse, two, target=512)["summary"]  # 2 blocks, 1.6x worse: was decided on 512 tokens
+    assert found["verdict_state@512"] == "inconclusive"
+    assert "on 2 blocks of one document: at least 8 are needed to decide" in found["verdict_reason@512"]
+    nll = {"passkey_nll": Metric("passkey_nll", lower_is_better=True, verdict=True, nll=True).declared("passkey")}
+    rng = np.random.default_rng(0)
+    units = {f"d{d / 10:g}-t{t}": (float(rng.normal(2, 0.5)), 1.0) for d in range(10) for t in range(2)}
+    other = {k: (s + 0.01, w) for k, (s, w) in units.items()}
+    own = Measurement("passkey_nll", 8192, 2.0, 20, "prompt", other).record()
+    ref = Measurement("passkey_nll", 8192, 2.0, 20, "prompt", units).record()
+    check = verdict([own], [ref], nll, target=8192)["lengths"][0]["checks"][0]
+    assert check["method"].startswith("Hall-corrected t over paired prompts") and check["n"] == 20

@@ -10,15 +10,21 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   beyond the trained context T against the reference at T, up to T against the reference at the same length
   (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). The check is a *paired* comparison
   on the units both runs share (evals/core/measure.py: token blocks of each document, prompts, samples): the
-  ratio strategy / unscaled with its 95% interval (evals/stats.py) -- for NLL metrics exp of the paired mean
-  NLL difference, a Student-t over the paired per-document differences (or a paired bootstrap of the blocks of
-  one document); for scores in a bounded range Fieller's interval on Agresti-Min-adjusted means. A lower-is-better metric (ppl, LongPPL) passes when the whole
-  interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
+  ratio strategy / unscaled with its interval (evals/stats.py, calibrated by simulation in
+  tests/test_calibration.py) -- for NLL metrics exp of the paired mean NLL difference: over several documents a
+  Hall-corrected t on the token-weighted per-document influences (CR2 variance, Bell-McCaffrey degrees of
+  freedom), within one document a fixed-b HAC interval over its blocks in order; for scores in a bounded range
+  Tang's score interval for a ratio of paired proportions. A lower-is-better metric (ppl, LongPPL) passes when
+  the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
-  limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- with how many more units would
-  likely decide it, from the observed variance; an accuracy on fewer than ``MIN_PROMPTS`` prompts is never
-  decided. Metrics declared without ``verdict`` (the answer NLL of needle and passkey) are compared the
-  same way and shown beside the decision as a second, continuous look.
+  limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
+  it: about how many more documents or prompts (aimed at 90% power; followed, it decides >= 80% of the time in
+  the simulations), or that one document cannot decide it at this length. Below the fewest units a method is
+  calibrated for (``MIN_BLOCKS`` of one document, ``MIN_DOCUMENTS``, ``MIN_PROMPTS``; evals/stats.py) nothing
+  is decided, and the line says so. Metrics declared without ``verdict`` (the answer NLL of needle and passkey)
+  are compared the same way and shown beside the decision as a second, continuous look.
+- An unscaled job at its own lengths is the reference: its rows print ``reference`` (``verdict_state@L`` stays
+  ``yes`` for code that reads it; the check carries ``reference_itself``), not a ratio of 1 with an interval.
 - ``verdict@L`` is true when every check at L and every short-context check is yes, false when one is NO,
   null otherwise; ``verdict_state@L`` says which: ``yes``, ``NO``, ``inconclusive`` or ``?`` (something
   needed is missing, with its reason). ``verdict`` is the answer at the target length; ``effective_length``
@@ -27,9 +33,11 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   ``_ci95_low``/``_ci95_high``; ``<metric>_retention@L`` (L <= T) is reference / value for lower-is-better
   metrics and value / reference otherwise (1 = nothing lost). ``<metric>_stable_length`` keeps the old,
   self-referenced quantity for lower-is-better metrics (flatness, not quality).
-- Only units that are the same are paired: a unit one side lacks is resampled on its own side; two runs at
-  the same length that do not rest on the same units (and weights) are not the same test and are not
-  compared; a reference computed with other code or package versions is used with a visible note.
+- Only units that are the same are paired: a block one side lacks (past T) enters its own side's influence only;
+  runs on different document sets are compared on the documents both hold (the line says so) and refused
+  when none is shared, never pooled; two runs at the same length that do not rest on the same units (and
+  weights) are not the same test and are not compared; a reference computed with other code or package
+  versions is used with a visible note.
 """
 
 from __future__ import annotations
@@ -139,9 +147,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
     "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
     against its own run (the ratio is 1 by definition: the reference)."""
-    from scipy import stats as sps
-
-    from ..stats import MIN_PROMPTS, paired_log_ratio, paired_proportion_ratio, shared_clusters, units_mean
+    from ..stats import MIN_PROMPTS, document_critical, paired_log_ratio, paired_proportion_ratio, shared_clusters, units_mean
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
@@ -201,7 +207,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
             found.update(
                 method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
                 lever=what,
-                critical=lambda m: float(sps.t.ppf(0.995, max(m - 1, 1))),
+                critical=document_critical,
             )
         else:
             found.update(method="HAC (Bartlett, fixed-b) over the blocks of one document", lever=None)
