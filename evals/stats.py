@@ -275,7 +275,12 @@ def _soft_table(a: dict, b: dict):
     keys = [k for k in a if k in b]
     u = np.clip(np.array([a[k] for k in keys], float), 0, 1)
     v = np.clip(np.array([b[k] for k in keys], float), 0, 1)
-    return float((u * v).sum()), float((u * (1 - v)).sum()), float(((1 - u) * v).sum()), float(((1 - u) * (1 - v)).sum())
+    return (
+        float((u * v).sum()),
+        float((u * (1 - v)).sum()),
+        float(((1 - u) * v).sum()),
+        float(((1 - u) * (1 - v)).sum()),
+    )
 
 
 def tang_score(theta, x11, x12, x21, x22):

@@ -171,7 +171,9 @@ def test_paired_accuracies_at_the_limit(n, p_ref):
 
 def test_perfect_accuracy_on_both_sides_needs_24_prompts_for_yes():
     def low(n):
-        return paired_proportion_ratio({str(i): (1.0, 1.0) for i in range(n)}, {str(i): (1.0, 1.0) for i in range(n)})[0]
+        return paired_proportion_ratio({str(i): (1.0, 1.0) for i in range(n)}, {str(i): (1.0, 1.0) for i in range(n)})[
+            0
+        ]
 
     assert low(12) < 0.85 <= low(24) and low(23) < 0.85  # 12/12 against 12/12 was yes
 

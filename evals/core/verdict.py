@@ -47,7 +47,6 @@ import re
 from dataclasses import dataclass, field
 
 from .config.structured import VerdictConfig
-from ..stats import MIN_PROMPTS  # noqa: F401 -- an accuracy on fewer units is never yes or NO (re-exported)
 from .measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
@@ -147,7 +146,14 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
     "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
     against its own run (the ratio is 1 by definition: the reference)."""
-    from ..stats import MIN_PROMPTS, document_critical, paired_log_ratio, paired_proportion_ratio, shared_clusters, units_mean
+    from ..stats import (
+        MIN_PROMPTS,
+        document_critical,
+        paired_log_ratio,
+        paired_proportion_ratio,
+        shared_clusters,
+        units_mean,
+    )
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
