@@ -22,7 +22,8 @@ a simulation with known truth says it holds (tests/test_calibration.py, numbers 
 - One document: its blocks in position order, the estimate's influence series, a Bartlett (Newey & West 1987)
   long-run variance with the bandwidth the whole series (b = 1) and the fixed-b critical value of Kiefer &
   Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation robust tests", Econometric
-  Theory 21:1130-1164) scaled by t_{n-1} / z for small n: block NLLs of a novel are correlated over many blocks.
+  Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block NLLs of a novel are
+  correlated over many blocks.
 - Accuracies (paired proportions): Tang, Tang & Chan's (2003, "On tests of equivalence via non-unity relative
   risk for matched-pair design", Statistics in Medicine 22:1217-1233) score interval for the ratio of two
   paired proportions, inverted by bisection, at a nominal 96%: at 95% the discreteness of counts lets its coverage
