@@ -8,6 +8,26 @@
   stationary observations"): the token NLLs cut into consecutive blocks of ``block`` tokens (token losses
   are correlated within a passage), blocks resampled with replacement, the 2.5 / 97.5 percentiles of
   the resampled mean NLL, then exp.
+
+The verdict's paired comparisons (strategy / unscaled on the same units) are below; each method was chosen because
+a simulation with known truth says it holds (tests/test_calibration.py, numbers in docs/verdict.md):
+
+- Several documents: the token-weighted estimate with a cluster-robust variance made unbiased for the weighted
+  mean (the CR2 idea of Bell & McCaffrey 2002, "Bias reduction in standard errors for linear regression with
+  multi-stage samples", Survey Methodology 28:169-181) and their Satterthwaite degrees of freedom (one 10,000-token
+  document among 19 tiny ones counts as about one), Hall's (1992, "On the removal of skewness by
+  transformation", JRSS B 54:221-228) cubic transformation of the t statistic for skewed per-document
+  differences, at 99.7% per side: at 6 documents strongly skewed differences (lognormal sigma 1) are not visible
+  in the sample, and only a wider interval keeps false yes near 5% (the power it costs is said in the docs).
+- One document: its blocks in position order, the estimate's influence series, a Bartlett (Newey & West 1987)
+  long-run variance with the bandwidth the whole series (b = 1) and the fixed-b critical value of Kiefer &
+  Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation robust tests", Econometric
+  Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block NLLs of a novel are
+  correlated over many blocks.
+- Accuracies (paired proportions): Tang, Tang & Chan's (2003, "On tests of equivalence via non-unity relative
+  risk for matched-pair design", Statistics in Medicine 22:1217-1233) score interval for the ratio of two
+  paired proportions, inverted by bisection, at a nominal 96%: at 95% the discreteness of counts lets its coverage
+  dip to 93% (n = 100, the reference always right).
 """
 
 from __future__ import annotations
@@ -73,16 +93,33 @@ def wilson_interval(successes: float, n: int, level: float = 0.95) -> tuple[floa
 # ---- paired comparisons of a strategy with the unscaled reference (the verdict's intervals) -------------------------
 #
 # Units are what a measurement averages over, keyed so two runs on the same units pair up: ``{key: (sum, weight)}``
-# with ``key`` = ``"<cluster>/<unit>"`` (a document and a block of its token positions) or a plain ``"<unit>"`` (a
+# with ``key`` = ``"<cluster>/<unit>"`` (a document and the first position of a block) or a plain ``"<unit>"`` (a
 # prompt, a sample: its own cluster). The statistic of a side is sum(sums) / sum(weights): a token-weighted mean NLL,
 # an accuracy. Following Miller 2024 ("Adding Error Bars to Evals", arXiv 2411.00640): paired differences on the
-# same units, clustered resampling, and how many more units a comparison needs.
+# same units, clustered, and how many more units a comparison needs. Only clusters both sides hold are compared.
 
 Units = dict  # {key: (sum, weight)}
+
+# Fewest units before an interval may decide (yes or NO): below these the calibration (tests/test_calibration.py)
+# misses its coverage or false-yes bound, or no decision is possible at all.
+MIN_BLOCKS = 8  # one document: 256-token blocks (2048 tokens)
+MIN_DOCUMENTS = 2  # several documents (or prompts as their own clusters): the cluster interval holds from 2
+MIN_PROMPTS = 4  # paired accuracies (Tang's interval holds from 1; below 4 it cannot say yes at 0.85 anyway)
+DOCUMENT_LEVEL = 0.994  # the cluster interval's nominal level: <= 5% false yes under strongly skewed differences
+TANG_LEVEL = 0.96  # Tang's nominal level: its coverage dips with the discreteness of counts (0.927 at n = 100 at 95%)
+POWER_Z = 1.2816  # "more units would decide it": aimed at 90% power, so that followed it decides >= 80%
 
 
 def cluster_of(key: str) -> str:
     return key.rsplit("/", 1)[0] if "/" in key else key
+
+
+def _position(key: str) -> float:
+    tail = key.rsplit("/", 1)[-1]
+    try:
+        return float(tail)
+    except ValueError:
+        return math.inf
 
 
 def units_mean(units: Units) -> float:
@@ -90,104 +127,242 @@ def units_mean(units: Units) -> float:
     return sum(t for t, _ in units.values()) / sum(w for _, w in units.values())
 
 
-def _clusters(units: Units) -> dict[str, dict[str, tuple[float, float]]]:
-    found: dict[str, dict] = {}
-    for key, (total, weight) in units.items():
-        found.setdefault(cluster_of(key), {})[key] = (float(total), float(weight))
-    return found
+def shared_clusters(a: Units, b: Units) -> tuple[Units, Units, list[str]]:
+    """(a, b) restricted to the clusters (documents) both hold, and those clusters: never pooled across others."""
+    ca, cb = {cluster_of(k) for k in a}, {cluster_of(k) for k in b}
+    shared = sorted(ca & cb)
+    keep = set(shared)
+    return (
+        {k: v for k, v in a.items() if cluster_of(k) in keep},
+        {k: v for k, v in b.items() if cluster_of(k) in keep},
+        shared,
+    )
 
 
-def _draw(rng, a: dict, b: dict, samples: int):
-    """(sum_a, weight_a, sum_b, weight_b) arrays of ``samples`` resamples of one cluster's units: the units both
-    sides hold drawn jointly (paired), each side's own units drawn on their own."""
+def kiefer_vogelsang(b: float) -> float:
+    """The fixed-b 97.5% critical value of a Bartlett-kernel HAC t statistic (Kiefer & Vogelsang 2005, table fit)."""
+    return 1.9600 + 2.9694 * b + 0.4160 * b**2 - 0.5324 * b**3
+
+
+def influence(sa, wa, sb, wb, log: bool = False):
+    """The estimate f(mean_a) - f(mean_b) (f = identity for NLLs, log otherwise) and each unit's influence on it,
+    u_k = f'(m_a) (s_a,k - m_a w_a,k) / W_a - f'(m_b) (s_b,k - m_b w_b,k) / W_b (w = 0 where a side lacks the unit),
+    and its weight share (the two sides' token shares averaged): arrays, rows of 2-d ones separate samples."""
     import numpy as np
 
-    out = [np.zeros(samples) for _ in range(4)]
-    shared = [k for k in a if k in b]
-    for keys, sides in ((shared, "ab"), ([k for k in a if k not in b], "a"), ([k for k in b if k not in a], "b")):
-        if not keys:
-            continue
-        picks = rng.integers(0, len(keys), (samples, len(keys)))
-        for side in sides:
-            src, index = (a, 0) if side == "a" else (b, 2)
-            out[index] += np.array([src[k][0] for k in keys])[picks].sum(1)
-            out[index + 1] += np.array([src[k][1] for k in keys])[picks].sum(1)
-    return out
+    sa, wa, sb, wb = (np.atleast_2d(np.asarray(x, float)) for x in (sa, wa, sb, wb))
+    Wa, Wb = wa.sum(1, keepdims=True), wb.sum(1, keepdims=True)
+    ma, mb = sa.sum(1, keepdims=True) / Wa, sb.sum(1, keepdims=True) / Wb
+    fa, fb = (1 / ma, 1 / mb) if log else (1.0, 1.0)  # f'(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = (np.log(ma) - np.log(mb))[:, 0] if log else (ma - mb)[:, 0]
+    u = fa * (sa - ma * wa) / Wa - fb * (sb - mb * wb) / Wb
+    return estimate, u, (wa / Wa + wb / Wb) / 2
 
 
-def paired_log_ratio(
-    a: Units, b: Units, log_statistic, samples: int = 2000, seed: int = 0, level: float = 0.95
-) -> tuple[float, float, int, bool] | None:
-    """(low, high, n, clustered): a 95% interval of ``log_statistic(mean_a, mean_b)`` (a log ratio: the mean NLL
-    difference, or log(mean_a / mean_b)) on paired units.
+def _influence(keys, a: Units, b: Units, log: bool):
+    import numpy as np
 
-    - Several clusters (documents) held by both sides: clustered, as Miller 2024 asks -- the per-cluster paired
-      log ratios d_j, and the overall estimate +/- t_{0.975, D-1} * sd(d) / sqrt(D) (a Student-t on the D
-      clusters: percentile bootstraps over a handful of documents cover far less than 95%, and resampling
-      blocks inside resampled documents counts the within-document variance twice); ``n`` = D.
-    - One cluster (one document, or units that are their own clusters): a paired bootstrap of its units --
-      units both sides hold resampled jointly, a side's own units on their own -- percentile interval; ``n`` =
-      its units.
-    None with fewer than two units (or clusters) to resample."""
+    columns = [np.array([side[k][i] if k in side else 0.0 for k in keys]) for side in (a, b) for i in (0, 1)]
+    if log and (columns[0].sum() <= 0 or columns[2].sum() <= 0):
+        return None, None, None
+    estimate, u, h = influence(*columns, log=log)
+    return float(estimate[0]), u[0], h[0]
+
+
+def hac_interval(u, estimate, level: float = 0.95):
+    """One document: Bartlett long-run variance of the influence series ``u`` (in position order; rows of a 2-d
+    array are separate series) with bandwidth the whole series, sum_{|l|<n} (1 - |l|/n) sum_t u_t u_{t+l}, and
+    the fixed-b critical value at b = 1 scaled by t_{n-1} / 1.96 and n / (n - 1) (small n). (low, high, se, critical)."""
     import numpy as np
     from scipy import stats
 
-    ca, cb = _clusters(a), _clusters(b)
-    shared = [c for c in ca if c in cb]
+    u = np.atleast_2d(np.asarray(u, float))
+    n = u.shape[1]
+    variance = (u * u).sum(1)
+    for lag in range(1, n):
+        variance = variance + 2 * (1 - lag / n) * (u[:, :-lag] * u[:, lag:]).sum(1)
+    # KV's b = 1 value, times t_{n-1} / 1.96 and n / (n - 1) (the mean removed from a short series)
+    critical = kiefer_vogelsang(1.0) * float(stats.t.ppf(0.5 + level / 2, n - 1)) / 1.96 * n / (n - 1)
+    se = np.sqrt(np.maximum(variance, 0.0))
+    return estimate - critical * se, estimate + critical * se, se, critical
 
-    if len(shared) >= 2 and len(shared) == len(ca) == len(cb):
-        d = np.array([log_statistic(units_mean(ca[c]), units_mean(cb[c])) for c in shared])
-        estimate = log_statistic(units_mean(a), units_mean(b))
-        half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
-        return estimate - half, estimate + half, len(d), True
-    if len(a) < 2 or len(b) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    sa, wa, sb, wb = _draw(rng, a, b, samples)
+
+def cluster_interval(u, h, estimate, level: float = DOCUMENT_LEVEL):
+    """Several clusters: ``u`` their influences on the estimate, ``h`` their weight shares (rows of 2-d arrays:
+    separate samples). Var = sum u_j^2 scaled to be unbiased for a weighted mean of equal-variance clusters (the
+    CR2 idea), Bell-McCaffrey degrees of freedom tr(B)^2 / tr(B^2), and Hall's skewness-removing transform of
+    t. (low, high, se, df)."""
+    import numpy as np
+    from scipy import stats
+
+    u, h = np.atleast_2d(np.asarray(u, float)), np.atleast_2d(np.asarray(h, float))
+    h = h / h.sum(1, keepdims=True)
+    # sum h_j^2 e_j^2 = d' B d, B = M' diag(h^2) M, M = I - 1 h' (the residuals of the weighted mean); with
+    # P = M M' (P_kl = [k = l] - h_k - h_l + sum h^2): tr B = sum_k h_k^2 P_kk, tr B^2 = sum_kl h_k^2 h_l^2 P_kl^2
+    a, s2 = h * h, (h * h).sum(1)[:, None, None]
+    p = np.eye(h.shape[1])[None] - h[:, :, None] - h[:, None, :] + s2
+    trace = (a * np.einsum("rkk->rk", p)).sum(1)
+    trace2 = np.einsum("rk,rkl,rl->r", a, p * p, a)
+    uu = (u * u).sum(1)
+    variance = uu * (h * h).sum(1) / trace  # E = Var(estimate) when the clusters share one variance
+    df = trace * trace / trace2
+    se = np.sqrt(np.maximum(variance, 0.0))
+    q = stats.t.ppf(0.5 + level / 2, df)
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = log_statistic(sa / wa, sb / wb)
-    values = values[np.isfinite(values)]
-    if len(values) < samples // 2:
+        kappa = np.where(uu > 0, (u**3).sum(1) / uu**1.5, 0.0)  # the estimate's skewness (gamma / sqrt(n), a mean)
+        safe = np.where(np.abs(kappa) < 1e-9, 1.0, kappa)
+
+        def inverse(y):  # Hall 1992: g(t) = t + k t^2 / 3 + k^2 t^3 / 27 + k / 6, inverted
+            return np.where(np.abs(kappa) < 1e-9, y, (3 / safe) * (np.cbrt(1 + safe * (y - safe / 6)) - 1))
+
+        return estimate - se * inverse(q), estimate - se * inverse(-q), se, df
+
+
+def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95) -> dict | None:
+    """The paired interval of f(mean_a) - f(mean_b) (f = identity: the mean NLL difference, the log of a perplexity
+    ratio; f = log otherwise) on the clusters both sides hold: ``{"estimate", "low", "high", "n", "clustered",
+    "method", "documents", "shared", "min_units", "se", "critical"}``; None when nothing is shared or fewer than
+    two units remain.
+
+    - Two or more shared clusters: :func:`cluster_interval` on the per-cluster influences; ``n`` = clusters.
+    - One shared cluster (one document): :func:`hac_interval` on its units in position order (units a side lacks
+      -- the blocks past T of a 2x run -- have their own side's influence only); ``n`` = its units."""
+    import numpy as np
+
+    a, b, shared = shared_clusters(a, b)
+    if not shared:
         return None
-    tail = (1 - level) / 2
-    low, high = np.quantile(values, [tail, 1 - tail])
-    return float(low), float(high), max(len(a), len(b)), False
+    keys = sorted(set(a) | set(b), key=lambda k: (cluster_of(k), _position(k), k))
+    found = _influence(keys, a, b, log)
+    if found[0] is None:
+        return None
+    estimate, u, h = found
+    base = {"estimate": float(estimate), "documents": len(shared), "shared": len(set(a) & set(b))}
+    if len(shared) >= 2:
+        index = {c: i for i, c in enumerate(shared)}
+        rows = np.array([index[cluster_of(k)] for k in keys])
+        uc = np.bincount(rows, weights=u, minlength=len(shared))
+        hc = np.bincount(rows, weights=h, minlength=len(shared))
+        low, high, se, df = cluster_interval(uc, hc, estimate, DOCUMENT_LEVEL if level == 0.95 else level)
+        return {
+            **base,
+            "low": float(low[0]),
+            "high": float(high[0]),
+            "n": len(shared),
+            "clustered": True,
+            "se": float(se[0]),
+            "df": float(df[0]),
+            "min_units": MIN_DOCUMENTS,
+            "method": "cluster",
+        }
+    if len(keys) < 2:
+        return None
+    low, high, se, critical = hac_interval(u, estimate, level)
+    return {
+        **base,
+        "low": float(low[0]),
+        "high": float(high[0]),
+        "n": len(keys),
+        "clustered": False,
+        "se": float(se[0]),
+        "critical": critical,
+        "min_units": MIN_BLOCKS,
+        "method": "hac",
+    }
 
 
-def paired_proportion_ratio(a: Units, b: Units, level: float = 0.95) -> tuple[float | None, float | None, dict]:
-    """(low, high, moments) of the ratio mean_a / mean_b of two scores in [0, 1] on paired units: Fieller's
-    interval (Fieller 1954) on means adjusted as Agresti & Min (2005) adjust paired proportions -- half a
-    pseudo-pair at each of (1,1), (1,0), (0,1), (0,0) -- so it stays honest at 0/n and n/n and with a handful of
-    prompts. Units held by one side only add to its variance, not to the covariance. (None, None) when the
-    interval is unbounded (the reference is not distinguishable from 0)."""
+def _soft_table(a: dict, b: dict):
+    """The 2x2 table of matched pairs (x11, x12, x21, x22) from paired scores in [0, 1]; a fractional pair (u, v)
+    counts u v, u (1 - v), (1 - u) v, (1 - u)(1 - v) (binary pairs: exact)."""
+    import numpy as np
+
+    keys = [k for k in a if k in b]
+    u = np.clip(np.array([a[k] for k in keys], float), 0, 1)
+    v = np.clip(np.array([b[k] for k in keys], float), 0, 1)
+    return (
+        float((u * v).sum()),
+        float((u * (1 - v)).sum()),
+        float(((1 - u) * v).sum()),
+        float(((1 - u) * (1 - v)).sum()),
+    )
+
+
+def tang_score(theta, x11, x12, x21, x22):
+    """Tang, Tang & Chan 2003's score statistic for H0: p1 / p2 = theta (p1 = p11 + p12, p2 = p11 + p21), numpy
+    arrays broadcast: (x11 + x12 - (x11 + x21) theta) / sqrt(n (1 + theta) p21~ + (x11 + x12 + x21)(theta - 1)), with
+    p21~ the constrained maximum-likelihood estimate (the positive root of a q^2 + b q + c = 0)."""
+    import numpy as np
+
+    n = x11 + x12 + x21 + x22
+    qa = n * (1 + theta)
+    qb = (x11 + x21) * theta**2 - (x11 + x12 + 2 * x21)
+    qc = x21 * (1 - theta) * (x11 + x12 + x21) / np.where(n > 0, n, 1)
+    p21 = (-qb + np.sqrt(np.maximum(qb * qb - 4 * qa * qc, 0))) / (2 * qa)
+    variance = n * (1 + theta) * p21 + (x11 + x12 + x21) * (theta - 1)
+    numerator = x11 + x12 - (x11 + x21) * theta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        score = numerator / np.sqrt(np.maximum(variance, 0))
+        return np.where(numerator == 0, 0.0, np.where(np.isfinite(score), score, np.sign(numerator) * np.inf))
+
+
+def tang_interval(x11, x12, x21, x22, level: float = TANG_LEVEL, steps: int = 60):
+    """(low, high) arrays of the ratio p1 / p2 of paired proportions: the thetas whose score |T| <= z, by bisection
+    on log theta in [1e-6, 1e6]; high = inf when the reference never scores (x11 + x21 = 0), low = 0 when the
+    strategy never does."""
+    import numpy as np
     from scipy import stats
 
     z = float(stats.norm.ppf(0.5 + level / 2))
+    x11, x12, x21, x22 = (np.asarray(x, float) for x in (x11, x12, x21, x22))
+
+    def bound(target, sign):  # T decreases in theta: the theta where T = target
+        lo, hi = np.full(x11.shape, -6.0), np.full(x11.shape, 6.0)
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            above = tang_score(10**mid, x11, x12, x21, x22) > target
+            lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+        return 10 ** ((lo + hi) / 2)
+
+    low = np.where(x11 + x12 <= 0, 0.0, bound(z, 1))
+    high = np.where(x11 + x21 <= 0, np.inf, bound(-z, -1))
+    return low, high
+
+
+def paired_proportion_ratio(a: Units, b: Units, level: float = TANG_LEVEL) -> tuple[float | None, float | None, dict]:
+    """(low, high, table) of the ratio mean_a / mean_b of two scores in [0, 1] on the units both hold: Tang's score
+    interval; ``table`` the counts (x11, x12, x21, x22, n). (None, None) when the reference never scores."""
     xa = {k: t / w for k, (t, w) in a.items() if w}
     xb = {k: t / w for k, (t, w) in b.items() if w}
-    pseudo = [(1.0, 1.0), (1.0, 0.0), (0.0, 1.0), (0.0, 0.0)]  # each with weight 1/2
-    na, nb = len(xa) + 2, len(xb) + 2
-    ma, mb = (sum(xa.values()) + 1) / na, (sum(xb.values()) + 1) / nb
-    var_a = (sum((x - ma) ** 2 for x in xa.values()) + sum(0.5 * (p - ma) ** 2 for p, _ in pseudo)) / (na - 1) / na
-    var_b = (sum((x - mb) ** 2 for x in xb.values()) + sum(0.5 * (q - mb) ** 2 for _, q in pseudo)) / (nb - 1) / nb
-    shared = [k for k in xa if k in xb]
-    m = len(shared) + 2
-    co = sum((xa[k] - ma) * (xb[k] - mb) for k in shared) + sum(0.5 * (p - ma) * (q - mb) for p, q in pseudo)
-    cov = co / (na * nb) * m / (m - 1)
-    moments = {"mean_a": ma, "mean_b": mb, "var_a": var_a, "var_b": var_b, "cov": cov, "z": z}
-    # Fieller: the c with (ma - c mb)^2 <= z^2 Var(ma - c mb), a quadratic a c^2 + b c + k <= 0
-    qa, qb, qk = mb * mb - z * z * var_b, -2 * (ma * mb - z * z * cov), ma * ma - z * z * var_a
-    disc = qb * qb - 4 * qa * qk
-    if qa <= 0 or disc < 0:
-        return None, None, moments
-    root = math.sqrt(disc)
-    return max(0.0, (-qb - root) / (2 * qa)), (-qb + root) / (2 * qa), moments  # a ratio of scores is >= 0
+    x11, x12, x21, x22 = _soft_table(xa, xb)
+    table = {"x11": x11, "x12": x12, "x21": x21, "x22": x22, "n": x11 + x12 + x21 + x22}
+    if table["n"] <= 0 or x11 + x21 <= 0:
+        return None, None, table
+    low, high = tang_interval(x11, x12, x21, x22, level)
+    return float(low), float(high), table
 
 
-def more_units(n: int, half_width: float, distance: float) -> int | None:
+def document_critical(m):
+    """The cluster interval's critical value at ``m`` documents of equal weight (t at DOCUMENT_LEVEL, m - 1 df)."""
+    import numpy as np
+    from scipy import stats
+
+    return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(np.asarray(m, float) - 1, 1))
+
+
+def more_units(n: int, half_width: float, distance: float, critical=None) -> int | None:
     """How many more units would likely bring an interval whose side towards a limit is ``half_width`` long (at
-    ``n`` units) to exclude that limit, ``distance`` from its estimate, its width shrinking as 1/sqrt(n); None
-    when the estimate sits on the limit."""
-    if distance <= 1e-12 or n <= 0:
+    ``n`` units) to exclude that limit, ``distance`` from its estimate: its standard error shrinking as 1/sqrt(n),
+    the smallest k with (q(n + k) + z_0.9) se sqrt(n / (n + k)) <= distance (90% power, so that followed it decides
+    at least 80% of the time; tests/test_calibration.py). ``critical(m)``: the critical value at m units, for an
+    array of m (default: the current one's, 1.96). None when the estimate sits on the limit or beyond 1000 n."""
+    import numpy as np
+
+    if distance <= 1e-12 or n <= 0 or half_width <= 0:
         return None
-    return max(1, math.ceil(n * (half_width / distance) ** 2 - n))
+    q0 = float(critical(n)) if critical else 1.96
+    se = half_width / q0
+    totals = np.unique(np.concatenate([n + np.arange(1, 201), np.ceil(n * 1.03 ** np.arange(1, 235))])).astype(int)
+    q = np.asarray(critical(totals), float) if critical else np.full(len(totals), q0)
+    ok = (q + POWER_Z) * se * np.sqrt(n / totals) <= distance
+    return int(totals[np.argmax(ok)] - n) if ok.any() else None

@@ -15,7 +15,7 @@ PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True
     "perplexity"
 )
 PASSKEY = Metric("passkey_acc", verdict=True, count="passkey_trials", bounds=(0, 1), unit="prompt").declared("passkey")
-DIFFICULTY = np.random.default_rng(11).normal(0, 0.3, (6, 64))  # the same tokens in every run: shared block effects
+DIFFICULTY = np.random.default_rng(11).normal(0, 0.1, (6, 64))  # shared block effects (six documents decide 2x)
 
 
 def blocks(length: int, ppl: float, seed: int, noise: float = 0.01, docs=range(6)) -> dict:
@@ -83,8 +83,8 @@ def sweep() -> list[dict]:
         passkey_job("dca", 24, seconds=60.0),
         ppl_job("self_extend", 26.21, 2, seconds=115.0),
         passkey_job("self_extend", 24, seconds=55.0),
-        ppl_job("yarn", 27.40, 3),
-        passkey_job("yarn", 23),
+        ppl_job("yarn", 27.0, 3),
+        passkey_job("yarn", 24),  # 23/24 is not yet yes at 0.85 (Tang's interval, tests/test_calibration.py)
         ppl_job("lm_infinite", 25.90, 4, seconds=90.0),
         passkey_job("lm_infinite", 1, seconds=45.0),
         ppl_job("string", 34.7, 5),
@@ -164,9 +164,8 @@ def test_merged_runs_pair_only_the_units_they_share():
     paired = paired_ratio(PPL, own, reference_a["measurements"][0])
     assert paired["shared"] == 4 * 16  # the four documents' blocks, not the other two's
     renamed = {**own, "units": {f"other-{k}": v for k, v in own["units"].items()}}
-    unpaired = paired_ratio(PPL, renamed, reference_a["measurements"][0])
-    assert unpaired["shared"] == 0 and unpaired["ratio"] == paired["ratio"]
-    assert (unpaired["high"] - unpaired["low"]) > 2 * (paired["high"] - paired["low"])
+    unpaired = paired_ratio(PPL, renamed, reference_a["measurements"][0])  # other documents: refused, never pooled
+    assert unpaired["shared"] == 0 and unpaired["low"] is None and "no document" in unpaired["refused"]
 
 
 # --- the tie groups' multiplicity, by simulation with known truth ---------------------------------------------

@@ -10,15 +10,21 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   beyond the trained context T against the reference at T, up to T against the reference at the same length
   (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). The check is a *paired* comparison
   on the units both runs share (evals/core/measure.py: token blocks of each document, prompts, samples): the
-  ratio strategy / unscaled with its 95% interval (evals/stats.py) -- for NLL metrics exp of the paired mean
-  NLL difference, a Student-t over the paired per-document differences (or a paired bootstrap of the blocks of
-  one document); for scores in a bounded range Fieller's interval on Agresti-Min-adjusted means. A lower-is-better metric (ppl, LongPPL) passes when the whole
-  interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
+  ratio strategy / unscaled with its interval (evals/stats.py, calibrated by simulation in
+  tests/test_calibration.py) -- for NLL metrics exp of the paired mean NLL difference: over several documents a
+  Hall-corrected t on the token-weighted per-document influences (CR2 variance, Bell-McCaffrey degrees of
+  freedom), within one document a fixed-b HAC interval over its blocks in order; for scores in a bounded range
+  Tang's score interval for a ratio of paired proportions. A lower-is-better metric (ppl, LongPPL) passes when
+  the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
-  limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- with how many more units would
-  likely decide it, from the observed variance; an accuracy on fewer than ``MIN_PROMPTS`` prompts is never
-  decided. Metrics declared without ``verdict`` (the answer NLL of needle and passkey) are compared the
-  same way and shown beside the decision as a second, continuous look.
+  limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
+  it: about how many more documents or prompts (aimed at 90% power; followed, it decides >= 80% of the time in
+  the simulations), or that one document cannot decide it at this length. Below the fewest units a method is
+  calibrated for (``MIN_BLOCKS`` of one document, ``MIN_DOCUMENTS``, ``MIN_PROMPTS``; evals/stats.py) nothing
+  is decided, and the line says so. Metrics declared without ``verdict`` (the answer NLL of needle and passkey)
+  are compared the same way and shown beside the decision as a second, continuous look.
+- An unscaled job at its own lengths is the reference: its rows print ``reference`` (``verdict_state@L`` stays
+  ``yes`` for code that reads it; the check carries ``reference_itself``), not a ratio of 1 with an interval.
 - ``verdict@L`` is true when every check at L and every short-context check is yes, false when one is NO,
   null otherwise; ``verdict_state@L`` says which: ``yes``, ``NO``, ``inconclusive`` or ``?`` (something
   needed is missing, with its reason). ``verdict`` is the answer at the target length; ``effective_length``
@@ -27,9 +33,11 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   ``_ci95_low``/``_ci95_high``; ``<metric>_retention@L`` (L <= T) is reference / value for lower-is-better
   metrics and value / reference otherwise (1 = nothing lost). ``<metric>_stable_length`` keeps the old,
   self-referenced quantity for lower-is-better metrics (flatness, not quality).
-- Only units that are the same are paired: a unit one side lacks is resampled on its own side; two runs at
-  the same length that do not rest on the same units (and weights) are not the same test and are not
-  compared; a reference computed with other code or package versions is used with a visible note.
+- Only units that are the same are paired: a block one side lacks (past T) enters its own side's influence only;
+  runs on different document sets are compared on the documents both hold (the line says so) and refused
+  when none is shared, never pooled; two runs at the same length that do not rest on the same units (and
+  weights) are not the same test and are not compared; a reference computed with other code or package
+  versions is used with a visible note.
 """
 
 from __future__ import annotations
@@ -43,7 +51,6 @@ from .measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
-MIN_PROMPTS = 4  # an accuracy on fewer units is never yes or NO
 STATES = ("yes", "NO", "inconclusive", "?")
 
 
@@ -133,9 +140,20 @@ def _fmt(x: float | None) -> str:
 
 def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> dict:
     """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
-    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval).
-    ``itself``: an unscaled job judged against its own run (the ratio is 1 by definition)."""
-    from ..stats import paired_log_ratio, paired_proportion_ratio, units_mean
+    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval), and
+    ``documents`` (the clusters both hold; other documents are left out, never pooled), ``min_units`` (the fewest
+    units the method decides on, tests/test_calibration.py), ``lever`` ("documents", "prompts" or "units": what
+    more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
+    "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
+    against its own run (the ratio is 1 by definition: the reference)."""
+    from ..stats import (
+        MIN_PROMPTS,
+        document_critical,
+        paired_log_ratio,
+        paired_proportion_ratio,
+        shared_clusters,
+        units_mean,
+    )
 
     a, b = _units(own), _units(ref)
     shared = len(set(a) & set(b))
@@ -147,33 +165,58 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
         "method": None,
         "shared": shared,
         "clustered": False,
+        "documents": None,
+        "min_units": None,
+        "lever": None,
+        "refused": None,
     }
     value, reference = measured_value(own), measured_value(ref)
     if metric.get("nll") and a and b:
         found["ratio"] = math.exp(units_mean(a) - units_mean(b))  # the perplexity ratio: exp of the mean NLL difference
     elif value is not None and reference:
         found["ratio"] = value / reference
-    if itself or (metric.get("nll") and a and a == b):  # the same units with the same NLLs: exactly 1
+    if itself:
+        found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="the reference itself", reference=True)
+        return found
+    if metric.get("nll") and a and a == b:  # the same units with the same NLLs: exactly 1
         found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="identical units")
         return found
+    if a and b and not shared_clusters(a, b)[2]:
+        found.update(shared=0, refused="no document (or unit) in common with the reference: not compared")
+        return found
+    unit = (own or {}).get("unit") or metric.get("unit") or "unit"
     bounds = metric.get("bounds")
     if bounds and not metric.get("lower_is_better"):
         lo, hi = bounds
         scale = lambda u: {k: ((t / w - lo) / (hi - lo), 1.0) for k, (t, w) in u.items() if w}  # noqa: E731
-        low, high, _ = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
-        found.update(low=low, high=high, method="Fieller, Agresti-Min adjusted", n=len(a))
+        low, high, table = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
+        pairs = int(round(table["n"])) if table else 0
+        if table and pairs and table["x11"] + table["x21"] > 0:
+            found["ratio"] = (table["x11"] + table["x12"]) / (table["x11"] + table["x21"])  # on the paired units
+        found.update(low=low, high=high, method="Tang score interval", n=pairs, min_units=MIN_PROMPTS)
+        found.update(lever=f"{unit}s", critical=None)
         return found
-    # NLL units: the log ratio is the mean NLL difference; other means: log(mean_a / mean_b)
-    log_ratio = (lambda x, y: x - y) if metric.get("nll") else (lambda x, y: _log(x) - _log(y))
-    interval = paired_log_ratio(a, b, log_ratio) if a and b else None
+    interval = paired_log_ratio(a, b, log=not metric.get("nll")) if a and b else None
     if interval:
         found.update(
-            low=math.exp(interval[0]),
-            high=math.exp(interval[1]),
-            n=interval[2],
-            clustered=interval[3],
-            method="t over paired documents" if interval[3] else "paired bootstrap",
+            ratio=math.exp(interval["estimate"]),
+            low=math.exp(interval["low"]),
+            high=math.exp(interval["high"]),
+            n=interval["n"],
+            clustered=interval["clustered"],
+            documents=interval["documents"],
+            min_units=interval["min_units"],
         )
+        if interval["clustered"]:
+            whole = all("/" in k for k in a)  # blocks of documents, or units that are their own clusters
+            what = "documents" if whole else f"{unit}s"
+            found.update(
+                method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
+                lever=what,
+                critical=document_critical,
+            )
+        else:
+            found.update(method="HAC (Bartlett, fixed-b) over the blocks of one document", lever=None)
     return found
 
 
@@ -230,15 +273,27 @@ def _check(
     paired = paired_ratio(metric, own, ref, itself)
     ratio, low, high = paired["ratio"], paired["low"], paired["high"]
     check.update(limit=limit, ratio=ratio, low=low, high=high, n=paired["n"], method=paired["method"])
+    if paired.get("reference"):  # an unscaled job at its own length: nothing is compared, it is the reference
+        check.update(state="yes", reference_itself=True, why=f"{name} {_fmt(value)}: the reference itself")
+        return check
+    if paired["refused"]:
+        check.update(state="?", why=f"{name}: {paired['refused']}")
+        return check
+    blocks_of_one = not paired["clustered"] and "block" in check["unit"]
     if paired["clustered"] and "block" in check["unit"]:  # what the interval rests on: the documents
         check["unit"] = "document"
     head = f"{name} {_fmt(value)} vs {_fmt(check['reference'])} unscaled @{ref_length}: x{_fmt(ratio)}"
+    documents = paired.get("documents")
+    counts = {len({k.rsplit("/", 1)[0] for k in _units(r) if "/" in k}) for r in (own, ref)}
+    if documents and "/" in next(iter(_units(own)), "") and max(counts) > documents:
+        head += f" (on the {documents} document(s) both hold)"
     interval = f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else " [no interval]"
     op = "<=" if lower else ">="
-    few = metric.get("bounds") and not lower and paired["n"] < MIN_PROMPTS and not itself
-    if few:
+    needed = paired.get("min_units") or 0
+    if low is not None and paired["n"] < needed:
         state = "inconclusive"
-        tail = f" on {paired['n']} {check['unit']}(s): at least {MIN_PROMPTS} are needed to decide"
+        what = "blocks of one document" if blocks_of_one else f"{check['unit']}s"
+        tail = f" on {paired['n']} {what}: at least {needed} are needed to decide"
     elif low is None:
         state, tail = "inconclusive", f", no interval on {paired['n']} {check['unit']}(s)"
     elif (high <= limit) if lower else (low >= limit):
@@ -252,11 +307,16 @@ def _check(
         distance = abs(point - limit)
         from ..stats import more_units
 
-        more = more_units(paired["n"], half, distance)
+        if blocks_of_one:  # more blocks would need another length: the lever is more documents
+            more = None
+            tail = f" straddles {limit:g}: one document cannot decide it at this length; more documents would"
+        else:
+            more = more_units(paired["n"], half, distance, paired.get("critical"))
+            lever = paired.get("lever") or f"{check['unit']}s"
+            tail = f" straddles {limit:g}: " + (
+                f"about {more} more {lever} would likely decide it" if more else "the estimate sits on the limit"
+            )
         check["more_units"] = more
-        tail = f" straddles {limit:g}: " + (
-            f"about {more} more {check['unit']}s would likely decide it" if more else "the estimate sits on the limit"
-        )
     check["state"] = state
     check["why"] = head + interval + tail
     return check
@@ -467,9 +527,15 @@ def format_job(title: str, judgement: dict) -> list[str]:
         lines.append(f"  note: {note}")
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
-        looks = [c["why"] for c in row["checks"] if c["second_look"] and c.get("ratio") is not None]
+        looks = [
+            c["why"]
+            for c in row["checks"]
+            if c["second_look"] and c.get("ratio") is not None and not c.get("reference_itself")
+        ]
+        itself = row["checks"] and all(c.get("reference_itself") for c in row["checks"] if not c["second_look"])
         lines.append(
-            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  {word(row['state']):<12}  "
+            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  "
+            f"{'reference' if itself else word(row['state']):<12}  "
             f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark
         )
     summary = judgement["summary"]

@@ -1,0 +1,223 @@
+"""Calibration of the verdict's intervals (evals/stats.py): seeded simulations with known truth, one per interval the
+verdict uses, each measured for coverage (the 95% interval holds the truth) and false yes (the truth sits exactly on
+the limit and the interval excludes it on the passing side; nominal 2.5%). Monte Carlo error at 2000 replications:
++-0.5 points on a 95% coverage, +-0.35 on a 2.5% rate. The numbers are in docs/verdict.md (``pytest -s`` prints them).
+
+- One document, block NLLs correlated like SmolLM2's on Emma (lags 1-4: 0.27, 0.11, 0.13, 0.14): a persistent AR(1)
+  (phi 0.95, 14% of the variance) plus a short one (0.16) gives 0.25, 0.13, 0.10, 0.09; the two models' per-block
+  difference on shared tokens an AR(1) of 0.27; shared + own blocks as at 1x (all shared), 2x (half) and 4x.
+- Several documents: per-document differences normal or skewed (lognormal sigma 0.5, 1), equal and unequal token
+  weights (one 10,000-token document and 19 of 256 tokens), documents on each side that differ (compared on the
+  shared ones only).
+- Paired accuracies: the reference always or nearly always right, small n.
+- "About k more units would decide it", followed: how often it decides."""
+
+import numpy as np
+import pytest
+
+from evals.stats import (
+    MIN_BLOCKS,
+    MIN_PROMPTS,
+    cluster_interval,
+    document_critical,
+    hac_interval,
+    influence,
+    more_units,
+    paired_log_ratio,
+    paired_proportion_ratio,
+    tang_interval,
+)
+
+REPS = 2000
+DELTA = 0.05  # the true mean NLL difference (a ratio of exp(0.05))
+
+
+def ar(rng, reps: int, n: int, phi: float) -> np.ndarray:
+    """Stationary AR(1) rows of unit variance."""
+    x = np.empty((reps, n))
+    x[:, 0] = rng.standard_normal(reps)
+    shocks = rng.standard_normal((reps, n)) * np.sqrt(1 - phi * phi)
+    for t in range(1, n):
+        x[:, t] = phi * x[:, t - 1] + shocks[:, t]
+    return x
+
+
+def difficulty(rng, reps: int, n: int) -> np.ndarray:
+    """Block NLLs of one novel (sd 0.3): lags 1-4 about 0.25, 0.13, 0.10, 0.09."""
+    return 0.3 * (np.sqrt(0.14) * ar(rng, reps, n, 0.95) + np.sqrt(0.86) * ar(rng, reps, n, 0.159))
+
+
+def one_document(shared: int, own: int, seed: int):
+    """(low, high) of REPS one-document comparisons: the strategy on shared + own blocks, the reference on the shared
+    ones (the first), both 256 tokens a block."""
+    rng = np.random.default_rng(seed)
+    n = shared + own
+    x = difficulty(rng, REPS, n)
+    a = x + DELTA + 0.05 * ar(rng, REPS, n, 0.27)
+    b = np.where(np.arange(n) < shared, x, 0.0)
+    wb = np.broadcast_to((np.arange(n) < shared) * 256.0, (REPS, n))
+    estimate, u, _ = influence(256 * a, np.full((REPS, n), 256.0), 256 * b, wb)
+    low, high, _, _ = hac_interval(u, estimate)
+    return low, high
+
+
+def rates(low, high, truth: float) -> tuple[float, float, float]:
+    """(coverage, miss below: the whole interval under the truth, miss above)."""
+    return float(np.mean((low <= truth) & (truth <= high))), float(np.mean(high < truth)), float(np.mean(low > truth))
+
+
+def test_the_interval_matches_its_vectorised_form():
+    rng = np.random.default_rng(0)
+    a = {f"doc/{256 * t}": (256 * (3 + v), 256.0) for t, v in enumerate(rng.normal(0, 0.3, 24))}
+    b = {k: (s - 256 * rng.normal(0.05, 0.05), w) for k, (s, w) in list(a.items())[:12]}
+    found = paired_log_ratio(a, b)
+    sa, wa = zip(*a.values())
+    sb = [b[k][0] if k in b else 0.0 for k in a]
+    wb = [b[k][1] if k in b else 0.0 for k in a]
+    estimate, u, _ = influence(sa, wa, sb, wb)
+    low, high, _, _ = hac_interval(u, estimate)
+    assert (found["low"], found["high"]) == pytest.approx((low[0], high[0]))
+    assert found["n"] == 24 and not found["clustered"]
+
+
+@pytest.mark.parametrize(
+    "shared,own", [(8, 0), (16, 0), (32, 0), (64, 0), (8, 8), (16, 16), (32, 32), (64, 64), (16, 48), (32, 96)]
+)
+def test_one_document_with_correlated_blocks(shared, own):
+    coverage, below, above = rates(*one_document(shared, own, seed=shared * 1000 + own), DELTA)
+    print(f"one document {shared}+{own} blocks: coverage {coverage:.3f}, false yes {below:.3f}, false NO {above:.3f}")
+    assert shared + own >= MIN_BLOCKS
+    assert coverage >= 0.94 and below <= 0.03 and above <= 0.03
+
+
+def documents(rng, reps: int, count: int, sigma: float, weights=None):
+    """(estimate, influences, weight shares) of ``count`` documents whose paired differences are normal
+    (sigma 0) or lognormal-skewed, mean DELTA, sd 0.03, plus within-document noise 0.03 / sqrt(blocks)."""
+    if sigma:
+        raw = rng.lognormal(0, sigma, (reps, count))
+        z = (raw - np.exp(sigma**2 / 2)) / np.sqrt((np.exp(sigma**2) - 1) * np.exp(sigma**2))
+    else:
+        z = rng.standard_normal((reps, count))
+    blocks = np.broadcast_to(np.full(count, 32.0) if weights is None else np.asarray(weights, float), (reps, count))
+    d = DELTA + 0.03 * z + 0.03 * rng.standard_normal((reps, count)) / np.sqrt(blocks)
+    base = 3 + 0.3 * rng.standard_normal((reps, count))  # the documents' own difficulty, shared by both sides
+    w = 256 * blocks
+    return influence((base + d) * w, w, base * w, w)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("count", [2, 3, 4, 6, 10, 20])
+def test_several_documents_normal_and_skewed(count, sigma):
+    rng = np.random.default_rng(count * 10 + int(10 * sigma))
+    estimate, u, h = documents(rng, REPS, count, sigma)
+    coverage, below, above = rates(*cluster_interval(u, h, estimate)[:2], DELTA)
+    print(f"{count} documents, sigma {sigma}: coverage {coverage:.3f}, false yes {below:.3f}, false NO {above:.3f}")
+    bound = 0.05 if sigma == 1.0 else 0.03  # strongly skewed: small samples cannot see the tail (docs/verdict.md)
+    assert coverage >= 0.94 and below <= bound and above <= 0.03
+
+
+@pytest.mark.parametrize("sigma", [0.0, 1.0])
+def test_one_large_document_among_tiny_ones_counts_as_about_one(sigma):
+    rng = np.random.default_rng(5)
+    estimate, u, h = documents(rng, REPS, 20, sigma, weights=[39.0] + [1.0] * 19)
+    low, high, _, df = cluster_interval(u, h, estimate)
+    coverage, below, above = rates(low, high, DELTA)
+    print(f"1 large + 19 tiny documents, sigma {sigma}: coverage {coverage:.3f}, false yes {below:.3f}")
+    assert float(np.median(df)) < 2 and coverage >= 0.94 and below <= 0.03
+
+
+def test_different_documents_on_each_side_are_compared_on_the_shared_ones():
+    """Six documents each, three in common: the old pooled bootstrap covered 25-32%."""
+    rng = np.random.default_rng(9)
+    covered = below = 0
+    reps = 400
+    for _ in range(reps):
+        base = rng.normal(3, 0.3, (9, 16))
+        effect = DELTA + rng.normal(0, 0.03, (9, 1))
+        own = base + effect + rng.normal(0, 0.02, base.shape)
+        a = {f"doc{d}/{256 * t}": (256 * own[d, t], 256.0) for d in range(6) for t in range(16)}
+        b = {f"doc{d}/{256 * t}": (256 * base[d, t], 256.0) for d in range(3, 9) for t in range(16)}
+        found = paired_log_ratio(a, b)
+        assert found["documents"] == 3 and found["clustered"]
+        covered += found["low"] <= DELTA <= found["high"]
+        below += found["high"] < DELTA
+    print(f"different document sets, 3 shared: coverage {covered / reps:.3f}, false yes {below / reps:.3f}")
+    assert covered / reps >= 0.94 and below / reps <= 0.03
+    assert paired_log_ratio({"x/0": (1.0, 1.0), "x/1": (2.0, 1.0)}, {"y/0": (1.0, 1.0), "y/1": (2.0, 1.0)}) is None
+
+
+def paired_scores(rng, reps: int, n: int, p_ref: float, ratio: float):
+    """Tables of ``n`` paired prompts: the reference right with p_ref, the strategy right with ratio * p_ref, as
+    correlated as the two allow (the strategy right only where the reference is, when p_ref = 1 trivially)."""
+    ref = rng.random((reps, n)) < p_ref
+    keep = rng.random((reps, n)) < ratio
+    own = ref & keep
+    x11 = (own & ref).sum(1)
+    x12 = (own & ~ref).sum(1)
+    x21 = (~own & ref).sum(1)
+    return x11, x12, x21, n - x11 - x12 - x21
+
+
+@pytest.mark.parametrize("p_ref", [1.0, 0.95, 0.8])
+@pytest.mark.parametrize("n", [4, 8, 12, 20, 30, 60, 100])
+def test_paired_accuracies_at_the_limit(n, p_ref):
+    """The strategy keeps exactly 85% of the reference's accuracy: yes (the interval above 0.85) is a false yes."""
+    rng = np.random.default_rng(n * 100 + int(100 * p_ref))
+    low, high = tang_interval(*paired_scores(rng, REPS, n, p_ref, 0.85))
+    coverage, below, above = rates(low, high, 0.85)
+    print(f"accuracy n={n} reference {p_ref}: coverage {coverage:.3f}, false yes {above:.3f}, false NO {below:.3f}")
+    assert n >= MIN_PROMPTS and coverage >= 0.94 and above <= 0.03 and below <= 0.03
+
+
+def test_perfect_accuracy_on_both_sides_needs_24_prompts_for_yes():
+    def low(n):
+        return paired_proportion_ratio({str(i): (1.0, 1.0) for i in range(n)}, {str(i): (1.0, 1.0) for i in range(n)})[
+            0
+        ]
+
+    assert low(12) < 0.85 <= low(24) and low(23) < 0.85  # 12/12 against 12/12 was yes
+
+
+def test_more_documents_followed_decide_it():
+    """Six documents, a true ratio 4% from the limit: when inconclusive, the documents it names are added."""
+    rng = np.random.default_rng(11)
+    truth, limit = np.log(1.06), np.log(1.1)
+    decided = asked = 0
+    for _ in range(300):
+        d = truth + 0.05 * rng.standard_normal(6)
+        estimate, u, h = influence(3 + d, np.ones(6), np.full(6, 3.0), np.ones(6))
+        low, high, se, df = cluster_interval(u, h, estimate)
+        if high[0] <= limit or low[0] > limit:
+            continue
+        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), document_critical)
+        asked += 1
+        if more is None:
+            continue
+        d = np.concatenate([d, truth + 0.05 * rng.standard_normal(more)])
+        m = len(d)
+        estimate, u, h = influence(3 + d, np.ones(m), np.full(m, 3.0), np.ones(m))
+        low, high, _, _ = cluster_interval(u, h, estimate)
+        decided += bool(high[0] <= limit or low[0] > limit)
+    print(f"more documents, followed: decided {decided}/{asked}")
+    assert asked >= 50 and decided / asked >= 0.8
+
+
+def test_more_prompts_followed_decide_it():
+    """The reference always right, the strategy right 95% (limit 0.85), 20 prompts."""
+    rng = np.random.default_rng(12)
+    decided = asked = 0
+    for _ in range(400):
+        own = rng.random(20) < 0.95
+        low, high = tang_interval(own.sum(), 0, (~own).sum(), 0)
+        if low >= 0.85 or high < 0.85:
+            continue
+        ratio = own.mean()
+        more = more_units(20, float(ratio - low), float(ratio - 0.85))
+        asked += 1
+        if more is None:
+            continue
+        own = np.concatenate([own, rng.random(more) < 0.95])
+        low, high = tang_interval(own.sum(), 0, (~own).sum(), 0)
+        decided += bool(low >= 0.85 or high < 0.85)
+    print(f"more prompts, followed: decided {decided}/{asked}")
+    assert asked >= 50 and decided / asked >= 0.8
