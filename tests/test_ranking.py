@@ -221,9 +221,11 @@ def test_equal_strategies_are_tied_in_95_percent_of_sweeps_however_many_there_ar
 
 def test_a_clearly_worse_strategy_is_still_separated_from_four_equal_ones():
     equal, separated = non_tie_rate(
-        4, different=1.1, seed=7, sweeps=400
-    )  # 10% worse: 3.2 sd of a document's paired difference
-    assert separated >= 0.95 and equal <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), (separated, equal)
+        4, different=1.2, seed=7, sweeps=400
+    )  # 20% worse: 6 sd of a document's paired difference. The calibrated intervals (Hall-corrected t over 6
+    # documents, evals/stats.py) trade power for their coverage: a 10% difference is separated in ~70% of sweeps,
+    # this one in ~86% (the per-comparison t of the earlier code: 100%, at 27% false non-ties among 5 equal ones)
+    assert separated >= 0.8 and equal <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 400), (separated, equal)
 
 
 def test_the_answer_says_its_comparisons_hold_jointly():

@@ -169,8 +169,8 @@ def test_a_compare_sweep_lists_a_method_that_cannot_reach_the_target_in_its_answ
     )
     assert result.returncode == 0, result.stderr[-3000:]  # an answer, not a failed job
     assert (
-        "budget: 1 job (+ the unscaled reference once), each: perplexity 6 forwards at 16384; passkey 75 forwards "
-        "at 16384; at most 162 forwards in all" in result.stdout  # the preset's units: tests/test_power.py
+        "budget: 1 job (+ the unscaled reference once), each: perplexity 6 forwards at 16384; passkey 115 forwards "
+        "at 16384; at most 242 forwards in all" in result.stdout  # the preset's units: tests/test_power.py
     )
     assert "unreachable: scaling 'string' cannot reach 16384 tokens" in result.stderr
     assert (sweep / "report_answer.txt").read_text() == (
