@@ -197,6 +197,8 @@ def transformers_config(scaling: Scaling, geo: Geometry, model_config: dict | No
     longest = _trained(scaling, geo) if scaling.name == "dynamic_ntk" else covered(scaling, _trained(scaling, geo))
     types = _scaled_types(scaling, geo)
     own = dict((model_config or {}).get("rope_parameters") or {})
+    if scaling.name == "none" and own:  # the model as it is: its own rope (which may be scaled already)
+        return {"rope_parameters": own, "max_position_embeddings": longest}
     if types is not None and scaled.get("truncate") is False:
         # _compute_yarn_parameters reads config.rope_parameters.get("truncate", True): the top level, never a layer type's
         raise Unsupported(
@@ -276,7 +278,7 @@ def _sglang_rope(rope: dict, own: dict) -> dict:
     entry = dict(rope)
     if entry.get("rope_type") == "yarn":
         entry["attn_factor"] = entry.pop("attention_factor") / yarn_mscale(entry["factor"])
-        entry.update(mscale=None, mscale_all_dim=None, extrapolation_factor=1.0)
+        entry["extrapolation_factor"] = 1.0
     for key in own:
         if key not in entry and key not in ("rope_theta", "partial_rotary_factor"):
             entry[key] = 1.0 if key == "factor" else None  # get_context_length multiplies by factor
@@ -292,12 +294,14 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
     else:
         rope, longest = _served(scaling, geo, model_config, "SGLang")
         own = dict((model_config or {}).get("rope_parameters") or {})
-        if "rope_type" in rope:
+        if scaling.name == "none" and own:
+            rope = {}  # the model's own rope, as it is
+        elif "rope_type" in rope:
             rope = _sglang_rope(rope, own)
         else:
             rope = {t: _sglang_rope(entry, own.get(t) or {}) for t, entry in rope.items()}
-        overrides = {"rope_scaling": rope, "max_position_embeddings": longest}
-        if (model_config or {}).get("original_max_position_embeddings") is not None:
+        overrides = {**({"rope_scaling": rope} if rope else {}), "max_position_embeddings": longest}
+        if rope and (model_config or {}).get("original_max_position_embeddings") is not None:
             # SGLang's Llama copies a top-level original_max_position_embeddings over the rope dict's
             overrides["original_max_position_embeddings"] = next(
                 (

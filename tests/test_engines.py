@@ -26,7 +26,7 @@ FAMILIES = {
     "llama-leftovers": dict(
         model_type="llama",
         rope_parameters={
-            "rope_type": "default",
+            "rope_type": "yarn",
             "rope_theta": 1e4,
             "factor": 2.0,
             "original_max_position_embeddings": 32,
