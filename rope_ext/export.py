@@ -17,7 +17,8 @@ reason (:class:`Unsupported`) instead of an approximation. Sources of every key:
   Its ``dynamic`` rope computes one NTK base at start-up from ``max_position_embeddings`` and
   ``max_trained_positions`` (``dynamic_ntk_scaling_rope.py``): static, so dynamic NTK is not exported. Its
   LongRoPE uses the long factors at every length once ``max_model_len`` exceeds the trained context
-  (``phi3_long_rope_scaled_rope.py``): not the measurement, not exported. DCA as Qwen2.5-1M's
+  (``phi3_long_rope_scaled_rope.py``): not the measurement, not exported. p-RoPE as its ``proportional`` rope with
+  ``partial_rotary_factor`` = kept pairs / (d/2) (``gemma4_rope.py``), on models that rotate the whole head. DCA as Qwen2.5-1M's
   ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``, ``original_max_position_embeddings``) with
   ``VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN``, on the Qwen2 family only.
 - SGLang (verified against 0.5.23's own code): ``--json-model-override-args '{"rope_scaling": {...},
@@ -28,7 +29,8 @@ reason (:class:`Unsupported`) instead of an approximation. Sources of every key:
   (``get_context_length``) multiplies by the factor only without ``original_max_position_embeddings`` and for
   non-llama3. Its YaRN reads ``attn_factor`` and multiplies it by 0.1 ln s + 1 itself (``rotary_embedding/yarn.py``).
   Dynamic NTK is static there too; its LongRoPE switches to the long factors for a whole batch when any position
-  passes the trained context: neither is exported. DCA with ``--attention-backend dual_chunk_flash_attn``.
+  passes the trained context; its Llama/Qwen2 pass get_rope a rotary dim of their own, so p-RoPE's
+  ``proportional`` rope would rotate every pair: none of these is exported. DCA with ``--attention-backend dual_chunk_flash_attn``.
 - llama.cpp: ``--rope-scaling {none,linear,yarn} --rope-scale s --rope-freq-base b --yarn-orig-ctx L
   --yarn-ext-factor --yarn-attn-factor --yarn-beta-fast --yarn-beta-slow -c N`` (tools/main README, ``common/arg.cpp``),
   and the same as ``llama_cpp.Llama(...)`` arguments (``rope_scaling_type``, ``rope_freq_base``, ``rope_freq_scale``,
@@ -231,13 +233,15 @@ _NOT_SERVED = {
     "trained context; the measurement used the short factors up to it",
     ("longrope", "SGLang"): "SGLang switches LongRoPE to the long factors for a whole batch once any position in "
     "it passes the trained context; the measurement switched per sequence",
-    "p_rope": "{engine}'s 'proportional' rope (p-RoPE) is not exported by rope_ext yet (not checked against the "
-    "engine's code)",
+    "p_rope": "{engine}'s Llama and Qwen2 build the 'proportional' rope (p-RoPE) from the rotary dim they compute "
+    "themselves, not from rope_parameters: not exported",
 }
 
 
 def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str) -> tuple[dict, int]:
     """(the rope parameters, the context length) a vLLM-style engine reads from the HF config it is given."""
+    if scaling.name == "p_rope" and engine == "vLLM":
+        return _proportional(scaling, geo, model_config), _trained(scaling, geo)
     why = _NOT_SERVED.get((scaling.name, engine)) or _NOT_SERVED.get(scaling.name)
     if why:
         raise Unsupported(why.format(engine=engine))
@@ -246,6 +250,25 @@ def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: 
     except Unsupported as err:
         raise Unsupported(str(err).replace("transformers", engine, 1)) from None
     return config["rope_parameters"], covered(scaling, _trained(scaling, geo))
+
+
+def _proportional(scaling: Scaling, geo: Geometry, model_config: dict | None) -> dict:
+    """vLLM's 'proportional' rope (Gemma-4's, ``rotary_embedding/gemma4_rope.py``): pairs i < rotary_dim/2 keep
+    b^(-2i/head_size), the rest do not rotate -- p-RoPE when the model rotates its whole head."""
+    from .frequency import p_rope_pairs
+
+    config = model_config or {}
+    partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get("partial_rotary_factor")
+    if geo.layer_types is not None or (partial or 1.0) != 1.0:
+        raise Unsupported(
+            "vLLM's 'proportional' rope computes its frequencies over the whole head: p-RoPE on a model with partial "
+            "rotary or per-layer-type rope is not exported"
+        )
+    pairs = p_rope_pairs(scaling.params["fraction"], geo.dim)
+    factor = 2 * pairs / geo.dim
+    if int(geo.dim * factor) != 2 * pairs:  # vLLM's rotary_dim = int(head_size * partial_rotary_factor)
+        raise Unsupported(f"vLLM would round p-RoPE's {pairs} pairs of {geo.dim // 2} to another count")
+    return {"rope_type": "proportional", "rope_theta": geo.base, "partial_rotary_factor": factor}
 
 
 def _entries(rope: dict) -> list[dict]:

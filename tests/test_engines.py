@@ -47,6 +47,8 @@ SERVED = [  # every frequency strategy the engines can express, as rope_ext meas
     {"name": "ntk_by_parts", "factor": 4},
     {"name": "llama3", "factor": 4},
 ]
+# vLLM only: its 'proportional' rope (SGLang's Llama/Qwen2 compute the rotary dim themselves: refused)
+SERVED_BY = {"vllm": [{"name": "p_rope"}, {"name": "p_rope", "fraction": 0.5}], "sglang": []}
 ENGINES = {"vllm": ("hf_overrides", "--max-model-len"), "sglang": ("json_model_override_args", "--context-length")}
 
 
@@ -119,7 +121,7 @@ def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exporte
         pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
     cases, expected = [], []
     for family in FAMILIES:
-        for setting in SERVED:
+        for setting in SERVED + SERVED_BY[engine]:
             engine_case, ours, model, scaling = case(engine, family, setting, tmp_path)
             cases.append(engine_case)
             expected.append((family, setting, ours))
@@ -153,7 +155,6 @@ REFUSED = [
     ({"name": "dynamic_ntk", "factor": 4}, "computes one NTK base at start-up"),
     ({"name": "longrope", "factor": 4, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}, "long factors"),
     ({"name": "mixed", "factors": [1.0] * 4 + [4.0] * 4}, "no rope type computes 'mixed' frequencies"),
-    ({"name": "p_rope"}, "not exported by rope_ext yet"),
     ({"name": "logn"}, "query scaling inside attention has no config key"),
     ({"name": "compose", "stages": [{"name": "ntk", "factor": 2}, {"name": "logn"}]}, "a composition of stages"),
     ({"name": "self_extend"}, "an attention-level method"),
@@ -164,6 +165,13 @@ REFUSED = [
     ({"name": "dca"}, "dual chunk attention on the Qwen2 family only"),
     ({"name": "yarn", "factor": 2, "dynamic": True}, "no dynamic YaRN"),
 ]
+
+
+def test_sglang_refuses_p_rope():
+    model = family_model("llama")
+    scaling = rope_ext.resolve({"name": "p_rope"}, TRAINED)
+    with pytest.raises(Unsupported, match="from the rotary dim they compute themselves"):
+        export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

@@ -148,7 +148,7 @@ def test_longrope_exports_its_factor_lists(tmp_path):
         ({"name": "yarn", "factor": 2, "dynamic": True}, "transformers", "no dynamic YaRN"),
         ({"name": "yarn", "factor": 2, "truncate": False}, "llama.cpp", "truncate=false"),
         ({"name": "llama3", "factor": 2}, "llama.cpp", "rope_freqs tensor"),
-        ({"name": "p_rope"}, "sglang", "'proportional' rope \\(p-RoPE\\) is not exported by rope_ext yet"),
+        ({"name": "p_rope"}, "sglang", "build the 'proportional' rope \\(p-RoPE\\) from the rotary dim"),
     ],
 )
 def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting, engine, reason):
