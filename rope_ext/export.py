@@ -60,10 +60,10 @@ VERIFIED = {
 }
 # ... and the oldest that reads what the export gives it
 MINIMUM = {
-    "transformers": "5.0.0 (rope_parameters)",
+    "transformers": "transformers 5.0.0 (rope_parameters)",
     "vllm": "a vLLM with rope_parameters support (PR #28542, 2025-11); an older one ignores the override and "
     "serves plain RoPE",
-    "sglang": "0.5.23 (older versions not checked)",
+    "sglang": "SGLang 0.5.23 (older versions not checked)",
     "llama.cpp": "llama-cpp-python 0.3.36 (older versions not checked)",
 }
 # the model families whose vLLM and SGLang modules the tests check (others: "not verified" in deploy/README.md)

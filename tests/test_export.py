@@ -279,8 +279,8 @@ def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
     assert "--context-length 512" in (deploy / "sglang.sh").read_text()
     assert "--rope-scaling yarn --rope-freq-scale 0.5 --yarn-orig-ctx 256" in (deploy / "llama.cpp.sh").read_text()
     readme = (deploy / "README.md").read_text()
-    assert "- vllm: vllm.sh; verified against vllm 0.33.0; needs vllm a vLLM with rope_parameters support" in readme
-    assert "- sglang: sglang.sh; verified against sglang 0.5.23" in readme
+    assert "- vllm: vllm.sh; verified against vLLM 0.33.0; needs a vLLM with rope_parameters support" in readme
+    assert "- sglang: sglang.sh; verified against SGLang 0.5.23; needs SGLang 0.5.23" in readme
     for name in ("vllm.sh", "sglang.sh", "llama.cpp.sh"):
         assert (deploy / name).read_text().startswith("# verified against ")
     assert config["rope_ext_versions"].startswith("verified against transformers 5.24.0; needs transformers 5.0.0")

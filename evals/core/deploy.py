@@ -18,8 +18,9 @@ FILES = {"transformers": "transformers.json", "vllm": "vllm.sh", "sglang": "sgla
 def versions(engine: str, found: dict) -> str:
     """One line: the version the export was verified against (or "not verified against ...") and the oldest needed."""
     note = found.get("note") or ""
-    checked = note if note.startswith("not verified") else f"verified against {engine} {VERIFIED[engine]}"
-    return f"{checked}; needs {engine} {MINIMUM[engine]}"
+    name = {"vllm": "vLLM ", "sglang": "SGLang ", "transformers": "transformers "}.get(engine, "")
+    checked = note if note.startswith("not verified") else f"verified against {name}{VERIFIED[engine]}"
+    return f"{checked}; needs {MINIMUM[engine]}"
 
 
 def render(engine: str, found: dict) -> str:
