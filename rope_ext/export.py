@@ -275,7 +275,9 @@ def _entries(rope: dict) -> list[dict]:
     return [rope] if "rope_type" in rope else list(rope.values())
 
 
-def _note(geo: Geometry, engine: str) -> str | None:
+def _note(geo: Geometry, engine: str, scaling: Scaling | None = None) -> str | None:
+    if scaling is not None and scaling.name == "dca":
+        return f"not verified against {engine} {VERIFIED[engine.lower()]} (dual chunk attention runs in a GPU attention backend)"
     if geo.model_type in ENGINE_VERIFIED_MODELS:
         return None
     return f"not verified against {engine} {VERIFIED[engine.lower()]} for {geo.model_type} (checked: Llama, Qwen2)"
@@ -292,7 +294,7 @@ def vllm(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> d
     command = ["vllm", "serve", "MODEL", "--hf-overrides", json.dumps(overrides)]
     if longest:
         command += ["--max-model-len", str(longest)]
-    return {"command": _shell(command, env), "hf_overrides": overrides, "env": env, "note": _note(geo, "vLLM")}
+    return {"command": _shell(command, env), "hf_overrides": overrides, "env": env, "note": _note(geo, "vLLM", scaling)}
 
 
 def _sglang_rope(rope: dict, own: dict) -> dict:
@@ -346,7 +348,11 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
     ]
     if longest:
         command += ["--context-length", str(longest)]
-    return {"command": _shell(command, {}), "json_model_override_args": overrides, "note": _note(geo, "SGLang")}
+    return {
+        "command": _shell(command, {}),
+        "json_model_override_args": overrides,
+        "note": _note(geo, "SGLang", scaling),
+    }
 
 
 def _dca(scaling: Scaling, geo: Geometry, engine: str) -> dict:

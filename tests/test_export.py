@@ -186,6 +186,7 @@ def test_dca_goes_to_vllm_and_sglang_as_qwen_dual_chunk_attention():
     assert vllm["command"].startswith("VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN vllm serve")
     sglang = export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
     assert "--attention-backend dual_chunk_flash_attn" in sglang["command"]
+    assert vllm["note"] == "not verified against vLLM 0.33.0 (dual chunk attention runs in a GPU attention backend)"
 
 
 # llama-cpp-python's Llama(...) arguments for RoPE (llama_cpp/llama.py) and llama.cpp's flags (common/arg.cpp)
