@@ -6,13 +6,31 @@ reason (:class:`Unsupported`) instead of an approximation. Sources of every key:
 - transformers ``rope_parameters`` (``modeling_rope_utils.py``, the installed version's ``ROPE_INIT_FUNCTIONS``:
   ``default`` with its ``rope_theta``, ``linear``, ``dynamic``, ``yarn``, ``llama3``, ``longrope``); per layer type
   where the model has layer types (Gemma-3: ``{"full_attention": {...}, "sliding_attention": {...}}``).
-- vLLM: ``--hf-overrides '{"rope_parameters": {...}}' --max-model-len N`` (docs.vllm.ai, "Context Extension";
-  the older ``--rope-scaling`` flag is gone); its ``dynamic`` rope computes the NTK base once for the maximum length
-  (``DynamicNTKScalingRotaryEmbedding``): static, so dynamic NTK is not exported there; DCA as Qwen2.5-1M's
+- vLLM (verified against 0.33.0's own code, ``tests/test_engines.py``): ``--hf-overrides '{"rope_parameters":
+  {...}, "max_position_embeddings": N}' --max-model-len N``. vLLM sets a dict override on the config as it is (the
+  model's own rope dict is replaced: its ``partial_rotary_factor`` is kept here) and a flat one through the config
+  loader (``vllm/config/model.py``); its start-up check (``_get_and_verify_max_len``) multiplies
+  ``max_position_embeddings`` by the factor only for ``linear``/``dynamic``, and its cos/sin table has
+  ``max_position_embeddings`` rows for ``default`` and ``llama3`` (``rotary_embedding/base.py``), so N is passed as
+  ``max_position_embeddings`` too. Its YaRN reads ``attention_factor`` (``yarn_scaling_rope.py``). It reads
+  ``rope_parameters`` only since PR #28542 (2025-11): an older vLLM ignores the override and serves plain RoPE.
+  Its ``dynamic`` rope computes one NTK base at start-up from ``max_position_embeddings`` and
+  ``max_trained_positions`` (``dynamic_ntk_scaling_rope.py``): static, so dynamic NTK is not exported. Its
+  LongRoPE uses the long factors at every length once ``max_model_len`` exceeds the trained context
+  (``phi3_long_rope_scaled_rope.py``): not the measurement, not exported. p-RoPE as its ``proportional`` rope with
+  ``partial_rotary_factor`` = kept pairs / (d/2) (``gemma4_rope.py``), on models that rotate the whole head. DCA as Qwen2.5-1M's
   ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``, ``original_max_position_embeddings``) with
   ``VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN``, on the Qwen2 family only.
-- SGLang: ``--json-model-override-args '{"rope_scaling": {...}}' --context-length N`` (docs.sglang.ai, server
-  arguments; Qwen2.5/Qwen3 model cards); DCA with ``--attention-backend dual_chunk_flash_attn``.
+- SGLang (verified against 0.5.23's own code): ``--json-model-override-args '{"rope_scaling": {...},
+  "max_position_embeddings": N}' --context-length N``. SGLang merges a rope override into the model's own dict
+  (``{**current, **value}``, ``srt/utils/hf_transformers/config.py``), so every key of the model's own rope dict
+  the export does not set is given explicitly (null; ``factor`` 1) and a top-level
+  ``original_max_position_embeddings`` (which its Llama copies over the rope dict's) is set too; its context check
+  (``get_context_length``) multiplies by the factor only without ``original_max_position_embeddings`` and for
+  non-llama3. Its YaRN reads ``attn_factor`` and multiplies it by 0.1 ln s + 1 itself (``rotary_embedding/yarn.py``).
+  Dynamic NTK is static there too; its LongRoPE switches to the long factors for a whole batch when any position
+  passes the trained context; its Llama/Qwen2 pass get_rope a rotary dim of their own, so p-RoPE's
+  ``proportional`` rope would rotate every pair: none of these is exported. DCA with ``--attention-backend dual_chunk_flash_attn``.
 - llama.cpp: ``--rope-scaling {none,linear,yarn} --rope-scale s --rope-freq-base b --yarn-orig-ctx L
   --yarn-ext-factor --yarn-attn-factor --yarn-beta-fast --yarn-beta-slow -c N`` (tools/main README, ``common/arg.cpp``),
   and the same as ``llama_cpp.Llama(...)`` arguments (``rope_scaling_type``, ``rope_freq_base``, ``rope_freq_scale``,
@@ -32,6 +50,24 @@ from .frequency import ntk_base, yarn_mscale
 from .scaling import Compose, Scaling
 
 ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
+# the engine versions each export was checked against (transformers: the logits, tests/test_export.py; vLLM and
+# SGLang: their own rotary and config code, tests/test_engines.py; llama.cpp: tests/test_llama_cpp*.py) ...
+VERIFIED = {
+    "transformers": "5.24.0",
+    "vllm": "0.33.0",
+    "sglang": "0.5.23",
+    "llama.cpp": "llama-cpp-python 0.3.36 (llama.cpp 0c1e570)",
+}
+# ... and the oldest that reads what the export gives it
+MINIMUM = {
+    "transformers": "transformers 5.0.0 (rope_parameters)",
+    "vllm": "a vLLM with rope_parameters support (PR #28542, 2025-11); an older one ignores the override and "
+    "serves plain RoPE",
+    "sglang": "SGLang 0.5.23 (older versions not checked)",
+    "llama.cpp": "llama-cpp-python 0.3.36 (older versions not checked)",
+}
+# the model families whose vLLM and SGLang modules the tests check (others: "not verified" in deploy/README.md)
+ENGINE_VERIFIED_MODELS = ("llama", "qwen2")
 QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
 
 
@@ -163,6 +199,8 @@ def transformers_config(scaling: Scaling, geo: Geometry, model_config: dict | No
     longest = _trained(scaling, geo) if scaling.name == "dynamic_ntk" else covered(scaling, _trained(scaling, geo))
     types = _scaled_types(scaling, geo)
     own = dict((model_config or {}).get("rope_parameters") or {})
+    if scaling.name == "none" and own:  # the model as it is: its own rope (which may be scaled already)
+        return {"rope_parameters": own, "max_position_embeddings": longest}
     if types is not None and scaled.get("truncate") is False:
         # _compute_yarn_parameters reads config.rope_parameters.get("truncate", True): the top level, never a layer type's
         raise Unsupported(
@@ -187,23 +225,62 @@ def _kept(own: dict) -> dict:
     return {k: v for k, v in own.items() if k == "partial_rotary_factor"}
 
 
+# what vLLM's and SGLang's start-up would not give the measurement: one line each
+_NOT_SERVED = {
+    "dynamic_ntk": "{engine}'s 'dynamic' rope computes one NTK base at start-up, from max_position_embeddings and "
+    "max_trained_positions (static): it would not be the dynamic NTK measured here, whose base follows the length",
+    ("longrope", "vLLM"): "vLLM uses LongRoPE's long factors at every length once --max-model-len exceeds the "
+    "trained context; the measurement used the short factors up to it",
+    ("longrope", "SGLang"): "SGLang switches LongRoPE to the long factors for a whole batch once any position in "
+    "it passes the trained context; the measurement switched per sequence",
+    "p_rope": "{engine}'s Llama and Qwen2 build the 'proportional' rope (p-RoPE) from the rotary dim they compute "
+    "themselves, not from rope_parameters: not exported",
+}
+
+
 def _served(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str) -> tuple[dict, int]:
     """(the rope parameters, the context length) a vLLM-style engine reads from the HF config it is given."""
-    if scaling.name == "dynamic_ntk":
-        raise Unsupported(
-            f"{engine}'s 'dynamic' rope computes the NTK base once for max_model_len (static), not per "
-            "length: it would not be the dynamic NTK measured here"
-        )
+    if scaling.name == "p_rope" and engine == "vLLM":
+        return _proportional(scaling, geo, model_config), _trained(scaling, geo)
+    why = _NOT_SERVED.get((scaling.name, engine)) or _NOT_SERVED.get(scaling.name)
+    if why:
+        raise Unsupported(why.format(engine=engine))
     try:
         config = transformers_config(scaling, geo, model_config)
     except Unsupported as err:
         raise Unsupported(str(err).replace("transformers", engine, 1)) from None
-    rope = config["rope_parameters"]
-    for entry in [rope] if "rope_type" in rope else rope.values():
-        if entry.get("rope_type") == "yarn":
-            # vLLM's and SGLang's YaRN read attn_factor (not attention_factor) and multiply it by 0.1 ln s + 1 themselves
-            entry["attn_factor"] = entry["attention_factor"] / yarn_mscale(entry["factor"])
-    return rope, config["max_position_embeddings"]
+    return config["rope_parameters"], covered(scaling, _trained(scaling, geo))
+
+
+def _proportional(scaling: Scaling, geo: Geometry, model_config: dict | None) -> dict:
+    """vLLM's 'proportional' rope (Gemma-4's, ``rotary_embedding/gemma4_rope.py``): pairs i < rotary_dim/2 keep
+    b^(-2i/head_size), the rest do not rotate -- p-RoPE when the model rotates its whole head."""
+    from .frequency import p_rope_pairs
+
+    config = model_config or {}
+    partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get("partial_rotary_factor")
+    if geo.layer_types is not None or (partial or 1.0) != 1.0:
+        raise Unsupported(
+            "vLLM's 'proportional' rope computes its frequencies over the whole head: p-RoPE on a model with partial "
+            "rotary or per-layer-type rope is not exported"
+        )
+    pairs = p_rope_pairs(scaling.params["fraction"], geo.dim)
+    factor = 2 * pairs / geo.dim
+    if int(geo.dim * factor) != 2 * pairs:  # vLLM's rotary_dim = int(head_size * partial_rotary_factor)
+        raise Unsupported(f"vLLM would round p-RoPE's {pairs} pairs of {geo.dim // 2} to another count")
+    return {"rope_type": "proportional", "rope_theta": geo.base, "partial_rotary_factor": factor}
+
+
+def _entries(rope: dict) -> list[dict]:
+    return [rope] if "rope_type" in rope else list(rope.values())
+
+
+def _note(geo: Geometry, engine: str, scaling: Scaling | None = None) -> str | None:
+    if scaling is not None and scaling.name == "dca":
+        return f"not verified against {engine} {VERIFIED[engine.lower()]} (dual chunk attention runs in a GPU attention backend)"
+    if geo.model_type in ENGINE_VERIFIED_MODELS:
+        return None
+    return f"not verified against {engine} {VERIFIED[engine.lower()]} for {geo.model_type} (checked: Llama, Qwen2)"
 
 
 def vllm(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
@@ -212,11 +289,25 @@ def vllm(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> d
         overrides, env, longest = _dca(scaling, geo, "vLLM"), {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN"}, None
     else:
         rope, longest = _served(scaling, geo, model_config, "vLLM")
-        overrides, env = {"rope_parameters": rope}, {}
+        # vLLM's YaRN reads attention_factor itself; the table and the start-up check read max_position_embeddings
+        overrides, env = {"rope_parameters": rope, "max_position_embeddings": longest}, {}
     command = ["vllm", "serve", "MODEL", "--hf-overrides", json.dumps(overrides)]
     if longest:
         command += ["--max-model-len", str(longest)]
-    return {"command": _shell(command, env), "hf_overrides": overrides, "env": env}
+    return {"command": _shell(command, env), "hf_overrides": overrides, "env": env, "note": _note(geo, "vLLM", scaling)}
+
+
+def _sglang_rope(rope: dict, own: dict) -> dict:
+    """SGLang's rope_scaling override: merged into the model's own dict, so the model's keys that ours lacks are
+    given explicitly; YaRN's attention factor as SGLang's attn_factor (it multiplies by 0.1 ln s + 1 itself)."""
+    entry = dict(rope)
+    if entry.get("rope_type") == "yarn":
+        entry["attn_factor"] = entry.pop("attention_factor") / yarn_mscale(entry["factor"])
+        entry["extrapolation_factor"] = 1.0
+    for key in own:
+        if key not in entry and key not in ("rope_theta", "partial_rotary_factor"):
+            entry[key] = 1.0 if key == "factor" else None  # get_context_length multiplies by factor
+    return entry
 
 
 def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) -> dict:
@@ -227,7 +318,24 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
         extra = ["--attention-backend", "dual_chunk_flash_attn"]
     else:
         rope, longest = _served(scaling, geo, model_config, "SGLang")
-        overrides = {"rope_scaling": rope}
+        own = dict((model_config or {}).get("rope_parameters") or {})
+        if scaling.name == "none" and own:
+            rope = {}  # the model's own rope, as it is
+        elif "rope_type" in rope:
+            rope = _sglang_rope(rope, own)
+        else:
+            rope = {t: _sglang_rope(entry, own.get(t) or {}) for t, entry in rope.items()}
+        overrides = {**({"rope_scaling": rope} if rope else {}), "max_position_embeddings": longest}
+        if rope and (model_config or {}).get("original_max_position_embeddings") is not None:
+            # SGLang's Llama copies a top-level original_max_position_embeddings over the rope dict's
+            overrides["original_max_position_embeddings"] = next(
+                (
+                    e["original_max_position_embeddings"]
+                    for e in _entries(rope)
+                    if e.get("original_max_position_embeddings")
+                ),
+                None,
+            )
     command = [
         "python",
         "-m",
@@ -240,7 +348,11 @@ def sglang(scaling: Scaling, geo: Geometry, model_config: dict | None = None) ->
     ]
     if longest:
         command += ["--context-length", str(longest)]
-    return {"command": _shell(command, {}), "json_model_override_args": overrides}
+    return {
+        "command": _shell(command, {}),
+        "json_model_override_args": overrides,
+        "note": _note(geo, "SGLang", scaling),
+    }
 
 
 def _dca(scaling: Scaling, geo: Geometry, engine: str) -> dict:

@@ -139,12 +139,16 @@ def test_longrope_exports_its_factor_lists(tmp_path):
     [
         ({"name": "self_extend"}, "transformers", "an attention-level method changes which relative position"),
         ({"name": "logn"}, "vllm", "query scaling inside attention has no config key"),
-        ({"name": "dynamic_ntk", "factor": 4}, "vllm", r"computes the NTK base once for max_model_len \(static\)"),
+        (
+            {"name": "dynamic_ntk", "factor": 4},
+            "vllm",
+            r"one NTK base at start-up, from max_position_embeddings and max_trained_positions \(static\)",
+        ),
         ({"name": "dca"}, "vllm", "dual chunk attention on the Qwen2 family only"),
         ({"name": "yarn", "factor": 2, "dynamic": True}, "transformers", "no dynamic YaRN"),
         ({"name": "yarn", "factor": 2, "truncate": False}, "llama.cpp", "truncate=false"),
         ({"name": "llama3", "factor": 2}, "llama.cpp", "rope_freqs tensor"),
-        ({"name": "p_rope"}, "sglang", "no rope type computes 'p_rope' frequencies"),
+        ({"name": "p_rope"}, "sglang", "build the 'proportional' rope \\(p-RoPE\\) from the rotary dim"),
     ],
 )
 def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting, engine, reason):
@@ -155,7 +159,7 @@ def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting,
     assert "\n" not in str(err.value)
 
 
-def test_vllm_and_sglang_get_yarns_attention_factor_as_their_own_attn_factor():
+def test_vllm_gets_yarns_attention_factor_and_sglang_its_own_attn_factor():
     from rope_ext.frequency import yarn_mscale
 
     model = family_model("llama")
@@ -165,8 +169,9 @@ def test_vllm_and_sglang_get_yarns_attention_factor_as_their_own_attn_factor():
     ):
         scaling = rope_ext.resolve(setting, TRAINED)
         vllm = export(scaling, geometry(model, scaling), "vllm", model.config.to_dict())
-        # vLLM and SGLang multiply attn_factor by 0.1 ln s + 1 themselves and never read attention_factor
-        assert vllm["hf_overrides"]["rope_parameters"]["attn_factor"] == pytest.approx(expected)
+        # vLLM 0.33 reads attention_factor as it is; SGLang reads attn_factor and multiplies it by 0.1 ln s + 1
+        assert vllm["hf_overrides"]["rope_parameters"]["attention_factor"] == pytest.approx(expected * yarn_mscale(4.0))
+        assert "attn_factor" not in vllm["hf_overrides"]["rope_parameters"]
         sglang = export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
         assert sglang["json_model_override_args"]["rope_scaling"]["attn_factor"] == pytest.approx(expected)
 
@@ -181,6 +186,7 @@ def test_dca_goes_to_vllm_and_sglang_as_qwen_dual_chunk_attention():
     assert vllm["command"].startswith("VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN vllm serve")
     sglang = export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
     assert "--attention-backend dual_chunk_flash_attn" in sglang["command"]
+    assert vllm["note"] == "not verified against vLLM 0.33.0 (dual chunk attention runs in a GPU attention backend)"
 
 
 # llama-cpp-python's Llama(...) arguments for RoPE (llama_cpp/llama.py) and llama.cpp's flags (common/arg.cpp)
@@ -273,7 +279,12 @@ def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
     assert "--max-model-len 512" in (deploy / "vllm.sh").read_text()
     assert "--context-length 512" in (deploy / "sglang.sh").read_text()
     assert "--rope-scaling yarn --rope-freq-scale 0.5 --yarn-orig-ctx 256" in (deploy / "llama.cpp.sh").read_text()
-    assert "- vllm: vllm.sh" in (deploy / "README.md").read_text()
+    readme = (deploy / "README.md").read_text()
+    assert "- vllm: vllm.sh; verified against vLLM 0.33.0; needs a vLLM with rope_parameters support" in readme
+    assert "- sglang: sglang.sh; verified against SGLang 0.5.23; needs SGLang 0.5.23" in readme
+    for name in ("vllm.sh", "sglang.sh", "llama.cpp.sh"):
+        assert (deploy / name).read_text().startswith("# verified against ")
+    assert config["rope_ext_versions"].startswith("verified against transformers 5.24.0; needs transformers 5.0.0")
 
 
 def test_export_reads_a_run_directory_or_overrides(finished_run):

@@ -1,0 +1,193 @@
+"""Served = measured, checked by the engines themselves: each vLLM/SGLang export, given to vLLM 0.33.0's and SGLang
+0.5.23's own config loading, start-up length check and rotary embedding (their wheels' Python code, fetched by
+``make setup-engines``, run on the CPU by tests/engine_rope.py), rotates q and k as the patched transformers model
+does at every position up to the exported context; every other strategy is refused in one line."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+import rope_ext
+from evals.setup.engines import fetched
+from rope_ext.export import VERIFIED, Unsupported, export, geometry
+from tests.tiny import ROOT
+
+TRAINED, HEADS, HEAD = 64, 4, 16
+FAMILIES = {
+    "llama": dict(model_type="llama"),
+    "qwen2": dict(model_type="qwen2", rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+    # a model whose own rope dict and top level hold keys an override must not leave behind (SGLang merges; vLLM
+    # would keep a top-level original_max_position_embeddings)
+    "llama-leftovers": dict(
+        model_type="llama",
+        rope_parameters={
+            "rope_type": "yarn",
+            "rope_theta": 1e4,
+            "factor": 2.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 8.0,
+            "mscale": 0.5,
+            "mscale_all_dim": 1.5,
+        },
+        original_max_position_embeddings=32,
+    ),
+}
+SERVED = [  # every frequency strategy the engines can express, as rope_ext measures it
+    {"name": "none"},
+    {"name": "linear", "factor": 4},
+    {"name": "ntk", "factor": 4},
+    {"name": "base", "base": 5e5},
+    {"name": "yarn", "factor": 4},
+    {"name": "yarn", "factor": 3, "beta_fast": 16, "truncate": False},
+    {"name": "ntk_by_parts", "factor": 4},
+    {"name": "llama3", "factor": 4},
+]
+# vLLM only: its 'proportional' rope (SGLang's Llama/Qwen2 compute the rotary dim themselves: refused)
+SERVED_BY = {"vllm": [{"name": "p_rope"}, {"name": "p_rope", "fraction": 0.5}], "sglang": []}
+ENGINES = {"vllm": ("hf_overrides", "--max-model-len"), "sglang": ("json_model_override_args", "--context-length")}
+
+
+def family_model(family):
+    spec = dict(FAMILIES[family])
+    config = AutoConfig.for_model(
+        spec.pop("model_type"),
+        hidden_size=HEADS * HEAD,
+        intermediate_size=96,
+        num_hidden_layers=1,
+        num_attention_heads=HEADS,
+        num_key_value_heads=2,
+        vocab_size=96,
+        max_position_embeddings=TRAINED,
+        **spec,
+    )
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def patched_qk(model, scaling, q, k):
+    """q and k rotated by the patched model's rotary embedding (its cos/sin, attention factor included)."""
+    n = q.shape[0]
+    positions = torch.arange(n)[None]
+    with torch.no_grad(), rope_ext.patch(model, scaling, original_max_position=TRAINED):
+        cos, sin = model.model.rotary_emb(q[None].transpose(1, 2), positions)
+    rq, rk = apply_rotary_pos_emb(q[None].transpose(1, 2), k[None].transpose(1, 2), cos, sin)
+    return rq.transpose(1, 2)[0], rk.transpose(1, 2)[0]
+
+
+def run_engine(engine, cases, tmp_path):
+    root = fetched(engine)
+    if root is None:
+        pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
+    torch.save(cases, tmp_path / "cases.pt")
+    paths = f"{root / 'src'}:{root / 'deps'}"
+    command = [sys.executable, str(ROOT / "tests" / "engine_rope.py"), engine, paths, str(tmp_path / "cases.pt")]
+    result = subprocess.run([*command, str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(tmp_path / "out.pt", weights_only=False)
+
+
+def case(engine, family, setting, tmp_path):
+    """The export for ``engine``, the model's config saved where the engine reads it, and q/k to rotate."""
+    model = family_model(family)
+    scaling = rope_ext.resolve(setting, TRAINED)
+    found = export(scaling, geometry(model, scaling, trained=TRAINED), engine, model.config.to_dict())
+    key, flag = ENGINES[engine]
+    context = int(re.search(rf"{flag} (\d+)", found["command"]).group(1))
+    folder = tmp_path / f"{family}-{'-'.join(map(str, setting.values()))}"
+    model.config.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(1)
+    q, k = torch.randn(context, HEADS, HEAD, generator=generator), torch.randn(context, 2, HEAD, generator=generator)
+    ours = patched_qk(model, scaling, q, k)
+    engine_case = {
+        "model": str(folder),
+        "overrides": found[key],
+        "context": context,
+        "head_dim": HEAD,
+        "positions": torch.arange(context),
+        "q": q.reshape(context, -1),
+        "k": k.reshape(context, -1),
+    }
+    return engine_case, ours, model, scaling
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exported_context(engine, tmp_path):
+    if fetched(engine) is None:
+        pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
+    cases, expected = [], []
+    for family in FAMILIES:
+        for setting in SERVED + SERVED_BY[engine]:
+            engine_case, ours, model, scaling = case(engine, family, setting, tmp_path)
+            cases.append(engine_case)
+            expected.append((family, setting, ours))
+    for (family, setting, (q, k)), theirs in zip(expected, run_engine(engine, cases, tmp_path)):
+        assert "error" not in theirs, f"{engine} refused {family} {setting} at start-up: {theirs.get('error')}"
+        served_q, served_k = theirs["q"].reshape(q.shape), theirs["k"].reshape(k.shape)
+        assert (served_q - q).abs().max() <= 1e-4 * q.abs().max(), (family, setting)
+        assert (served_k - k).abs().max() <= 1e-4 * k.abs().max(), (family, setting)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_the_check_can_fail_an_override_without_the_context_is_refused_and_a_wrong_one_differs(engine, tmp_path):
+    """The same harness on exports made wrong: no max_position_embeddings (the engine's start-up check refuses the
+    context), and NTK-by-parts' attention factor (1) left out (the engine's YaRN then scales by 0.1 ln s + 1)."""
+    if fetched(engine) is None:
+        pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
+    key = ENGINES[engine][0]
+    short, _, _, _ = case(engine, "llama", {"name": "ntk", "factor": 4}, tmp_path)
+    short["overrides"] = {k: v for k, v in short["overrides"].items() if k != "max_position_embeddings"}
+    wrong, ours, _, _ = case(engine, "llama", {"name": "ntk_by_parts", "factor": 4}, tmp_path)
+    name = "rope_parameters" if key == "hf_overrides" else "rope_scaling"
+    rope = {k: v for k, v in wrong["overrides"][name].items() if k not in ("attention_factor", "attn_factor")}
+    wrong["overrides"] = {**wrong["overrides"], name: rope}
+    refused, differs = run_engine(engine, [short, wrong], tmp_path)
+    assert "error" in refused and "256" in refused["error"]
+    assert (differs["q"].reshape(ours[0].shape) - ours[0]).abs().max() > 1e-2 * ours[0].abs().max()
+
+
+# every strategy the README lists: served (above) or refused in one line, never an approximation
+REFUSED = [
+    ({"name": "dynamic_ntk", "factor": 4}, "computes one NTK base at start-up"),
+    ({"name": "longrope", "factor": 4, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}, "long factors"),
+    ({"name": "mixed", "factors": [1.0] * 4 + [4.0] * 4}, "no rope type computes 'mixed' frequencies"),
+    ({"name": "logn"}, "query scaling inside attention has no config key"),
+    ({"name": "compose", "stages": [{"name": "ntk", "factor": 2}, {"name": "logn"}]}, "a composition of stages"),
+    ({"name": "self_extend"}, "an attention-level method"),
+    ({"name": "rerope"}, "an attention-level method"),
+    ({"name": "leaky_rerope"}, "an attention-level method"),
+    ({"name": "string", "offset": 40, "local_window": 8}, "an attention-level method"),
+    ({"name": "lm_infinite"}, "an attention-level method"),
+    ({"name": "dca"}, "dual chunk attention on the Qwen2 family only"),
+    ({"name": "yarn", "factor": 2, "dynamic": True}, "no dynamic YaRN"),
+]
+
+
+def test_sglang_refuses_p_rope():
+    model = family_model("llama")
+    scaling = rope_ext.resolve({"name": "p_rope"}, TRAINED)
+    with pytest.raises(Unsupported, match="from the rotary dim they compute themselves"):
+        export(scaling, geometry(model, scaling), "sglang", model.config.to_dict())
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.parametrize("setting,reason", REFUSED, ids=lambda s: s["name"] if isinstance(s, dict) else "")
+def test_what_the_engines_would_not_serve_as_measured_is_refused_in_one_line(engine, setting, reason):
+    model = family_model("llama")
+    scaling = rope_ext.resolve(setting, TRAINED)
+    with pytest.raises(Unsupported, match=reason) as err:
+        export(scaling, geometry(model, scaling), engine, model.config.to_dict())
+    assert "\n" not in str(err.value) and "transformers" not in str(err.value)
+
+
+def test_sglang_gets_explicit_values_for_the_models_own_rope_keys_and_top_level_original_context():
+    model = family_model("llama-leftovers")
+    scaling = rope_ext.resolve({"name": "ntk", "factor": 4}, TRAINED)
+    found = export(scaling, geometry(model, scaling, trained=TRAINED), "sglang", model.config.to_dict())
+    rope = found["json_model_override_args"]["rope_scaling"]
+    assert rope["rope_type"] == "default" and rope["factor"] == 1.0 and rope["mscale"] is None
+    assert found["json_model_override_args"]["original_max_position_embeddings"] is None
