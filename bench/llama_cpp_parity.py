@@ -15,7 +15,7 @@ import math
 import platform
 import time
 
-STRATEGIES = [  # every strategy rope_ext.export's llama_cpp accepts; "none" carries the factor for the context only
+STRATEGIES = [  # every strategy rope_ext.export's llama_cpp accepts
     {"name": "none"},
     {"name": "linear"},
     {"name": "ntk"},
@@ -57,15 +57,14 @@ def main() -> None:
     ids = load_documents(cfg.data, loaded.tokenizer)[0].ids[: args.tokens]
     rows = []
     for setting in STRATEGIES:
-        setting = {"factor": args.factor, **setting} if setting["name"] != "base" else setting
+        setting = {"factor": args.factor, **setting} if setting["name"] not in ("none", "base") else setting
         scaling = rope_ext.resolve(setting, args.trained)
-        if scaling.name == "none":  # the unscaled row: rope_ext's none takes a factor only for the context
-            scaling = rope_ext.resolve({"name": "none", "factor": args.factor}, args.trained)
         start = time.time()
         with rope_ext.patch(loaded.model, scaling):
             ours = math.exp(float(token_nll(loaded.model, ids).mean()))
         found = export(scaling, geometry(loaded.model, scaling, trained=args.trained), "llama.cpp")
-        llm = llama_cpp.Llama(path, logits_all=True, verbose=False, **found["llama_cpp_python"])
+        served = {**found["llama_cpp_python"], "n_ctx": len(ids)}  # the unscaled export covers the trained context
+        llm = llama_cpp.Llama(path, logits_all=True, verbose=False, **served)
         llm.eval(ids.tolist())
         logits = torch.from_numpy(np.asarray(llm.scores[: len(ids) - 1]))
         theirs = math.exp(float(torch.nn.functional.cross_entropy(logits, ids[1:]).mean()))
