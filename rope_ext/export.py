@@ -286,8 +286,9 @@ LLAMA_CPP_ARCH = {
     "smollm3": "smollm3",
 }
 LLAMA_CPP_VERIFIED = "llama-cpp-python 0.3.36 (llama.cpp 0c1e570)"  # tests/test_llama_cpp.py runs it
-# the oldest llama.cpp the route needs: <arch>.rope.scaling.attn_factor multiplied into every rope's magnitude
-LLAMA_CPP_MINIMUM = "llama.cpp with PR #7225 (2024-05: reads <arch>.rope.scaling.attn_factor); verified in 0.3.36 only"
+# the oldest llama.cpp the route needs: the host multiplying <arch>.rope.scaling.attn_factor into the rope's magnitude
+# (PR #7225), before PR #17945 as after it; --yarn-attn-factor, which #17945 overwrites, is left at its default 1
+LLAMA_CPP_MINIMUM = "llama.cpp with PR #7225 (2024-05, <arch>.rope.scaling.attn_factor); verified: 0.3.36 only"
 
 
 def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
