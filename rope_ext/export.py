@@ -66,7 +66,9 @@ MINIMUM = {
     "vllm": "a vLLM with rope_parameters support (PR #28542, 2025-11); an older one ignores the override and "
     "serves plain RoPE",
     "sglang": "SGLang 0.5.23 (older versions not checked)",
-    "llama.cpp": "llama-cpp-python 0.3.36 (older versions not checked)",
+    # the host multiplying <arch>.rope.scaling.attn_factor into the rope's magnitude (PR #7225), before PR #17945 as
+    # after it; --yarn-attn-factor, which #17945 overwrites, is left at its default 1
+    "llama.cpp": "llama.cpp with PR #7225 (2024-05, <arch>.rope.scaling.attn_factor); verified: 0.3.36 only",
 }
 # the model families whose vLLM and SGLang modules the tests check (others: "not verified" in deploy/README.md)
 ENGINE_VERIFIED_MODELS = ("llama", "qwen2")
@@ -397,10 +399,6 @@ LLAMA_CPP_ARCH = {
     "granite": "granite",
     "smollm3": "smollm3",
 }
-LLAMA_CPP_VERIFIED = "llama-cpp-python 0.3.36 (llama.cpp 0c1e570)"  # tests/test_llama_cpp.py runs it
-# the oldest llama.cpp the route needs: the host multiplying <arch>.rope.scaling.attn_factor into the rope's magnitude
-# (PR #7225), before PR #17945 as after it; --yarn-attn-factor, which #17945 overwrites, is left at its default 1
-LLAMA_CPP_MINIMUM = "llama.cpp with PR #7225 (2024-05, <arch>.rope.scaling.attn_factor); verified: 0.3.36 only"
 
 
 def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
@@ -452,8 +450,8 @@ def llama_cpp(scaling: Scaling, geo: Geometry) -> dict:
         "command": _shell(["llama-cli", "-m", "MODEL.gguf", *flags], {}),
         "flags": flags,
         "llama_cpp_python": args,
-        "verified": LLAMA_CPP_VERIFIED,
-        "minimum": LLAMA_CPP_MINIMUM,
+        "verified": VERIFIED["llama.cpp"],  # tests/test_llama_cpp.py runs it
+        "minimum": MINIMUM["llama.cpp"],
     }
 
 

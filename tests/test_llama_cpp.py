@@ -15,7 +15,7 @@ import rope_ext
 from evals.core.data import load_documents
 from evals.core.models import load_model, resolve_model
 from evals.scoring.nll import token_nll
-from rope_ext.export import LLAMA_CPP_VERIFIED, Geometry, Unsupported, export, geometry
+from rope_ext.export import VERIFIED, Geometry, Unsupported, export, geometry
 
 # Engine and harness differ by numeric noise (the engine's Q4_1 x q8_1 products and f16 KV cache against fp32): up to
 # 0.75% on these 1k-token runs (docs/benchmarks.md, "llama.cpp parity"; an f32 KV cache alone moves a row by 0.3%)
@@ -65,7 +65,7 @@ def test_llama_cpp_serves_the_perplexity_the_harness_measured(engine_and_model, 
     scaling = rope_ext.resolve(setting, trained)
     found = export(scaling, geometry(model, scaling, trained=trained), "llama.cpp")
     args = found["llama_cpp_python"]
-    assert found["verified"] == LLAMA_CPP_VERIFIED and args["n_ctx"] == round(trained * (scaling.factor or 1))
+    assert found["verified"] == VERIFIED["llama.cpp"] and args["n_ctx"] == round(trained * (scaling.factor or 1))
     with rope_ext.patch(model, scaling):
         measured = math.exp(float(token_nll(model, ids).mean()))
     served = engine_ppl(llama_cpp, path, {**args, "n_ctx": len(ids)}, ids)  # unscaled: the export covers `trained`
