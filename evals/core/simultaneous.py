@@ -15,9 +15,9 @@ and 3.0%).
   among means", JASA 56:52-64): they cover all m ratios together with probability >= 95%. Holm rejects every pair
   whose simultaneous interval excludes 1, and possibly more.
 - A pair's p-value and its interval at another level come from the verdict's own 95% interval
-  (verdict.paired_ratio) inverted through its pivot: on the log scale, estimate +/- q * half-width, q the Student-t
-  quantile with n - 1 degrees of freedom for the t over documents, else the normal quantile (the bootstrap and
-  Fieller intervals: approximately); each side keeps its own half-width.
+  (verdict.paired_ratio) inverted through a normal pivot: on the log scale, estimate +/- q * half-width, each side
+  keeping its own half-width. Approximate: the verdict's calibrated intervals (Hall-corrected t, HAC, Tang) are not
+  normal intervals, so the p-value is exactly 0.05 where the 95% interval touches 1 and approximate elsewhere.
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ LEVEL = 0.95  # the level of the verdict's intervals (verdict.paired_ratio)
 
 
 def _pivot(versus: dict):
-    """(quantile, survival) functions of the interval's pivot: Student-t (n - 1 df) for the t over documents, else
-    normal (scipy.special's ufuncs: the ranking makes m(m-1)/2 of these per answer)."""
+    """(quantile, survival) functions of the normal pivot (scipy.special's ufuncs: the ranking makes m(m-1)/2 of
+    these per answer)."""
     from scipy import special
 
-    n = versus.get("n") or 0
-    if versus.get("method") == "t over paired documents" and n >= 2:
-        return lambda p: float(special.stdtrit(n - 1, p)), lambda x: float(special.stdtr(n - 1, -x))
     return lambda p: float(special.ndtri(p)), lambda x: float(special.ndtr(-x))
 
 
