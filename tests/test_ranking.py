@@ -234,3 +234,14 @@ def test_the_answer_says_its_comparisons_hold_jointly():
     assert group["pairs"] == 3 and group["answer"].endswith("; simultaneous 95% (Holm, 3 pairs)")
     worst = group["rows"][-1]
     assert worst["strategy"] == "c" and worst["p_holm"] <= 0.05 and worst["vs_best"]["low"] > 1
+
+
+def test_a_strategy_that_never_scores_is_ranked_not_a_crash():
+    """A score of 0 on a bounded primary metric (LM-Infinite's passkey at 2x): Tang's interval is [0, h], which has
+    no log scale; the ranking compares it on the ratio scale (it raised a math domain error)."""
+    jobs = [passkey_job("none", 24), passkey_job("yarn", 24), passkey_job("lm_infinite", 0)]
+    verdicts = judge_all(jobs, dict(DEFAULTS))[0]
+    (group,) = rank(jobs, verdicts)
+    rows = {r["strategy"]: r for r in group["rows"]}
+    assert rows["lm_infinite"]["vs_best"]["ratio"] == 0 and rows["lm_infinite"]["vs_best"]["low"] == 0
+    assert rows["lm_infinite"]["p_holm"] < 0.05 and rows["lm_infinite"]["tie_group"] != rows["yarn"]["tie_group"]
