@@ -15,6 +15,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 import rope_ext
 from evals.setup.engines import fetched
 from rope_ext.export import VERIFIED, Unsupported, export, geometry
+from tests.test_export import NATIVE
 from tests.tiny import ROOT
 
 TRAINED, HEADS, HEAD = 64, 4, 16
@@ -37,16 +38,9 @@ FAMILIES = {
         original_max_position_embeddings=32,
     ),
 }
-SERVED = [  # every frequency strategy the engines can express, as rope_ext measures it
-    {"name": "none"},
-    {"name": "linear", "factor": 4},
-    {"name": "ntk", "factor": 4},
-    {"name": "base", "base": 5e5},
-    {"name": "yarn", "factor": 4},
-    {"name": "yarn", "factor": 3, "beta_fast": 16, "truncate": False},
-    {"name": "ntk_by_parts", "factor": 4},
-    {"name": "llama3", "factor": 4},
-]
+# every frequency strategy the engines can express, as rope_ext measures it: the transformers-native set of
+# tests/test_export.py but dynamic NTK (static in vLLM/SGLang: refused), and the model unchanged
+SERVED = [{"name": "none"}, *(s for s in NATIVE if s["name"] != "dynamic_ntk")]
 # vLLM only: its 'proportional' rope (SGLang's Llama/Qwen2 compute the rotary dim themselves: refused)
 SERVED_BY = {"vllm": [{"name": "p_rope"}, {"name": "p_rope", "fraction": 0.5}], "sglang": []}
 ENGINES = {"vllm": ("hf_overrides", "--max-model-len"), "sglang": ("json_model_override_args", "--context-length")}

@@ -36,7 +36,7 @@ from .config.lengths import check_lengths, length_fields, parse_length, resolve_
 from .config.structured import DataConfig, LoggerConfig, ModelConfig, VerdictConfig
 from .data import data_identity
 from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
-from .files import cache_dir, unwritable
+from .files import cache_dir, note_once, unwritable
 from .models import ResolvedModel, check_attention_hook, resolve_model
 from .registry import EVALS, EvalSpec
 from .verdict import AT
@@ -192,9 +192,6 @@ def native_scaling(config) -> str | None:
     return None
 
 
-_NATIVE_SAID: set = set()
-
-
 def _say_native(model: ResolvedModel, scaling) -> None:
     """One line when the checkpoint ships with rope scaling: the reference (``none``) is the model as shipped, and
     whether the strategy replaces the native scaling (frequency strategies rebuild from ``rope_theta``) or stacks
@@ -211,9 +208,7 @@ def _say_native(model: ResolvedModel, scaling) -> None:
         f"model '{model.name}' ships with {native} rope scaling; the reference (scaling=none) is the model as shipped, "
         f"and {scaling.name} {how}"
     )
-    if said not in _NATIVE_SAID:
-        _NATIVE_SAID.add(said)
-        print(f"note: {said}", file=sys.stderr)
+    note_once(f"note: {said}")
 
 
 @functools.lru_cache(maxsize=None)

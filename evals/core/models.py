@@ -25,13 +25,12 @@ import importlib.util
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..setup.gguf_chunks import assembled_dir, assembled_path, install_hint
-from .files import cache_dir, file_identity, read_cache, write_cache
+from .files import cache_dir, file_identity, note_once, read_cache, write_cache
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
 if TYPE_CHECKING:
@@ -227,9 +226,6 @@ def _explicit(key: str) -> bool:
     return any(o.split("=", 1)[0].lstrip("+~") == key for o in HydraConfig.get().overrides.task)
 
 
-_SAID: set = set()  # the disagreements already said in this process (a sweep resolves a model once per job)
-
-
 def _trained_context(cfg, source: Source, config) -> int:
     """The trained context L: a local checkpoint's (``model.path``) from its own config.json or GGUF metadata,
     the preset's ``original_max_position`` only as a fallback -- ``model=llama model.path=<a Llama-3 checkpoint>``
@@ -250,9 +246,7 @@ def _trained_context(cfg, source: Source, config) -> int:
             f"{cfg.name}'s {preset} (model.original_max_position=N on the command line to override)"
         )
         trained = own
-    if said not in _SAID:
-        _SAID.add(said)
-        print(f"note: {said}", file=sys.stderr)
+    note_once(f"note: {said}")  # once per process: a sweep resolves a model once per job
     return trained
 
 
