@@ -19,11 +19,30 @@ a simulation with known truth says it holds (tests/test_calibration.py, numbers 
   transformation", JRSS B 54:221-228) cubic transformation of the t statistic for skewed per-document
   differences, at 99.7% per side: at 6 documents strongly skewed differences (lognormal sigma 1) are not visible
   in the sample, and only a wider interval keeps false yes near 5% (the power it costs is said in the docs).
-- One document: its blocks in position order, the estimate's influence series, a Bartlett (Newey & West 1987)
-  long-run variance with the bandwidth the whole series (b = 1) and the fixed-b critical value of Kiefer &
-  Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation robust tests", Econometric
-  Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block NLLs of a novel are
-  correlated over many blocks.
+- One document, every block held by both sides (1x): its blocks in position order, the estimate's influence series,
+  a Bartlett (Newey & West 1987, "A simple, positive semi-definite, heteroskedasticity and autocorrelation consistent
+  covariance matrix", Econometrica 55:703-708) long-run variance with the bandwidth the whole series (b = 1) and the
+  fixed-b critical value of Kiefer & Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation
+  robust tests", Econometric Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block
+  NLLs of a novel are correlated over many blocks.
+- One document with blocks one side lacks (2x, 4x: the blocks past T exist on the strategy's side only): the estimate
+  is the paired difference on the shared blocks plus the own side's between-segment difference, so its influence is
+  taken with residuals centred within each segment (shared, own-only); a level step between the segments -- the very
+  effect measured -- then adds nothing to the variance (centred on the whole series' mean, as before, it did: x2.06
+  [0.25, 17.2] on Emma). Each segment's long-run variance is an orthonormal-series estimate (Sun 2013, "A
+  heteroskedasticity and autocorrelation robust F test using an orthonormal series variance estimator", Econometrics
+  Journal 16:1-26; Mueller 2007, "A theory of robust long-run variance estimation", J. Econometrics 141:1331-1352):
+  the residuals projected on the segment's first K = 2 cosines (made orthogonal to its token weights), whose squared
+  projections are its long-run variance with K degrees of freedom; the segments' variances add (their covariance
+  left out: at a positive correlation across the boundary this overstates the variance of a difference) and the
+  critical value is Student's t with the smallest segment's K degrees of freedom (the conservative bound of the
+  Welch-Satterthwaite df, Hsu 1938, "Contributions to the theory of Student's t-test as applied to the problem of
+  two samples", Statistical Research Memoirs 2:1-24), t_2 = 4.30. Why K = 2 with t_2: block difficulty of a novel
+  wanders slowly, and a low-frequency wander inside a 32-block segment is mostly absorbed by its mean, so every
+  within-segment estimate sees only part of it -- with Welch's df, K = 2 covered 0.926 at 2x, K = 3 with t_3 0.935
+  at 64 + 64 (tests/test_calibration.py's model). Assumes stationary text difficulty across the document: within
+  one text a block's difficulty and its position cannot be told apart, so a text whose second half is harder reads
+  as a loss at 2x, and no within-document method can tell (more documents can).
 - Accuracies (paired proportions): Tang, Tang & Chan's (2003, "On tests of equivalence via non-unity relative
   risk for matched-pair design", Statistics in Medicine 22:1217-1233) score interval for the ratio of two
   paired proportions, inverted by bisection, at a nominal 96%: at 95% the discreteness of counts lets its coverage
@@ -107,6 +126,9 @@ MIN_DOCUMENTS = 2  # several documents (or prompts as their own clusters): the c
 MIN_PROMPTS = 4  # paired accuracies (Tang's interval holds from 1; below 4 it cannot say yes at 0.85 anyway)
 DOCUMENT_LEVEL = 0.994  # the cluster interval's nominal level: <= 5% false yes under strongly skewed differences
 TANG_LEVEL = 0.96  # Tang's nominal level: its coverage dips with the discreteness of counts (0.927 at n = 100 at 95%)
+SEGMENT_COSINES = 2  # one document over segments: cosines per segment (tests/test_calibration.py; K = 3 undercovers)
+HAC_METHOD = "HAC (Bartlett, fixed-b) over the blocks of one document"
+SEGMENTS_METHOD = "segment-centred long-run variance (2 cosines a segment, t_2) over the blocks of one document"
 POWER_Z = 1.2816  # "more units would decide it": aimed at 90% power, so that followed it decides >= 80%
 
 
@@ -188,6 +210,81 @@ def hac_interval(u, estimate, level: float = 0.95):
     return estimate - critical * se, estimate + critical * se, se, critical
 
 
+def segment_basis(weights, k: int = SEGMENT_COSINES):
+    """Orthonormal columns over one segment's blocks: its first ``k`` cosines cos(pi j (t + 1/2) / m), j = 1..k,
+    made orthogonal to each weight vector in ``weights`` (so a level within the segment projects to 0), at most
+    m - rank(weights) of them."""
+    import numpy as np
+
+    w = np.column_stack([np.asarray(x, float) for x in weights if np.any(x)])
+    q, sv, _ = np.linalg.svd(w, full_matrices=False)
+    q = q[:, sv > 1e-9 * sv[0]]
+    m = w.shape[0]
+    k = min(k, m - q.shape[1])
+    if k < 1:
+        return np.zeros((m, 0))
+    cosines = np.cos(np.pi * np.outer(np.arange(m) + 0.5, np.arange(1, k + 1)) / m)
+    cosines -= q @ (q.T @ cosines)  # orthogonal to the weights
+    return np.linalg.qr(cosines)[0]
+
+
+def segments(wa, wb):
+    """Each block's segment from which side holds it (1-d weights): 3 both, 1 the first side only, 2 the second."""
+    import numpy as np
+
+    return (np.asarray(wa) > 0) * 1 + (np.asarray(wb) > 0) * 2
+
+
+def segment_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95, k: int = SEGMENT_COSINES):
+    """One document whose sides hold different blocks (rows of 2-d arrays: separate samples on the same blocks, in
+    position order). The influence of each block with residuals centred within its segment (shared, one side only),
+    u_t = f'(m_a) (s_a,t - m_a,g w_a,t) / W_a - f'(m_b) (s_b,t - m_b,g w_b,t) / W_b; per segment g of m_g blocks
+    the long-run variance m_g mean_j (phi_j' u_g)^2 on its ``k`` cosines (:func:`segment_basis`), summed over
+    segments; Student's t with the smallest segment's k df. (estimate, low, high, se, critical); None when a
+    segment is too short for one cosine (fewer than 2 blocks)."""
+    import numpy as np
+    from scipy import stats
+
+    sa, wa, sb, wb = (np.atleast_2d(np.asarray(x, float)) for x in (sa, wa, sb, wb))
+    label = segments(wa[0], wb[0])
+    Wa, Wb = wa.sum(1, keepdims=True), wb.sum(1, keepdims=True)
+    ma, mb = sa.sum(1, keepdims=True) / Wa, sb.sum(1, keepdims=True) / Wb
+    fa, fb = (1 / ma, 1 / mb) if log else (1.0, 1.0)  # f'(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = (np.log(ma) - np.log(mb))[:, 0] if log else (ma - mb)[:, 0]
+    variance, df = np.zeros(len(sa)), math.inf
+    for g in np.unique(label):
+        at = label == g
+        basis = segment_basis([wa[0, at], wb[0, at]], k)
+        if basis.shape[1] == 0:
+            return None
+        # residuals centred on the segment's own mean, each side: s - m_g w
+        ra, rb = (
+            s[:, at] - w[:, at] * (s[:, at].sum(1, keepdims=True) / np.maximum(w[:, at].sum(1, keepdims=True), 1e-300))
+            for s, w in ((sa, wa), (sb, wb))
+        )
+        u = fa * ra / Wa - fb * rb / Wb
+        variance = variance + at.sum() * ((u @ basis) ** 2).mean(1)  # m_g times the mean squared projection
+        df = min(df, basis.shape[1])
+    critical = float(stats.t.ppf(0.5 + level / 2, df))
+    se = np.sqrt(variance)
+    return estimate, estimate - critical * se, estimate + critical * se, se, critical
+
+
+def one_document_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95):
+    """One document's interval (rows of 2-d arrays: samples on the same blocks, in position order; w = 0 where a side
+    lacks a block): :func:`segment_interval` when a side holds blocks the other lacks and every segment has 2 or more,
+    else :func:`hac_interval` on the influence series. (estimate, low, high, se, critical, "segments" or "hac")."""
+    import numpy as np
+
+    if len(np.unique(segments(np.atleast_2d(wa)[0], np.atleast_2d(wb)[0]))) > 1:
+        found = segment_interval(sa, wa, sb, wb, log=log, level=level)
+        if found:
+            return *found, "segments"
+    estimate, u, _ = influence(sa, wa, sb, wb, log=log)
+    return estimate, *hac_interval(u, estimate, level), "hac"
+
+
 def cluster_interval(u, h, estimate, level: float = DOCUMENT_LEVEL):
     """Several clusters: ``u`` their influences on the estimate, ``h`` their weight shares (rows of 2-d arrays:
     separate samples). Var = sum u_j^2 scaled to be unbiased for a weighted mean of equal-variance clusters (the
@@ -226,8 +323,10 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
     two units remain.
 
     - Two or more shared clusters: :func:`cluster_interval` on the per-cluster influences; ``n`` = clusters.
-    - One shared cluster (one document): :func:`hac_interval` on its units in position order (units a side lacks
-      -- the blocks past T of a 2x run -- have their own side's influence only); ``n`` = its units."""
+    - One shared cluster (one document): :func:`one_document_interval` on its units in position order: the
+      Bartlett HAC when both sides hold the same units; when a side holds units the other lacks (the blocks past T
+      of a 2x run), the segment-centred interval (shared, own-only); ``n`` = its units, ``description`` the method
+      in words."""
     import numpy as np
 
     a, b, shared = shared_clusters(a, b)
@@ -253,12 +352,14 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
             "clustered": True,
             "se": float(se[0]),
             "df": float(df[0]),
+            "critical": cluster_critical(float(df[0]), len(shared)),
             "min_units": MIN_DOCUMENTS,
             "method": "cluster",
         }
     if len(keys) < 2:
         return None
-    low, high, se, critical = hac_interval(u, estimate, level)
+    columns = [np.array([side[k][i] if k in side else 0.0 for k in keys]) for side in (a, b) for i in (0, 1)]
+    _, low, high, se, critical, method = one_document_interval(*columns, log=log, level=level)
     return {
         **base,
         "low": float(low[0]),
@@ -268,7 +369,8 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
         "se": float(se[0]),
         "critical": critical,
         "min_units": MIN_BLOCKS,
-        "method": "hac",
+        "method": method,
+        "description": SEGMENTS_METHOD if method == "segments" else HAC_METHOD,
     }
 
 
@@ -348,6 +450,20 @@ def document_critical(m):
     from scipy import stats
 
     return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(np.asarray(m, float) - 1, 1))
+
+
+def cluster_critical(df: float, n: int):
+    """The critical value the cluster interval would use at m clusters like its ``n`` present ones (a function of
+    an array of m): t at DOCUMENT_LEVEL with its Bell-McCaffrey ``df`` grown in proportion, df (m - 1) / (n - 1)
+    (at m = n exactly its own; equal weights: m - 1, :func:`document_critical`)."""
+    import numpy as np
+    from scipy import stats
+
+    def critical(m):
+        grown = df * (np.asarray(m, float) - 1) / max(n - 1, 1)
+        return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(grown, 1e-3))
+
+    return critical
 
 
 def more_units(n: int, half_width: float, distance: float, critical=None) -> int | None:

@@ -5,7 +5,9 @@ the limit and the interval excludes it on the passing side; nominal 2.5%). Monte
 
 - One document, block NLLs correlated like SmolLM2's on Emma (lags 1-4: 0.27, 0.11, 0.13, 0.14): a persistent AR(1)
   (phi 0.95, 14% of the variance) plus a short one (0.16) gives 0.25, 0.13, 0.10, 0.09; the two models' per-block
-  difference on shared tokens an AR(1) of 0.27; shared + own blocks as at 1x (all shared), 2x (half) and 4x.
+  difference on shared tokens an AR(1) of 0.27; shared + own blocks as at 1x (all shared), 2x (half) and 4x, down to
+  8 blocks in all (MIN_BLOCKS); at 2x and 4x also with a level step between the segments (the strategy worse past T
+  by 1.45 nats a block: the unscaled model's doubling on Emma, x2.06), which must not widen the interval.
 - Several documents: per-document differences normal or skewed (lognormal sigma 0.5, 1), equal and unequal token
   weights (one 10,000-token document and 19 of 256 tokens), documents on each side that differ (compared on the
   shared ones only).
@@ -20,9 +22,11 @@ from evals.stats import (
     MIN_PROMPTS,
     cluster_interval,
     document_critical,
+    cluster_critical,
     hac_interval,
     influence,
     more_units,
+    one_document_interval,
     paired_log_ratio,
     paired_proportion_ratio,
     tang_interval,
@@ -47,18 +51,20 @@ def difficulty(rng, reps: int, n: int) -> np.ndarray:
     return 0.3 * (np.sqrt(0.14) * ar(rng, reps, n, 0.95) + np.sqrt(0.86) * ar(rng, reps, n, 0.159))
 
 
-def one_document(shared: int, own: int, seed: int):
-    """(low, high) of REPS one-document comparisons: the strategy on shared + own blocks, the reference on the shared
-    ones (the first), both 256 tokens a block."""
+STEP = 1.45  # Emma's unscaled doubling: the blocks past T 1.45 nats worse, x2.06 over the whole 16k
+
+
+def one_document(shared: int, own: int, seed: int, step: float = 0.0):
+    """(low, high, truth) of REPS one-document comparisons: the strategy on shared + own blocks, the reference on the
+    shared ones (the first), both 256 tokens a block; the strategy ``step`` worse on its own blocks."""
     rng = np.random.default_rng(seed)
     n = shared + own
     x = difficulty(rng, REPS, n)
-    a = x + DELTA + 0.05 * ar(rng, REPS, n, 0.27)
+    a = x + DELTA + 0.05 * ar(rng, REPS, n, 0.27) + step * (np.arange(n) >= shared)
     b = np.where(np.arange(n) < shared, x, 0.0)
     wb = np.broadcast_to((np.arange(n) < shared) * 256.0, (REPS, n))
-    estimate, u, _ = influence(256 * a, np.full((REPS, n), 256.0), 256 * b, wb)
-    low, high, _, _ = hac_interval(u, estimate)
-    return low, high
+    _, low, high, _, _, _ = one_document_interval(256 * a, np.full((REPS, n), 256.0), 256 * b, wb)
+    return low, high, DELTA + step * own / n
 
 
 def rates(low, high, truth: float) -> tuple[float, float, float]:
@@ -74,20 +80,41 @@ def test_the_interval_matches_its_vectorised_form():
     sa, wa = zip(*a.values())
     sb = [b[k][0] if k in b else 0.0 for k in a]
     wb = [b[k][1] if k in b else 0.0 for k in a]
-    estimate, u, _ = influence(sa, wa, sb, wb)
-    low, high, _, _ = hac_interval(u, estimate)
+    _, low, high, _, _, method = one_document_interval(sa, wa, sb, wb)
     assert (found["low"], found["high"]) == pytest.approx((low[0], high[0]))
-    assert found["n"] == 24 and not found["clustered"]
+    assert found["n"] == 24 and not found["clustered"] and found["method"] == method == "segments"
+    full = {k: (s - 256 * rng.normal(0.05, 0.05), w) for k, (s, w) in a.items()}  # 1x: every block on both sides
+    estimate, u, _ = influence(sa, wa, *zip(*full.values()))
+    assert paired_log_ratio(a, full)["method"] == "hac"
+    assert paired_log_ratio(a, full)["low"] == pytest.approx(hac_interval(u, estimate)[0][0])
 
 
 @pytest.mark.parametrize(
-    "shared,own", [(8, 0), (16, 0), (32, 0), (64, 0), (8, 8), (16, 16), (32, 32), (64, 64), (16, 48), (32, 96)]
+    "shared,own,step",
+    [(8, 0, 0), (16, 0, 0), (32, 0, 0), (64, 0, 0)]  # 1x
+    + [(4, 4, 0), (8, 8, 0), (16, 16, 0), (32, 32, 0), (64, 64, 0), (4, 4, STEP), (32, 32, STEP)]  # 2x
+    + [(2, 6, 0), (4, 12, 0), (16, 48, 0), (32, 96, 0), (32, 96, STEP)],  # 4x
 )
-def test_one_document_with_correlated_blocks(shared, own):
-    coverage, below, above = rates(*one_document(shared, own, seed=shared * 1000 + own), DELTA)
-    print(f"one document {shared}+{own} blocks: coverage {coverage:.3f}, false yes {below:.3f}, false NO {above:.3f}")
+def test_one_document_with_correlated_blocks(shared, own, step):
+    low, high, truth = one_document(shared, own, seed=shared * 1000 + own, step=step)
+    coverage, below, above = rates(low, high, truth)
+    width = float(np.mean(high - low))
+    print(
+        f"one document {shared}+{own} blocks, step {step}: coverage {coverage:.3f}, false yes {below:.3f}, "
+        f"false NO {above:.3f}, mean width {width:.3f}"
+    )
     assert shared + own >= MIN_BLOCKS
     assert coverage >= 0.94 and below <= 0.03 and above <= 0.03
+
+
+@pytest.mark.parametrize("shared,own,most", [(32, 32, 0.45), (64, 64, 0.4), (16, 48, 0.7), (32, 96, 0.6)])
+def test_a_level_step_past_T_does_not_widen_the_one_document_interval(shared, own, most):
+    """Emma's unscaled doubling (the blocks past T 1.45 nats worse): the interval's width is what it is without the
+    step, and at most ``most`` in log ratio (the whole-series Bartlett HAC: 1.43 at 32 + 32, x2.06 [0.25, 17.2])."""
+    flat, stepped = (one_document(shared, own, seed=7, step=step) for step in (0.0, STEP))
+    widths = [float(np.mean(high - low)) for low, high, _ in (flat, stepped)]
+    print(f"one document {shared}+{own}: mean width {widths[0]:.3f} without a step, {widths[1]:.3f} with")
+    assert widths[1] == pytest.approx(widths[0]) and widths[1] <= most
 
 
 def documents(rng, reps: int, count: int, sigma: float, weights=None):
@@ -189,7 +216,7 @@ def test_more_documents_followed_decide_it():
         low, high, se, df = cluster_interval(u, h, estimate)
         if high[0] <= limit or low[0] > limit:
             continue
-        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), document_critical)
+        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), cluster_critical(df[0], 6))
         asked += 1
         if more is None:
             continue
@@ -200,6 +227,7 @@ def test_more_documents_followed_decide_it():
         decided += bool(high[0] <= limit or low[0] > limit)
     print(f"more documents, followed: decided {decided}/{asked}")
     assert asked >= 50 and decided / asked >= 0.8
+    assert cluster_critical(5.0, 6)(np.array([6, 12])) == pytest.approx(document_critical(np.array([6, 12])))
 
 
 def test_more_prompts_followed_decide_it():
