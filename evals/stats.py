@@ -25,24 +25,22 @@ a simulation with known truth says it holds (tests/test_calibration.py, numbers 
   fixed-b critical value of Kiefer & Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation
   robust tests", Econometric Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block
   NLLs of a novel are correlated over many blocks.
-- One document with blocks one side lacks (2x, 4x: the blocks past T exist on the strategy's side only): the estimate
-  is the paired difference on the shared blocks plus the own side's between-segment difference, so its influence is
-  taken with residuals centred within each segment (shared, own-only); a level step between the segments -- the very
-  effect measured -- then adds nothing to the variance (centred on the whole series' mean, as before, it did: x2.06
-  [0.25, 17.2] on Emma). Each segment's long-run variance is an orthonormal-series estimate (Sun 2013, "A
-  heteroskedasticity and autocorrelation robust F test using an orthonormal series variance estimator", Econometrics
-  Journal 16:1-26; Mueller 2007, "A theory of robust long-run variance estimation", J. Econometrics 141:1331-1352):
-  the residuals projected on the segment's first K = 2 cosines (made orthogonal to its token weights), whose squared
-  projections are its long-run variance with K degrees of freedom; the segments' variances add (their covariance
-  left out: at a positive correlation across the boundary this overstates the variance of a difference) and the
-  critical value is Student's t with the smallest segment's K degrees of freedom (the conservative bound of the
-  Welch-Satterthwaite df, Hsu 1938, "Contributions to the theory of Student's t-test as applied to the problem of
-  two samples", Statistical Research Memoirs 2:1-24), t_2 = 4.30. Why K = 2 with t_2: block difficulty of a novel
-  wanders slowly, and a low-frequency wander inside a 32-block segment is mostly absorbed by its mean, so every
-  within-segment estimate sees only part of it -- with Welch's df, K = 2 covered 0.926 at 2x, K = 3 with t_3 0.935
-  at 64 + 64 (tests/test_calibration.py's model). Assumes stationary text difficulty across the document: within
-  one text a block's difficulty and its position cannot be told apart, so a text whose second half is harder reads
-  as a loss at 2x, and no within-document method can tell (more documents can).
+- One document with blocks one side lacks (2x, 4x: the blocks past T exist on the strategy's side only): the
+  estimate's error is the paired part on the shared blocks plus the own side's between-segment difference in text
+  difficulty. The old whole-series HAC centred the own-only blocks on the whole series' mean, so the effect measured
+  (a step or ramp past T) counted as variance (Emma, unscaled at 16k against 8k: x2.06 [0.25, 17.2]). Here every
+  long-run variance comes from the shared segment alone, where both sides are measured, and is carried over to the
+  own-only blocks: an orthonormal-series estimate (Sun 2013, "A heteroskedasticity and autocorrelation robust F test
+  using an orthonormal series variance estimator", Econometrics Journal 16:1-26; Mueller 2007, "A theory of robust
+  long-run variance estimation", J. Econometrics 141:1331-1352) on the segment's first cosine (made orthogonal to its
+  token weights), with Student's t on 1 degree of freedom, its fixed-smoothing critical value (12.7); the segments'
+  covariance is left out (positive across the boundary, it only lowers the variance of a difference). Why one
+  cosine: block difficulty of a novel wanders slowly, and a segment's mean absorbs most of a slow wander, so every
+  within-segment estimate sees only part of it; with 2 cosines and t_2 coverage fell to 0.926 at 2x and 0.908 at 4x
+  (tests/test_calibration.py's model). Assumes stationary text difficulty across the document: the own-only blocks'
+  text varies as the shared blocks' does, and is as hard on average -- within one text a block's difficulty and its
+  position cannot be told apart, so a novel whose second half is harder reads as a loss at 2x, and no
+  within-document method can tell (more documents can).
 - Accuracies (paired proportions): Tang, Tang & Chan's (2003, "On tests of equivalence via non-unity relative
   risk for matched-pair design", Statistics in Medicine 22:1217-1233) score interval for the ratio of two
   paired proportions, inverted by bisection, at a nominal 96%: at 95% the discreteness of counts lets its coverage
@@ -126,9 +124,9 @@ MIN_DOCUMENTS = 2  # several documents (or prompts as their own clusters): the c
 MIN_PROMPTS = 4  # paired accuracies (Tang's interval holds from 1; below 4 it cannot say yes at 0.85 anyway)
 DOCUMENT_LEVEL = 0.994  # the cluster interval's nominal level: <= 5% false yes under strongly skewed differences
 TANG_LEVEL = 0.96  # Tang's nominal level: its coverage dips with the discreteness of counts (0.927 at n = 100 at 95%)
-SEGMENT_COSINES = 2  # one document over segments: cosines per segment (tests/test_calibration.py; K = 3 undercovers)
+SEGMENT_COSINES = 1  # one document over segments: cosines on the shared segment (tests/test_calibration.py)
 HAC_METHOD = "HAC (Bartlett, fixed-b) over the blocks of one document"
-SEGMENTS_METHOD = "segment-centred long-run variance (2 cosines a segment, t_2) over the blocks of one document"
+SEGMENTS_METHOD = "shared-segment long-run variance (1 cosine, t_1) over the blocks of one document"
 POWER_Z = 1.2816  # "more units would decide it": aimed at 90% power, so that followed it decides >= 80%
 
 
@@ -237,43 +235,44 @@ def segments(wa, wb):
 
 def segment_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95, k: int = SEGMENT_COSINES):
     """One document whose sides hold different blocks (rows of 2-d arrays: separate samples on the same blocks, in
-    position order). The influence of each block with residuals centred within its segment (shared, one side only),
-    u_t = f'(m_a) (s_a,t - m_a,g w_a,t) / W_a - f'(m_b) (s_b,t - m_b,g w_b,t) / W_b; per segment g of m_g blocks
-    the long-run variance m_g mean_j (phi_j' u_g)^2 on its ``k`` cosines (:func:`segment_basis`), summed over
-    segments; Student's t with the smallest segment's k df. (estimate, low, high, se, critical); None when a
-    segment is too short for one cosine (fewer than 2 blocks)."""
+    position order; w = 0 where a side lacks a block). The error of the estimate is the shared segment's paired part
+    plus each one-sided segment's mean difficulty against the shared one's; every long-run variance is estimated on
+    the shared segment only, where both sides are measured (the effect measured past T -- a step, a ramp -- never
+    enters it): with r_a = f'(m_a) (s_a - m_a,sh w_a) / W_a and r_b likewise (residuals centred on the shared
+    segment's means), phi_j its ``k`` cosines (:func:`segment_basis`),
+    Var = mean_j [ m_sh (phi_j' (r_a - r_b))^2 + m_a-only (phi_j' r_a)^2 + m_b-only (phi_j' r_b)^2 ];
+    Student's t with k df. (estimate, low, high, se, critical); None when the shared segment is too short for one
+    cosine (fewer than 2 blocks)."""
     import numpy as np
     from scipy import stats
 
     sa, wa, sb, wb = (np.atleast_2d(np.asarray(x, float)) for x in (sa, wa, sb, wb))
     label = segments(wa[0], wb[0])
+    at = label == 3
+    basis = segment_basis([wa[0, at], wb[0, at]], k) if at.sum() >= 2 else np.zeros((0, 0))
+    if basis.shape[1] == 0:
+        return None
     Wa, Wb = wa.sum(1, keepdims=True), wb.sum(1, keepdims=True)
     ma, mb = sa.sum(1, keepdims=True) / Wa, sb.sum(1, keepdims=True) / Wb
     fa, fb = (1 / ma, 1 / mb) if log else (1.0, 1.0)  # f'(m)
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = (np.log(ma) - np.log(mb))[:, 0] if log else (ma - mb)[:, 0]
-    variance, df = np.zeros(len(sa)), math.inf
-    for g in np.unique(label):
-        at = label == g
-        basis = segment_basis([wa[0, at], wb[0, at]], k)
-        if basis.shape[1] == 0:
-            return None
-        # residuals centred on the segment's own mean, each side: s - m_g w
-        ra, rb = (
-            s[:, at] - w[:, at] * (s[:, at].sum(1, keepdims=True) / np.maximum(w[:, at].sum(1, keepdims=True), 1e-300))
-            for s, w in ((sa, wa), (sb, wb))
-        )
-        u = fa * ra / Wa - fb * rb / Wb
-        variance = variance + at.sum() * ((u @ basis) ** 2).mean(1)  # m_g times the mean squared projection
-        df = min(df, basis.shape[1])
-    critical = float(stats.t.ppf(0.5 + level / 2, df))
+    # each side's residuals on the shared segment, centred on its mean there: s - m_sh w
+    ra, rb = (
+        fa * (sa[:, at] - wa[:, at] * sa[:, at].sum(1, keepdims=True) / wa[:, at].sum(1, keepdims=True)) / Wa,
+        fb * (sb[:, at] - wb[:, at] * sb[:, at].sum(1, keepdims=True) / wb[:, at].sum(1, keepdims=True)) / Wb,
+    )
+    pa, pb = ra @ basis, rb @ basis  # projections on the cosines
+    # m_g times the long-run variance of the segment's influence, all from the shared segment's projections
+    variance = (at.sum() * (pa - pb) ** 2 + (label == 1).sum() * pa**2 + (label == 2).sum() * pb**2).mean(1)
+    critical = float(stats.t.ppf(0.5 + level / 2, basis.shape[1]))
     se = np.sqrt(variance)
     return estimate, estimate - critical * se, estimate + critical * se, se, critical
 
 
 def one_document_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95):
     """One document's interval (rows of 2-d arrays: samples on the same blocks, in position order; w = 0 where a side
-    lacks a block): :func:`segment_interval` when a side holds blocks the other lacks and every segment has 2 or more,
+    lacks a block): :func:`segment_interval` when a side holds blocks the other lacks and 2 or more are shared,
     else :func:`hac_interval` on the influence series. (estimate, low, high, se, critical, "segments" or "hac")."""
     import numpy as np
 
