@@ -95,6 +95,23 @@ def test_the_interval_matches_its_vectorised_form():
     assert paired_log_ratio(a, full)["low"] == pytest.approx(hac_interval(u, estimate)[0][0])
 
 
+def test_a_loss_past_T_moves_the_one_document_interval_without_widening_it():
+    """Real blocks: the first scores 255 tokens (its first token has no context), the rest 256; the strategy 1.45 nats
+    worse on every block past T moves the estimate and both ends by the same amount, and leaves the width alone."""
+    rng = np.random.default_rng(3)
+    w = np.full(64, 256.0)
+    w[0] = 255.0
+    x = 3.2 + 0.3 * rng.standard_normal(64)
+    wb = np.where(np.arange(64) < 32, w, 0.0)
+    sb = np.where(np.arange(64) < 32, x * w, 0.0)
+    flat = one_document_interval(x * w, w, sb, wb)
+    worse = one_document_interval((x + 1.45 * (np.arange(64) >= 32)) * w, w, sb, wb)
+    assert flat[5] == worse[5] == "segments"
+    shift = worse[0][0] - flat[0][0]
+    assert shift == pytest.approx(1.45 * 32 * 256 / w.sum())
+    assert (worse[1][0] - flat[1][0], worse[2][0] - flat[2][0]) == pytest.approx((shift, shift))
+
+
 @pytest.mark.parametrize(
     "shared,own,effect",
     [(8, 0, "none"), (16, 0, "none"), (32, 0, "none"), (64, 0, "none")]  # 1x
