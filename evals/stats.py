@@ -19,11 +19,28 @@ a simulation with known truth says it holds (tests/test_calibration.py, numbers 
   transformation", JRSS B 54:221-228) cubic transformation of the t statistic for skewed per-document
   differences, at 99.7% per side: at 6 documents strongly skewed differences (lognormal sigma 1) are not visible
   in the sample, and only a wider interval keeps false yes near 5% (the power it costs is said in the docs).
-- One document: its blocks in position order, the estimate's influence series, a Bartlett (Newey & West 1987)
-  long-run variance with the bandwidth the whole series (b = 1) and the fixed-b critical value of Kiefer &
-  Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation robust tests", Econometric
-  Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block NLLs of a novel are
-  correlated over many blocks.
+- One document, every block held by both sides (1x): its blocks in position order, the estimate's influence series,
+  a Bartlett (Newey & West 1987, "A simple, positive semi-definite, heteroskedasticity and autocorrelation consistent
+  covariance matrix", Econometrica 55:703-708) long-run variance with the bandwidth the whole series (b = 1) and the
+  fixed-b critical value of Kiefer & Vogelsang (2005, "A new asymptotic theory for heteroskedasticity-autocorrelation
+  robust tests", Econometric Theory 21:1130-1164) scaled by t_{n-1} / 1.96 and n / (n - 1) for short series: block
+  NLLs of a novel are correlated over many blocks.
+- One document with blocks one side lacks (2x, 4x: the blocks past T exist on the strategy's side only): the
+  estimate's error is the paired part on the shared blocks plus the own side's between-segment difference in text
+  difficulty. The old whole-series HAC centred the own-only blocks on the whole series' mean, so the effect measured
+  (a step or ramp past T) counted as variance (Emma, unscaled at 16k against 8k: x2.06 [0.25, 17.2]). Here every
+  long-run variance comes from the shared segment alone, where both sides are measured, and is carried over to the
+  own-only blocks: an orthonormal-series estimate (Sun 2013, "A heteroskedasticity and autocorrelation robust F test
+  using an orthonormal series variance estimator", Econometrics Journal 16:1-26; Mueller 2007, "A theory of robust
+  long-run variance estimation", J. Econometrics 141:1331-1352) on the segment's first cosine (made orthogonal to its
+  token weights), with Student's t on 1 degree of freedom, its fixed-smoothing critical value (12.7); the segments'
+  covariance is left out (positive across the boundary, it only lowers the variance of a difference). Why one
+  cosine: block difficulty of a novel wanders slowly, and a segment's mean absorbs most of a slow wander, so every
+  within-segment estimate sees only part of it; with 2 cosines and t_2 coverage fell to 0.926 at 2x and 0.908 at 4x
+  (tests/test_calibration.py's model). Assumes stationary text difficulty across the document: the own-only blocks'
+  text varies as the shared blocks' does, and is as hard on average -- within one text a block's difficulty and its
+  position cannot be told apart, so a novel whose second half is harder reads as a loss at 2x, and no
+  within-document method can tell (more documents can).
 - Accuracies (paired proportions): Tang, Tang & Chan's (2003, "On tests of equivalence via non-unity relative
   risk for matched-pair design", Statistics in Medicine 22:1217-1233) score interval for the ratio of two
   paired proportions, inverted by bisection, at a nominal 96%: at 95% the discreteness of counts lets its coverage
@@ -107,6 +124,9 @@ MIN_DOCUMENTS = 2  # several documents (or prompts as their own clusters): the c
 MIN_PROMPTS = 4  # paired accuracies (Tang's interval holds from 1; below 4 it cannot say yes at 0.85 anyway)
 DOCUMENT_LEVEL = 0.994  # the cluster interval's nominal level: <= 5% false yes under strongly skewed differences
 TANG_LEVEL = 0.96  # Tang's nominal level: its coverage dips with the discreteness of counts (0.927 at n = 100 at 95%)
+SEGMENT_COSINES = 1  # one document over segments: cosines on the shared segment (tests/test_calibration.py)
+HAC_METHOD = "HAC (Bartlett, fixed-b) over the blocks of one document"
+SEGMENTS_METHOD = "shared-segment long-run variance (1 cosine, t_1) over the blocks of one document"
 POWER_Z = 1.2816  # "more units would decide it": aimed at 90% power, so that followed it decides >= 80%
 
 
@@ -188,6 +208,82 @@ def hac_interval(u, estimate, level: float = 0.95):
     return estimate - critical * se, estimate + critical * se, se, critical
 
 
+def segment_basis(weights, k: int = SEGMENT_COSINES):
+    """Orthonormal columns over one segment's blocks: its first ``k`` cosines cos(pi j (t + 1/2) / m), j = 1..k,
+    made orthogonal to each weight vector in ``weights`` (so a level within the segment projects to 0), at most
+    m - rank(weights) of them."""
+    import numpy as np
+
+    w = np.column_stack([np.asarray(x, float) for x in weights if np.any(x)])
+    q, sv, _ = np.linalg.svd(w, full_matrices=False)
+    q = q[:, sv > 1e-9 * sv[0]]
+    m = w.shape[0]
+    k = min(k, m - q.shape[1])
+    if k < 1:
+        return np.zeros((m, 0))
+    cosines = np.cos(np.pi * np.outer(np.arange(m) + 0.5, np.arange(1, k + 1)) / m)
+    cosines -= q @ (q.T @ cosines)  # orthogonal to the weights
+    return np.linalg.qr(cosines)[0]
+
+
+def segments(wa, wb):
+    """Each block's segment from which side holds it (1-d weights): 3 both, 1 the first side only, 2 the second."""
+    import numpy as np
+
+    return (np.asarray(wa) > 0) * 1 + (np.asarray(wb) > 0) * 2
+
+
+def segment_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95, k: int = SEGMENT_COSINES):
+    """One document whose sides hold different blocks (rows of 2-d arrays: separate samples on the same blocks, in
+    position order; w = 0 where a side lacks a block). The error of the estimate is the shared segment's paired part
+    plus each one-sided segment's mean difficulty against the shared one's; every long-run variance is estimated on
+    the shared segment only, where both sides are measured (the effect measured past T -- a step, a ramp -- never
+    enters it): with r_a = f'(m_a) (s_a - m_a,sh w_a) / W_a and r_b likewise (residuals centred on the shared
+    segment's means), phi_j its ``k`` cosines (:func:`segment_basis`),
+    Var = mean_j [ m_sh (phi_j' (r_a - r_b))^2 + m_a-only (phi_j' r_a)^2 + m_b-only (phi_j' r_b)^2 ];
+    Student's t with k df. (estimate, low, high, se, critical); None when the shared segment is too short for one
+    cosine (fewer than 2 blocks)."""
+    import numpy as np
+    from scipy import stats
+
+    sa, wa, sb, wb = (np.atleast_2d(np.asarray(x, float)) for x in (sa, wa, sb, wb))
+    label = segments(wa[0], wb[0])
+    at = label == 3
+    basis = segment_basis([wa[0, at], wb[0, at]], k) if at.sum() >= 2 else np.zeros((0, 0))
+    if basis.shape[1] == 0:
+        return None
+    Wa, Wb = wa.sum(1, keepdims=True), wb.sum(1, keepdims=True)
+    ma, mb = sa.sum(1, keepdims=True) / Wa, sb.sum(1, keepdims=True) / Wb
+    fa, fb = (1 / ma, 1 / mb) if log else (1.0, 1.0)  # f'(m)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = (np.log(ma) - np.log(mb))[:, 0] if log else (ma - mb)[:, 0]
+    # each side's residuals on the shared segment, centred on its mean there: s - m_sh w
+    ra, rb = (
+        fa * (sa[:, at] - wa[:, at] * sa[:, at].sum(1, keepdims=True) / wa[:, at].sum(1, keepdims=True)) / Wa,
+        fb * (sb[:, at] - wb[:, at] * sb[:, at].sum(1, keepdims=True) / wb[:, at].sum(1, keepdims=True)) / Wb,
+    )
+    pa, pb = ra @ basis, rb @ basis  # projections on the cosines
+    # m_g times the long-run variance of the segment's influence, all from the shared segment's projections
+    variance = (at.sum() * (pa - pb) ** 2 + (label == 1).sum() * pa**2 + (label == 2).sum() * pb**2).mean(1)
+    critical = float(stats.t.ppf(0.5 + level / 2, basis.shape[1]))
+    se = np.sqrt(variance)
+    return estimate, estimate - critical * se, estimate + critical * se, se, critical
+
+
+def one_document_interval(sa, wa, sb, wb, log: bool = False, level: float = 0.95):
+    """One document's interval (rows of 2-d arrays: samples on the same blocks, in position order; w = 0 where a side
+    lacks a block): :func:`segment_interval` when a side holds blocks the other lacks and 2 or more are shared,
+    else :func:`hac_interval` on the influence series. (estimate, low, high, se, critical, "segments" or "hac")."""
+    import numpy as np
+
+    if len(np.unique(segments(np.atleast_2d(wa)[0], np.atleast_2d(wb)[0]))) > 1:
+        found = segment_interval(sa, wa, sb, wb, log=log, level=level)
+        if found:
+            return *found, "segments"
+    estimate, u, _ = influence(sa, wa, sb, wb, log=log)
+    return estimate, *hac_interval(u, estimate, level), "hac"
+
+
 def cluster_interval(u, h, estimate, level: float = DOCUMENT_LEVEL):
     """Several clusters: ``u`` their influences on the estimate, ``h`` their weight shares (rows of 2-d arrays:
     separate samples). Var = sum u_j^2 scaled to be unbiased for a weighted mean of equal-variance clusters (the
@@ -226,8 +322,10 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
     two units remain.
 
     - Two or more shared clusters: :func:`cluster_interval` on the per-cluster influences; ``n`` = clusters.
-    - One shared cluster (one document): :func:`hac_interval` on its units in position order (units a side lacks
-      -- the blocks past T of a 2x run -- have their own side's influence only); ``n`` = its units."""
+    - One shared cluster (one document): :func:`one_document_interval` on its units in position order: the
+      Bartlett HAC when both sides hold the same units; when a side holds units the other lacks (the blocks past T
+      of a 2x run), the segment-centred interval (shared, own-only); ``n`` = its units, ``description`` the method
+      in words."""
     import numpy as np
 
     a, b, shared = shared_clusters(a, b)
@@ -253,12 +351,14 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
             "clustered": True,
             "se": float(se[0]),
             "df": float(df[0]),
+            "critical": cluster_critical(float(df[0]), len(shared)),
             "min_units": MIN_DOCUMENTS,
             "method": "cluster",
         }
     if len(keys) < 2:
         return None
-    low, high, se, critical = hac_interval(u, estimate, level)
+    columns = [np.array([side[k][i] if k in side else 0.0 for k in keys]) for side in (a, b) for i in (0, 1)]
+    _, low, high, se, critical, method = one_document_interval(*columns, log=log, level=level)
     return {
         **base,
         "low": float(low[0]),
@@ -268,7 +368,8 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
         "se": float(se[0]),
         "critical": critical,
         "min_units": MIN_BLOCKS,
-        "method": "hac",
+        "method": method,
+        "description": SEGMENTS_METHOD if method == "segments" else HAC_METHOD,
     }
 
 
@@ -348,6 +449,20 @@ def document_critical(m):
     from scipy import stats
 
     return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(np.asarray(m, float) - 1, 1))
+
+
+def cluster_critical(df: float, n: int):
+    """The critical value the cluster interval would use at m clusters like its ``n`` present ones (a function of
+    an array of m): t at DOCUMENT_LEVEL with its Bell-McCaffrey ``df`` grown in proportion, df (m - 1) / (n - 1)
+    (at m = n exactly its own; equal weights: m - 1, :func:`document_critical`)."""
+    import numpy as np
+    from scipy import stats
+
+    def critical(m):
+        grown = df * (np.asarray(m, float) - 1) / max(n - 1, 1)
+        return stats.t.ppf(0.5 + DOCUMENT_LEVEL / 2, np.maximum(grown, 1e-3))
+
+    return critical
 
 
 def more_units(n: int, half_width: float, distance: float, critical=None) -> int | None:

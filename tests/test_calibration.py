@@ -5,7 +5,10 @@ the limit and the interval excludes it on the passing side; nominal 2.5%). Monte
 
 - One document, block NLLs correlated like SmolLM2's on Emma (lags 1-4: 0.27, 0.11, 0.13, 0.14): a persistent AR(1)
   (phi 0.95, 14% of the variance) plus a short one (0.16) gives 0.25, 0.13, 0.10, 0.09; the two models' per-block
-  difference on shared tokens an AR(1) of 0.27; shared + own blocks as at 1x (all shared), 2x (half) and 4x.
+  difference on shared tokens an AR(1) of 0.27; shared + own blocks as at 1x (all shared), 2x (half) and 4x, down to
+  8 blocks in all (MIN_BLOCKS); at 2x and 4x also with the strategy worse past T -- a level step of 1.45 nats, and
+  a ramp 4.35 r^2 (r the share of the own blocks passed) like the unscaled model's doubling on Emma (x2.06, the
+  chunk means of its 8k-16k blocks) -- which must not widen the interval.
 - Several documents: per-document differences normal or skewed (lognormal sigma 0.5, 1), equal and unequal token
   weights (one 10,000-token document and 19 of 256 tokens), documents on each side that differ (compared on the
   shared ones only).
@@ -20,9 +23,11 @@ from evals.stats import (
     MIN_PROMPTS,
     cluster_interval,
     document_critical,
+    cluster_critical,
     hac_interval,
     influence,
     more_units,
+    one_document_interval,
     paired_log_ratio,
     paired_proportion_ratio,
     tang_interval,
@@ -47,18 +52,25 @@ def difficulty(rng, reps: int, n: int) -> np.ndarray:
     return 0.3 * (np.sqrt(0.14) * ar(rng, reps, n, 0.95) + np.sqrt(0.86) * ar(rng, reps, n, 0.159))
 
 
-def one_document(shared: int, own: int, seed: int):
-    """(low, high) of REPS one-document comparisons: the strategy on shared + own blocks, the reference on the shared
-    ones (the first), both 256 tokens a block."""
+def past_T(kind: str, shared: int, own: int) -> np.ndarray:
+    """The strategy's loss on each block: none, a step of 1.45 nats past T, or Emma's ramp 4.35 r^2 (mean 1.45)."""
+    t = np.arange(shared + own)
+    r = (t - shared + 0.5) / max(own, 1)
+    return {"none": 0.0 * t, "step": 1.45 * (t >= shared), "ramp": np.where(t >= shared, 4.35 * r * r, 0.0)}[kind]
+
+
+def one_document(shared: int, own: int, seed: int, effect: str = "none"):
+    """(low, high, truth) of REPS one-document comparisons: the strategy on shared + own blocks, the reference on the
+    shared ones (the first), both 256 tokens a block; the strategy worse past T by :func:`past_T`."""
     rng = np.random.default_rng(seed)
     n = shared + own
     x = difficulty(rng, REPS, n)
-    a = x + DELTA + 0.05 * ar(rng, REPS, n, 0.27)
+    loss = past_T(effect, shared, own)
+    a = x + DELTA + 0.05 * ar(rng, REPS, n, 0.27) + loss
     b = np.where(np.arange(n) < shared, x, 0.0)
     wb = np.broadcast_to((np.arange(n) < shared) * 256.0, (REPS, n))
-    estimate, u, _ = influence(256 * a, np.full((REPS, n), 256.0), 256 * b, wb)
-    low, high, _, _ = hac_interval(u, estimate)
-    return low, high
+    _, low, high, _, _, _ = one_document_interval(256 * a, np.full((REPS, n), 256.0), 256 * b, wb)
+    return low, high, DELTA + float(loss.mean())
 
 
 def rates(low, high, truth: float) -> tuple[float, float, float]:
@@ -74,20 +86,59 @@ def test_the_interval_matches_its_vectorised_form():
     sa, wa = zip(*a.values())
     sb = [b[k][0] if k in b else 0.0 for k in a]
     wb = [b[k][1] if k in b else 0.0 for k in a]
-    estimate, u, _ = influence(sa, wa, sb, wb)
-    low, high, _, _ = hac_interval(u, estimate)
+    _, low, high, _, _, method = one_document_interval(sa, wa, sb, wb)
     assert (found["low"], found["high"]) == pytest.approx((low[0], high[0]))
-    assert found["n"] == 24 and not found["clustered"]
+    assert found["n"] == 24 and not found["clustered"] and found["method"] == method == "segments"
+    full = {k: (s - 256 * rng.normal(0.05, 0.05), w) for k, (s, w) in a.items()}  # 1x: every block on both sides
+    estimate, u, _ = influence(sa, wa, *zip(*full.values()))
+    assert paired_log_ratio(a, full)["method"] == "hac"
+    assert paired_log_ratio(a, full)["low"] == pytest.approx(hac_interval(u, estimate)[0][0])
+
+
+def test_a_loss_past_T_moves_the_one_document_interval_without_widening_it():
+    """Real blocks: the first scores 255 tokens (its first token has no context), the rest 256; the strategy 1.45 nats
+    worse on every block past T moves the estimate and both ends by the same amount, and leaves the width alone."""
+    rng = np.random.default_rng(3)
+    w = np.full(64, 256.0)
+    w[0] = 255.0
+    x = 3.2 + 0.3 * rng.standard_normal(64)
+    wb = np.where(np.arange(64) < 32, w, 0.0)
+    sb = np.where(np.arange(64) < 32, x * w, 0.0)
+    flat = one_document_interval(x * w, w, sb, wb)
+    worse = one_document_interval((x + 1.45 * (np.arange(64) >= 32)) * w, w, sb, wb)
+    assert flat[5] == worse[5] == "segments"
+    shift = worse[0][0] - flat[0][0]
+    assert shift == pytest.approx(1.45 * 32 * 256 / w.sum())
+    assert (worse[1][0] - flat[1][0], worse[2][0] - flat[2][0]) == pytest.approx((shift, shift))
 
 
 @pytest.mark.parametrize(
-    "shared,own", [(8, 0), (16, 0), (32, 0), (64, 0), (8, 8), (16, 16), (32, 32), (64, 64), (16, 48), (32, 96)]
+    "shared,own,effect",
+    [(8, 0, "none"), (16, 0, "none"), (32, 0, "none"), (64, 0, "none")]  # 1x
+    + [(4, 4, "none"), (8, 8, "none"), (16, 16, "none"), (32, 32, "none"), (64, 64, "none")]  # 2x
+    + [(4, 4, "ramp"), (32, 32, "step"), (32, 32, "ramp")]
+    + [(2, 6, "none"), (4, 12, "none"), (16, 48, "none"), (32, 96, "none"), (32, 96, "ramp")],  # 4x
 )
-def test_one_document_with_correlated_blocks(shared, own):
-    coverage, below, above = rates(*one_document(shared, own, seed=shared * 1000 + own), DELTA)
-    print(f"one document {shared}+{own} blocks: coverage {coverage:.3f}, false yes {below:.3f}, false NO {above:.3f}")
+def test_one_document_with_correlated_blocks(shared, own, effect):
+    low, high, truth = one_document(shared, own, seed=shared * 1000 + own, effect=effect)
+    coverage, below, above = rates(low, high, truth)
+    width = float(np.mean(high - low))
+    print(
+        f"one document {shared}+{own} blocks, {effect} past T: coverage {coverage:.3f}, false yes {below:.3f}, "
+        f"false NO {above:.3f}, mean width {width:.3f}"
+    )
     assert shared + own >= MIN_BLOCKS
     assert coverage >= 0.94 and below <= 0.03 and above <= 0.03
+
+
+@pytest.mark.parametrize("shared,own", [(8, 8), (32, 32), (64, 64), (16, 48), (32, 96)])
+def test_a_loss_past_T_does_not_widen_the_one_document_interval(shared, own):
+    """Emma's unscaled doubling (the blocks past T worse, a ramp): the interval's width is what it is without the
+    loss, and under half the whole-series Bartlett HAC's with it (4.33 at 32 + 32 in the log ratio; on Emma itself
+    x2.06 [0.25, 17.2])."""
+    widths = [float(np.mean(np.subtract(*one_document(shared, own, 7, effect)[1::-1]))) for effect in ("none", "ramp")]
+    print(f"one document {shared}+{own}: mean width {widths[0]:.3f} without a loss past T, {widths[1]:.3f} with")
+    assert widths[1] == pytest.approx(widths[0]) and widths[1] <= 2.0
 
 
 def documents(rng, reps: int, count: int, sigma: float, weights=None):
@@ -189,7 +240,7 @@ def test_more_documents_followed_decide_it():
         low, high, se, df = cluster_interval(u, h, estimate)
         if high[0] <= limit or low[0] > limit:
             continue
-        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), document_critical)
+        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), cluster_critical(df[0], 6))
         asked += 1
         if more is None:
             continue
@@ -200,6 +251,7 @@ def test_more_documents_followed_decide_it():
         decided += bool(high[0] <= limit or low[0] > limit)
     print(f"more documents, followed: decided {decided}/{asked}")
     assert asked >= 50 and decided / asked >= 0.8
+    assert cluster_critical(5.0, 6)(np.array([6, 12])) == pytest.approx(document_critical(np.array([6, 12])))
 
 
 def test_more_prompts_followed_decide_it():

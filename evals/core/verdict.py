@@ -148,7 +148,6 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     against its own run (the ratio is 1 by definition: the reference)."""
     from ..stats import (
         MIN_PROMPTS,
-        document_critical,
         paired_log_ratio,
         paired_proportion_ratio,
         shared_clusters,
@@ -213,10 +212,10 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
             found.update(
                 method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
                 lever=what,
-                critical=document_critical,
+                critical=interval["critical"],
             )
         else:
-            found.update(method="HAC (Bartlett, fixed-b) over the blocks of one document", lever=None)
+            found.update(method=interval["description"], lever=None)
     return found
 
 
