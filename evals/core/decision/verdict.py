@@ -4,7 +4,7 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
 
 - The reference is the *unscaled* model measured on the same tokens: a finished run with scaling ``none``
   whose comparison key for the eval is the job's (same model, data content, protocol, documents, tokens
-  scored, stride ...; evals/core/job.py); a job's own run when it is unscaled. A strategy is never judged
+  scored, stride ...; evals/core/job/job.py); a job's own run when it is unscaled. A strategy is never judged
   against itself: PI x2 is flat at twice the unscaled perplexity, and fails here.
 - Each metric an eval declares with ``verdict=True`` (evals/core/registry.py ``Metric``) is checked at L:
   beyond the trained context T against the reference at T, up to T against the reference at the same length
@@ -46,8 +46,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .config.structured import VerdictConfig
-from .measure import by_metric, measured_value
+from ..config.structured import VerdictConfig
+from ..measure import by_metric, measured_value
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
@@ -146,7 +146,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
     "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
     against its own run (the ratio is 1 by definition: the reference)."""
-    from ..stats import (
+    from ...stats import (
         MIN_PROMPTS,
         document_critical,
         paired_log_ratio,
@@ -305,7 +305,7 @@ def _check(
         point = ratio if ratio is not None else (low + high) / 2
         half = (high - point) if limit > point else (point - low)  # the side of the interval facing the limit
         distance = abs(point - limit)
-        from ..stats import more_units
+        from ...stats import more_units
 
         if blocks_of_one:  # more blocks would need another length: the lever is more documents
             more = None

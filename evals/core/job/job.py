@@ -31,15 +31,15 @@ from omegaconf import OmegaConf
 
 from rope_ext.targets import TargetError, set_up, shortfalls
 
-from .config.fields import check_options, identity_fields
-from .config.lengths import check_lengths, length_fields, parse_length, resolve_lengths
-from .config.structured import DataConfig, LoggerConfig, ModelConfig, VerdictConfig
-from .data import data_identity
-from .errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
-from .files import cache_dir, note_once, unwritable
-from .models import ResolvedModel, check_attention_hook, resolve_model
-from .registry import EVALS, EvalSpec
-from .verdict import AT
+from ..config.fields import check_options, identity_fields
+from ..config.lengths import check_lengths, length_fields, parse_length, resolve_lengths
+from ..config.structured import DataConfig, LoggerConfig, ModelConfig, VerdictConfig
+from ..inputs.data import data_identity
+from ..errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
+from ..files import cache_dir, note_once, unwritable
+from ..inputs.models import ResolvedModel, check_attention_hook, resolve_model
+from ..registry import EVALS, EvalSpec
+from ..decision.verdict import AT
 
 KEY_PACKAGES = ("torch", "transformers", "gguf", "lm-eval")
 
@@ -222,7 +222,7 @@ def _source_hash(paths: tuple[str, ...]) -> str:
 def code_files(*functions) -> tuple[str, ...]:
     """rope_ext's and evals' source (lm-eval task YAMLs and their ``*_yaml`` templates included), and the
     files defining ``functions`` (plugins)."""
-    roots = [Path(rope_ext.__file__).parent, Path(__file__).resolve().parents[1]]
+    roots = [Path(rope_ext.__file__).parent, Path(__file__).resolve().parents[2]]  # evals/
     files = {
         str(p)
         for root in roots
@@ -582,7 +582,7 @@ def reference_lengths_for(lengths: list[int], trained: int) -> list[int]:
 
 def add_trained_context(spec: EvalSpec, cfg, trained: int, scaling: rope_ext.Scaling) -> list[str]:
     """The trained context T added, in place, to the lengths of each eval the verdict judges beyond it, where the
-    verdict needs a value there (:func:`evals.core.verdict.judge`): an unscaled job is its own reference, and a
+    verdict needs a value there (:func:`evals.core.decision.verdict.judge`): an unscaled job is its own reference, and a
     length beyond T compares with its value at T; a scaled job needs a short-context check, at T when none of its
     lengths is up to T. Returns one line per addition, with what it costs (nothing under the prefix protocol: a
     prefix of the forward at the longest length), or why it was not added."""

@@ -1,0 +1,3 @@
+"""The decision: what a job's measurements answer. The verdict of one job against the unscaled model
+(verdict.py), the ranked answer of a sweep at its target (ranking.py; its ties held jointly, simultaneous.py;
+its answer per serving engine, engines.py) and the figures of that answer (answer_figures.py)."""
