@@ -41,7 +41,7 @@ def main() -> int:
 
     from evals import load_evals
     from evals.core.config.store import config_dir, register_configs
-    from evals.core.job.job import parse_job
+    from evals.core.job.parse import parse_job
     from evals.core.run.runner import started
     from evals.retrieval import evaluate
 

@@ -202,7 +202,7 @@ def _sweep_preflight(argv: list[str]) -> list[str]:
 
 def _derived_for_cfg(argv: list[str]) -> list[str]:
     """After ``--cfg job`` (or ``all``) printed the composed config of a single run: what ``target=`` derives there
-    (:func:`evals.core.job.job.target_setup`), which Hydra cannot show since it is computed from the model."""
+    (:func:`evals.core.job.target.target_setup`), which Hydra cannot show since it is computed from the model."""
     from hydra import compose, initialize_config_dir
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
@@ -210,7 +210,7 @@ def _derived_for_cfg(argv: list[str]) -> list[str]:
     args = get_args_parser().parse_args(argv)
     if args.cfg not in ("job", "all") or args.multirun or not any(o.split("=")[0] == "target" for o in args.overrides):
         return []
-    from .core.job.job import target_setup
+    from .core.job.target import target_setup
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):

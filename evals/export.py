@@ -121,7 +121,7 @@ def from_overrides(overrides: list[str]):
 
     from . import load_evals
     from .core.config.store import config_dir, register_configs
-    from .core.job.job import parse_scaling, parse_target
+    from .core.job.target import parse_scaling, parse_target
     from .core.inputs.models import resolve_model
 
     load_evals()

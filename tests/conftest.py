@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from evals import load_evals
 from evals.core.config.store import config_dir, register_configs
 from evals.core.inputs.data import Document
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.inputs.model_cache import ModelCache
 from evals.core.run.runner import started
 from tests import tiny

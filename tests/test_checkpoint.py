@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 
 from tests.tiny import TINY
 

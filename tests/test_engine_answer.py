@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.measure import Measurement
 from evals.export import main as export_main
 from evals.report import write_report

@@ -10,7 +10,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 import rope_ext
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.run.runner import execute
 from tests.tiny import ROOT, TINY
 

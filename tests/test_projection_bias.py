@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
 from evals import projection_bias as bias
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.perplexity import PerplexityError
 from evals.qk_study import QKStudyError
 from tests.tiny import MODELS

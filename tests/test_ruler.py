@@ -158,7 +158,7 @@ BAD = [
 @pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, monkeypatch, compose):
     from evals import UserError
-    from evals.core.job.job import parse_job
+    from evals.core.job.parse import parse_job
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError) as err:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evals.core.errors import UserError
-from evals.core.job.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.registry import Metric
 import math
 import re

@@ -39,7 +39,7 @@ def target_preflight(config) -> list[str]:
     what the sweep will cost (:mod:`evals.core.run.budget`)."""
     from ..core.run.budget import describe, forwards, measured_seconds
     from ..core.errors import ConfigError
-    from ..core.job.job import parse_target
+    from ..core.job.target import parse_target
     from ..core.inputs.models import resolve_model
 
     if config.get("target") in (None, ""):

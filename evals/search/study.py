@@ -83,7 +83,7 @@ class Search:
         from rope_ext import STRATEGIES
         from rope_ext.registry import resolve_name
 
-        from ..core.job.job import parse_job
+        from ..core.job.parse import parse_job
         from ..core.inputs.models import resolve_model
         from ..core.registry import EVALS
 

@@ -4,7 +4,7 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
 
 - The reference is the *unscaled* model measured on the same tokens: a finished run with scaling ``none``
   whose comparison key for the eval is the job's (same model, data content, protocol, documents, tokens
-  scored, stride ...; evals/core/job/job.py); a job's own run when it is unscaled. A strategy is never judged
+  scored, stride ...; evals/core/job/parse.py); a job's own run when it is unscaled. A strategy is never judged
   against itself: PI x2 is flat at twice the unscaled perplexity, and fails here.
 - Each metric an eval declares with ``verdict=True`` (evals/core/registry.py ``Metric``) is checked at L:
   beyond the trained context T against the reference at T, up to T against the reference at the same length

@@ -1,6 +1,6 @@
 """The runner: from a composed config to a finished, recorded job.
 
-``run(cfg)`` parses the job once (:mod:`evals.core.job.job`), reuses a finished run with the same key or
+``run(cfg)`` parses the job once (:mod:`evals.core.job.parse`), reuses a finished run with the same key or
 claims a directory (:mod:`evals.core.run.rundir`), has the unscaled reference found or run first
 (:mod:`evals.core.run.reference_search`), and runs the eval with an :class:`EvalContext` over the process's
 :class:`~evals.core.inputs.model_cache.ModelCache` and one :class:`Output`; the verdict (:mod:`evals.core.decision.verdict`)
@@ -24,7 +24,8 @@ from ..files import atomic_write
 from ..inputs.context import EvalContext
 from ..errors import ConfigError, EvalDefect, TargetUnreachable, UserError
 from .interrupt import as_interrupt
-from ..job.job import Job, parse_job
+from ..job.job import Job
+from ..job.parse import parse_job
 from ..inputs.model_cache import MODEL_CACHE, ModelCache
 from .output import Output, RunRecord
 from .peak import PeakMemory
