@@ -8,7 +8,8 @@ import numpy as np
 from evals.core.measure import Measurement
 from evals.core.decision.ranking import format_group, rank, table
 from evals.core.registry import Metric
-from evals.core.decision.verdict import DEFAULTS, paired_ratio
+from evals.core.decision.paired import paired_ratio
+from evals.core.decision.verdict import DEFAULTS
 from evals.report.judge import judge_all
 
 PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True, unit="token block").declared(

@@ -16,7 +16,8 @@ import re
 import numpy as np
 
 from evals.core.measure import Measurement
-from evals.core.decision.verdict import DEFAULTS, Reference, judge
+from evals.core.decision.reference import Reference
+from evals.core.decision.verdict import DEFAULTS, judge
 from tests.tiny import TINY
 
 PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True).declared("perplexity")}
@@ -380,7 +381,8 @@ def test_plausible_but_wrong_settings_are_said_in_one_line_before_the_model_load
 
 
 def test_the_reference_row_says_reference_and_other_documents_are_compared_on_the_shared_ones_only():
-    from evals.core.decision.verdict import format_job, own_reference
+    from evals.core.decision.reference import own_reference
+    from evals.core.decision.verdict_text import format_job
 
     found = judge(ppl(NONE), PPL, own_reference(ppl(NONE)), 8192, 16384, dict(DEFAULTS))
     assert found["summary"]["verdict_state@8192"] == "yes"  # read by the ranking and the report: unchanged

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core.decision.verdict import DEFAULTS, Reference, judge, own_reference, reference_from
+from ..core.decision.reference import Reference, own_reference, reference_from
+from ..core.decision.verdict import DEFAULTS, judge
 from .load import job_info
 
 

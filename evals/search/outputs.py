@@ -113,10 +113,10 @@ def _measured(trial) -> tuple[dict, dict]:
 
 def versus(search, trial, other) -> dict:
     """``trial`` against ``other`` on each objective's metric at its length (a retention: the metric itself), paired
-    on the units both measured (:func:`evals.core.decision.verdict.paired_ratio`, the verdict's intervals):
+    on the units both measured (:func:`evals.core.decision.paired.paired_ratio`, the verdict's intervals):
     ``{"<metric>@<L>": {"ratio", "low", "high", "n", "method", "maximize"}}``; a value neither interval rests on is
     left out."""
-    from ..core.decision.verdict import paired_ratio
+    from ..core.decision.paired import paired_ratio
     from .objective import RETENTION
 
     declared, own = _measured(trial)

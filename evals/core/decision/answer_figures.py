@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..measure import by_metric, measured_value
 from ..plots import Curve, length_figure
-from .verdict import Reference
+from .reference import Reference
 
 SHOWN_FIELDS = (
     "protocol",

@@ -28,7 +28,8 @@ from __future__ import annotations
 from .engines import engine_line, per_engine
 from ..measure import by_metric, measured_value
 from .simultaneous import ALPHA, holm, p_value, widened
-from .verdict import multiple, paired_ratio
+from .paired import paired_ratio
+from .verdict_text import multiple
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
 

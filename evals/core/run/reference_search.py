@@ -18,7 +18,7 @@ from ..config.lengths import length_fields
 from ..job.job import Job, parts
 from ..job.lengths import reference_lengths_for
 from .rundir import read_results
-from ..decision.verdict import Reference, reference_from
+from ..decision.reference import Reference, reference_from
 
 
 def reference_runs(job: Job) -> list[dict]:

@@ -30,7 +30,9 @@ from ..inputs.model_cache import MODEL_CACHE, ModelCache
 from .output import Output, RunRecord
 from .peak import PeakMemory
 from .reference_search import find_reference
-from ..decision.verdict import Reference, criteria_of, format_job, judge, own_reference
+from ..decision.reference import Reference, own_reference
+from ..decision.verdict import criteria_of, judge
+from ..decision.verdict_text import format_job
 from .rundir import TwinFinished, claim, find_finished, read_results, this_process
 from .tracking import Tracker, sweep_group
 
