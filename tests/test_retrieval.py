@@ -10,7 +10,7 @@ from evals.core.config.fields import check_options
 from evals.core.config.lengths import check_lengths
 from evals.core.inputs.data import Document
 from evals.core.errors import ConfigError
-from evals.core.inputs.models import bundled_tokenizer
+from evals.core.inputs.loading import bundled_tokenizer
 from evals.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
 from evals.retrieval import RetrievalConfig
 

@@ -8,7 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from evals.core.inputs.models import bundled_tokenizer, package_dir
+from evals.core.inputs.loading import bundled_tokenizer
+from evals.core.inputs.models import package_dir
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
 from evals.lm_harness import TASKS_DIR
 from evals.ruler import RulerError, effective_length

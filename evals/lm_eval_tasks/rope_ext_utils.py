@@ -19,7 +19,7 @@ LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 def _tokenizer(name: str | None, gguf_file: str | None):
     """The tokenizer the metadata names (None: the bundled SmolLM2 one), from rope_ext's one tokenizer cache:
     inside a rope_ext job it is the job's own tokenizer object."""
-    from evals.core.inputs.models import tokenizer_of
+    from evals.core.inputs.loading import tokenizer_of
 
     return tokenizer_of(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
