@@ -133,7 +133,7 @@ def test_a_sweep_stops_at_an_interrupt_a_library_raised_as_another_error(tmp_pat
 
 def test_what_is_the_interrupt():
     """The interrupt, raised from or during it; no other error (no signal came to this process)."""
-    from evals.core import interrupt
+    from evals.core.run import interrupt
 
     def raised_from(err):
         try:
@@ -157,7 +157,7 @@ def test_a_signal_of_an_earlier_run_in_the_same_process_is_forgotten_by_the_next
     import signal
     import sys
 
-    from evals.core import interrupt
+    from evals.core.run import interrupt
 
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook
     try:
