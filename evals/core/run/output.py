@@ -142,7 +142,8 @@ class Output:
         self.record.update("summary", values)
 
     def verdict(self, judgement: dict) -> None:
-        """The verdict (evals/core/decision/verdict.py): its keys join the summary, its detail is results.json's ``verdict``."""
+        """The verdict (evals/core/decision/verdict.py): its keys join the summary, its detail is results.json's
+        ``verdict``."""
         self.record.data["summary"].update(judgement["summary"])
         self.record.update("verdict", judgement)
 

@@ -3,8 +3,8 @@
 ``run(cfg)`` parses the job once (:mod:`evals.core.job.parse`), reuses a finished run with the same key or
 claims a directory (:mod:`evals.core.run.rundir`), has the unscaled reference found or run first
 (:mod:`evals.core.run.reference_search`), and runs the eval with an :class:`EvalContext` over the process's
-:class:`~evals.core.inputs.model_cache.ModelCache` and one :class:`Output`; the verdict (:mod:`evals.core.decision.verdict`)
-judges the measurements against the reference. Every outcome is recorded in ``results.json``:
+:class:`~evals.core.inputs.model_cache.ModelCache` and one :class:`Output`; the verdict
+(:mod:`evals.core.decision.verdict`) judges the measurements against the reference. Every outcome is recorded in ``results.json``:
 ``done``, ``failed`` (with the one-line error, and the traceback for a crash) or ``interrupted``.
 
 ``run_hydra(cfg)`` is what the Hydra app calls per job: a bad value is one line and exit 2 for a single
@@ -212,8 +212,9 @@ def deploy(job: Job, run_dir: Path) -> None:
 def judge_job(
     job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None
 ) -> dict:
-    """The verdict of the job's measurements against ``reference`` (from :func:`evals.core.run.reference_search.find_reference`; None:
-    ``missing`` says why); an unscaled job is its own reference."""
+    """The verdict of the job's measurements against ``reference`` (from
+    :func:`evals.core.run.reference_search.find_reference`; None: ``missing`` says why); an unscaled job is its own
+    reference."""
     if job.scaling.name == "none":
         reference = own_reference(measurements)
     return judge(measurements, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)
