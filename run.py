@@ -10,7 +10,7 @@ runs one composed config without Hydra's decorator (tests, notebooks).
 import sys
 
 from evals.cli import main
-from evals.core.runner import run
+from evals.core.run.runner import run
 
 __all__ = ["main", "run"]
 

@@ -42,8 +42,9 @@ def main() -> None:
     import rope_ext
     from evals import load_evals
     from evals.core.config.store import config_dir, register_configs
-    from evals.core.data import load_documents
-    from evals.core.models import load_model, resolve_model
+    from evals.core.inputs.data import load_documents
+    from evals.core.inputs.loading import load_model
+    from evals.core.inputs.models import resolve_model
     from evals.scoring.nll import token_nll
     from rope_ext.export import export, geometry
 

@@ -41,8 +41,8 @@ def main() -> int:
 
     from evals import load_evals
     from evals.core.config.store import config_dir, register_configs
-    from evals.core.job import parse_job
-    from evals.core.runner import started
+    from evals.core.job.parse import parse_job
+    from evals.core.run.runner import started
     from evals.retrieval import evaluate
 
     load_evals()

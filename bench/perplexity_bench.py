@@ -32,8 +32,9 @@ def load(args):
 
     from evals import load_evals
     from evals.core.config.store import config_dir, register_configs
-    from evals.core.data import load_documents
-    from evals.core.models import load_model, resolve_model
+    from evals.core.inputs.data import load_documents
+    from evals.core.inputs.loading import load_model
+    from evals.core.inputs.models import resolve_model
 
     load_evals()
     register_configs()

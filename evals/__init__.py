@@ -6,8 +6,10 @@
   ones -- ``perplexity/`` (LongPPL's key tokens beside it), ``retrieval/`` (needle and passkey, prompts in its
   ``haystack.py``), ``ruler.py``, ``lm_harness.py``, ``rope_decay.py``, ``qk_study/`` (measure, present), ``suite.py`` -- are
   discovered, not listed; ``scoring/`` (NLL, OOM, cost) and ``stats.py`` are what they share.
-- ``core/`` is the job machinery: schemas, registry, the job parsed once, the model resolved once, data,
-  runner, the reference search, the verdict, output sink, tracking, figures.
+- ``core/`` is the job machinery, one folder per job: ``config/`` (schemas), ``inputs/`` (the model resolved
+  once and loaded, the data, what an eval gets), ``decision/`` (the verdict, the ranked answer), ``job/`` (the job
+  parsed once), ``run/`` (the runner, the reference search, the output sink, tracking); beside them what all share
+  (the eval registry, measurements, errors, files, progress, plots).
 - ``setup/`` holds the set-up tools ``make setup`` runs: the books fetched, GGUF chunks joined.
 - The app: ``cli.py`` (the Hydra app behind ``run.py`` and ``rope-ext``), ``report/`` (``python -m
   evals.report``) and ``search/`` (a search over a strategy's parameters, ``-m hydra/sweeper=optuna``).

@@ -4,7 +4,7 @@ Composition errors (a misspelled key, an unknown option, a value of the wrong ty
 chosen strategy does not take) are one line and exit 2, like every other bad input; a multirun exits
 non-zero when any of its jobs failed (see :class:`evals.report.ReportCallback`); Ctrl-C or SIGTERM is one
 line and exit 130, the run recorded as interrupted -- wherever it lands, also where a library turns it into
-another error or swallows it (see :mod:`evals.core.interrupt`).
+another error or swallows it (see :mod:`evals.core.run.interrupt`).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import sys
 
 import hydra
 
-from .core import interrupt
+from .core.run import interrupt
 from .core.config.store import config_dir, register_configs
 from .core.errors import UserError
 from .core.progress import quiet_libraries
-from .core.runner import run_hydra
+from .core.run.runner import run_hydra
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
@@ -202,7 +202,7 @@ def _sweep_preflight(argv: list[str]) -> list[str]:
 
 def _derived_for_cfg(argv: list[str]) -> list[str]:
     """After ``--cfg job`` (or ``all``) printed the composed config of a single run: what ``target=`` derives there
-    (:func:`evals.core.job.target_setup`), which Hydra cannot show since it is computed from the model."""
+    (:func:`evals.core.job.target.target_setup`), which Hydra cannot show since it is computed from the model."""
     from hydra import compose, initialize_config_dir
     from hydra._internal.utils import get_args_parser
     from hydra.core.global_hydra import GlobalHydra
@@ -210,7 +210,7 @@ def _derived_for_cfg(argv: list[str]) -> list[str]:
     args = get_args_parser().parse_args(argv)
     if args.cfg not in ("job", "all") or args.multirun or not any(o.split("=")[0] == "target" for o in args.overrides):
         return []
-    from .core.job import target_setup
+    from .core.job.target import target_setup
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(str(config_dir()), version_base="1.3"):

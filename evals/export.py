@@ -10,7 +10,7 @@ A sweep exports the best of its recommended strategies (its ranked answer, repor
 serve, and says in one line (stderr) which and why: ``dca is best overall but vllm cannot serve it (...); exporting
 yarn-factor2, x1.021 [1.004, 1.038] of dca``; none of them: one line, exit 2.
 
-Every finished job also gets a ``deploy/`` folder (:func:`evals.core.deploy.write_deploy`): one file per engine, and README.md with
+Every finished job also gets a ``deploy/`` folder (:func:`evals.core.run.deploy.write_deploy`): one file per engine, and README.md with
 what an engine cannot express. Bad input (an unfinished run, an unknown engine, a bad override) is one line and
 exit 2, before any model is read.
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 import rope_ext
 from rope_ext.export import ENGINES, Unsupported, export, geometry
 
-from .core.deploy import render
-from .core.engines import ratio_text, reasons_text, setup
+from .core.run.deploy import render
+from .core.decision.engines import ratio_text, reasons_text, setup
 from .core.errors import ConfigError, UserError
 
 
@@ -121,8 +121,8 @@ def from_overrides(overrides: list[str]):
 
     from . import load_evals
     from .core.config.store import config_dir, register_configs
-    from .core.job import parse_scaling, parse_target
-    from .core.models import resolve_model
+    from .core.job.target import parse_scaling, parse_target
+    from .core.inputs.models import resolve_model
 
     load_evals()
     register_configs()

@@ -56,7 +56,7 @@ def check(tensors, model, why: str, error: type[UserError] = UserError) -> None:
     """Every tensor named has a biased projection in ``model`` (a ResolvedModel; its meta model, no weights)."""
     if not tensors:
         return
-    from .core.models import meta_model
+    from .core.inputs.models import meta_model
 
     meta = meta_model(model.config)
     missing = [t for t in tensors if not biased(meta, t)]

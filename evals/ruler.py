@@ -23,7 +23,7 @@ from typing import Any, List, Optional
 from .core.config.fields import option
 from .core.config.lengths import lengths as context_lengths
 from .core.errors import UserError
-from .core.hub import hub_reachable
+from .core.inputs.hub import hub_reachable
 from .core.plots import task_heatmap
 from .core.measure import Measurement
 from .core.registry import Metric, register_eval

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 
 from evals import load_evals
 from evals.core.config.store import config_dir, register_configs
-from evals.core.data import Document
-from evals.core.job import parse_job
-from evals.core.model_cache import ModelCache
-from evals.core.runner import started
+from evals.core.inputs.data import Document
+from evals.core.job.parse import parse_job
+from evals.core.inputs.model_cache import ModelCache
+from evals.core.run.runner import started
 from tests import tiny
 from tests.tiny import MICRO, ROOT, TINY
 
@@ -137,7 +137,7 @@ def tiny_llama():
 def real_model(tmp_path_factory, compose):
     """``real_model(*overrides)``: (the job those overrides make, its model loaded into the runner's cache); the runs
     of a test module then reuse the model (re-patched, not reloaded)."""
-    from evals.core.model_cache import MODEL_CACHE
+    from evals.core.inputs.model_cache import MODEL_CACHE
 
     def load(*overrides):
         job = parse_job(compose(*overrides), tmp_path_factory.mktemp("real") / "job")

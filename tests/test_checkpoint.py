@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 
 from tests.tiny import TINY
 
 
 def _checkpoint(tmp_path, tiny_llama, trained: int):
-    from evals.core.models import bundled_tokenizer
+    from evals.core.inputs.loading import bundled_tokenizer
 
     checkpoint = tmp_path / "ckpt"
     tiny_llama(vocab=49152, trained=trained).save_pretrained(checkpoint)
@@ -77,7 +77,7 @@ LLAMA3_X8 = {
 def test_a_checkpoint_shipped_with_rope_scaling_says_whether_the_strategy_replaces_or_stacks_on_it(
     tmp_path, compose, tiny_llama, capsys, scaling, how
 ):
-    from evals.core.models import bundled_tokenizer
+    from evals.core.inputs.loading import bundled_tokenizer
 
     checkpoint = tmp_path / "ckpt"
     tiny_llama(vocab=49152, trained=512, rope_parameters=LLAMA3_X8).save_pretrained(checkpoint)

@@ -7,8 +7,9 @@ from omegaconf import OmegaConf
 
 import rope_ext
 from evals.core.errors import ScalingConfigError
-from evals.core.job import parse_job
-from evals.core.models import random_model, resolve_model
+from evals.core.job.parse import parse_job
+from evals.core.inputs.loading import random_model
+from evals.core.inputs.models import resolve_model
 from tests.tiny import ROOT
 
 

@@ -1,4 +1,4 @@
-"""An answer per engine (evals/core/engines.py): a sweep's ranked answer names, for transformers, vLLM, SGLang and
+"""An answer per engine (evals/core/decision/engines.py): a sweep's ranked answer names, for transformers, vLLM, SGLang and
 llama.cpp, the best recommended strategy that engine can serve (rope_ext.export decides) and its ratio to the best;
 ``python -m evals.export SWEEP --to ENGINE`` exports that one and says why, or exits 2 when none can be served.
 
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.measure import Measurement
 from evals.export import main as export_main
 from evals.report import write_report

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from evals.core.data import tokenize
+from evals.core.inputs.data import tokenize
 from evals.core.files import read_cache
-from evals.core.models import _gguf_config, bundled_tokenizer, package_dir
+from evals.core.inputs.loading import bundled_tokenizer
+from evals.core.inputs.models import _gguf_config, package_dir
 from tests.tiny import ROOT, TINY
 
 NOTE = "note: damaged cache entry"

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
 from evals.core.errors import UserError
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from rope_ext import analysis
 from tests.tiny import TINY
 

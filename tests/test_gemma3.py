@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rope_ext
-from evals.core.data import load_documents
+from evals.core.inputs.data import load_documents
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""SIGTERM is one outcome wherever it lands (evals/core/interrupt.py): exit 130, one line and no traceback, the job
+"""SIGTERM is one outcome wherever it lands (evals/core/run/interrupt.py): exit 130, one line and no traceback, the job
 recorded as interrupted and only what finished before it kept -- also where Python or a library does not let the
 KeyboardInterrupt through as such. Deterministic: the eval of a plugin sends SIGTERM to its own process at the
 chosen place (``signal.raise_signal`` runs the handler at once), no timing involved:
@@ -133,7 +133,7 @@ def test_a_sweep_stops_at_an_interrupt_a_library_raised_as_another_error(tmp_pat
 
 def test_what_is_the_interrupt():
     """The interrupt, raised from or during it; no other error (no signal came to this process)."""
-    from evals.core import interrupt
+    from evals.core.run import interrupt
 
     def raised_from(err):
         try:
@@ -157,7 +157,7 @@ def test_a_signal_of_an_earlier_run_in_the_same_process_is_forgotten_by_the_next
     import signal
     import sys
 
-    from evals.core import interrupt
+    from evals.core.run import interrupt
 
     saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.unraisablehook
     try:

@@ -10,8 +10,8 @@ import pytest
 from hydra.errors import ConfigCompositionException
 
 import rope_ext
-from evals.core.job import parse_job
-from evals.core.runner import execute
+from evals.core.job.parse import parse_job
+from evals.core.run.runner import execute
 from tests.tiny import ROOT, TINY
 
 
@@ -101,7 +101,7 @@ def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path,
     rotary slots found on the meta model and selected once, then handed to the patcher: neither is redone."""
     import sys
 
-    import evals.core.models as models
+    import evals.core.inputs.models as models
 
     counts = {"gguf": 0, "find": 0, "select": 0}
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import rope_ext
-from evals.core.data import load_documents
-from evals.core.models import load_model, resolve_model
+from evals.core.inputs.data import load_documents
+from evals.core.inputs.loading import load_model
+from evals.core.inputs.models import resolve_model
 from evals.scoring.nll import token_nll
 from rope_ext.export import VERIFIED, Geometry, Unsupported, export, geometry
 

@@ -10,7 +10,7 @@ from lm_eval import simple_evaluate
 from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
-from evals.core.models import bundled_tokenizer
+from evals.core.inputs.loading import bundled_tokenizer
 from evals.lm_harness import TASKS_DIR, HarnessError, check_tasks
 from evals.perplexity import sliding_nll
 from evals.scoring.nll import token_nll

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from evals.perplexity import key_tokens
-from evals.core.models import bundled_tokenizer, random_model, resolve_model
+from evals.core.inputs.loading import bundled_tokenizer, random_model
+from evals.core.inputs.models import resolve_model
 from tests.tiny import TINY
 
 longppl = pytest.importorskip("longppl.longppl")  # the dev extra; only ever a test oracle

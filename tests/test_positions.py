@@ -317,7 +317,7 @@ def test_small_blocks_skip_and_merge_exactly(method, monkeypatch):
 
 def test_on_a_model_whose_attention_cannot_be_hooked_it_is_one_line_before_loading(tmp_path, compose, models):
     from evals.core.errors import UserError
-    from evals.core.job import parse_job
+    from evals.core.job.parse import parse_job
 
     for scaling in (
         ["scaling=self_extend"],

@@ -1,6 +1,6 @@
 """The compare preset's units (issue #44, "presets that can decide"), recomputed: how many documents and passkey
 prompts make a strategy that truly passes by a margin come out yes with >= 80% probability, simulated through the
-verdict's own interval (evals.core.verdict.paired_ratio). A change of the interval method that moves these numbers
+verdict's own interval (evals.core.decision.paired.paired_ratio). A change of the interval method that moves these numbers
 fails here until conf/experiment/compare.yaml says the new ones."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 from scipy import stats
 
-from evals.core.budget import (
+from evals.core.run.budget import (
     POWER,
     SIX_NOVEL_INTERVALS,
     document_sd,

@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
 from evals import projection_bias as bias
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.perplexity import PerplexityError
 from evals.qk_study import QKStudyError
 from tests.tiny import MODELS
@@ -83,7 +83,7 @@ QK = [
 
 
 def test_qk_study_on_qwen2_reports_the_bias_share_and_runs_ablated(tmp_path, run_job, models):
-    from evals.core.model_cache import MODEL_CACHE
+    from evals.core.inputs.model_cache import MODEL_CACHE
 
     # the model's own RoPE (scaling=none): no slot is patched
     summary, results = run_job(tmp_path / "plain", *QK, models, "model=tinyqwen2", "scaling=none")

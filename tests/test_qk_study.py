@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.qk_study import QKStudyError, claims
 from rope_ext import analysis
 

@@ -9,7 +9,7 @@ import torch
 
 import rope_ext
 from evals import projection_bias as bias
-from evals.core.data import load_documents
+from evals.core.inputs.data import load_documents
 
 pytestmark = pytest.mark.slow
 QWEN25 = ["model=qwen25", "logger=none", "data.books=[emma]"]

@@ -1,14 +1,15 @@
-"""The ranked answer (evals/core/ranking.py) and the report's pairing of merged runs, on constructed results:
-judged by the same rule a job applies (evals/core/verdict.py), ranked with tie groups, cost and disagreements."""
+"""The ranked answer (evals/core/decision/ranking.py) and the report's pairing of merged runs, on constructed results:
+judged by the same rule a job applies (evals/core/decision/verdict.py), ranked with tie groups, cost and disagreements."""
 
 import math
 
 import numpy as np
 
 from evals.core.measure import Measurement
-from evals.core.ranking import format_group, rank, table
+from evals.core.decision.ranking import format_group, rank, table
 from evals.core.registry import Metric
-from evals.core.verdict import DEFAULTS, paired_ratio
+from evals.core.decision.paired import paired_ratio
+from evals.core.decision.verdict import DEFAULTS
 from evals.report.judge import judge_all
 
 PPL = Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True, unit="token block").declared(
@@ -213,7 +214,7 @@ ALLOWED = 0.05 + 2 * math.sqrt(0.05 * 0.95 / SWEEPS)
 
 
 def test_equal_strategies_are_tied_in_95_percent_of_sweeps_however_many_there_are():
-    """Holm over every pair (evals/core/simultaneous.py): with 2, 3 and 5 strategies of the same true perplexity,
+    """Holm over every pair (evals/core/decision/simultaneous.py): with 2, 3 and 5 strategies of the same true perplexity,
     a non-tie is declared in at most 5% of sweeps (each comparison at 95% on its own: 5%, 12%, 27%)."""
     rates = {k: non_tie_rate(k, seed=k)[0] for k in (2, 3, 5)}
     assert all(rate <= ALLOWED for rate in rates.values()), rates

@@ -8,9 +8,9 @@ import torch
 from evals import retrieval as needle
 from evals.core.config.fields import check_options
 from evals.core.config.lengths import check_lengths
-from evals.core.data import Document
+from evals.core.inputs.data import Document
 from evals.core.errors import ConfigError
-from evals.core.models import bundled_tokenizer
+from evals.core.inputs.loading import bundled_tokenizer
 from evals.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
 from evals.retrieval import RetrievalConfig
 

@@ -8,7 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from evals.core.models import bundled_tokenizer, package_dir
+from evals.core.inputs.loading import bundled_tokenizer
+from evals.core.inputs.models import package_dir
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
 from evals.lm_harness import TASKS_DIR
 from evals.ruler import RulerError, effective_length
@@ -158,7 +159,7 @@ BAD = [
 @pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, monkeypatch, compose):
     from evals import UserError
-    from evals.core.job import parse_job
+    from evals.core.job.parse import parse_job
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(UserError) as err:

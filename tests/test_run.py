@@ -85,8 +85,8 @@ def test_failed_job_keeps_what_it_wrote(tmp_path, run_job):
 
 def test_only_the_documents_asked_for_are_tokenized(tmp_path, capsys):
     from evals.core.config.structured import DataConfig
-    from evals.core.data import load_documents
-    from evals.core.models import bundled_tokenizer
+    from evals.core.inputs.data import load_documents
+    from evals.core.inputs.loading import bundled_tokenizer
     from evals.core.progress import progress
 
     books = DataConfig(name="books", source="books", books=["persuasion", "emma"])

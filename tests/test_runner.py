@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.core.job import parse_job
-from evals.core.rundir import state
+from evals.core.job.parse import parse_job
+from evals.core.run.rundir import state
 from evals.report.load import load_jobs
 from tests.tiny import ROOT, TINY
 
@@ -114,7 +114,7 @@ def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models, com
 
 def test_the_code_in_the_key_covers_the_lm_eval_task_files():
     """Our lm-eval tasks are code: their YAMLs, ``*_yaml`` templates and functions change numbers too."""
-    from evals.core.job import code_files
+    from evals.core.job.identity import code_files
     from evals.lm_harness import TASKS_DIR
 
     files = set(code_files())

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 import rope_ext
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.search.space import MonotoneFactors, monotone_factors, monotone_steps
 from tests.tiny import ROOT, TINY
 

@@ -9,8 +9,9 @@ from transformers import AutoModelForCausalLM
 
 import rope_ext
 import run as rope_run
-from evals.core.data import load_documents
-from evals.core.models import load_model, resolve_model
+from evals.core.inputs.data import load_documents
+from evals.core.inputs.loading import load_model
+from evals.core.inputs.models import resolve_model
 from tests.tiny import ROOT
 
 

@@ -9,7 +9,7 @@ import torch
 from scipy import stats
 
 from evals import perplexity
-from evals.core.data import Document
+from evals.core.inputs.data import Document
 from evals.stats import block_bootstrap, t_interval
 
 

@@ -226,7 +226,7 @@ def test_one_command_compares_every_method_at_the_target_and_ends_in_the_ranked_
 
 def test_a_fractional_target_passes_the_syntax_check_and_a_sweep_preflight_leaves_hydras_sweeps_alone(compose):
     from evals.cli import _sweep_preflight
-    from evals.core.job import parse_target
+    from evals.core.job.target import parse_target
 
     assert parse_target(compose("target=0.5x")) is None  # the syntax only: 0.5x is a length (4096 on SmolLM2)
     assert parse_target(compose("target=0.5x"), 8192) == 4096

@@ -2,7 +2,7 @@
 compares with the unscaled model at T, and a scaled job needs a short-context check; when the user's lengths omit T
 it is added to the forward that runs anyway (prefix protocol: free), said in one line with what it costs."""
 
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 
 T = 256  # the tiny model's trained context here
 SMALL = [f"model.original_max_position={T}", "data.books=[persuasion]", "eval.bootstrap_block=32"]

@@ -1,5 +1,5 @@
 """The answer: does a strategy keep the model working at L, judged against the unscaled model on the same tokens
-(evals/core/verdict.py), with lengths relative to the trained context and the unscaled reference found or run."""
+(evals/core/decision/verdict.py), with lengths relative to the trained context and the unscaled reference found or run."""
 
 import json
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evals.core.errors import UserError
-from evals.core.job import parse_job
+from evals.core.job.parse import parse_job
 from evals.core.registry import Metric
 import math
 import re
@@ -16,7 +16,8 @@ import re
 import numpy as np
 
 from evals.core.measure import Measurement
-from evals.core.verdict import DEFAULTS, Reference, judge
+from evals.core.decision.reference import Reference
+from evals.core.decision.verdict import DEFAULTS, judge
 from tests.tiny import TINY
 
 PPL = {"ppl": Metric("ppl", lower_is_better=True, verdict=True, count="tokens", nll=True).declared("perplexity")}
@@ -312,8 +313,8 @@ def test_a_verdict_metric_the_eval_never_measures_fails_the_job_and_an_undeclare
     from dataclasses import replace
 
     from evals.core.errors import EvalDefect
-    from evals.core.model_cache import ModelCache
-    from evals.core.runner import execute
+    from evals.core.inputs.model_cache import ModelCache
+    from evals.core.run.runner import execute
 
     def typo(cfg, ctx):
         ctx.model()
@@ -380,7 +381,8 @@ def test_plausible_but_wrong_settings_are_said_in_one_line_before_the_model_load
 
 
 def test_the_reference_row_says_reference_and_other_documents_are_compared_on_the_shared_ones_only():
-    from evals.core.verdict import format_job, own_reference
+    from evals.core.decision.reference import own_reference
+    from evals.core.decision.verdict_text import format_job
 
     found = judge(ppl(NONE), PPL, own_reference(ppl(NONE)), 8192, 16384, dict(DEFAULTS))
     assert found["summary"]["verdict_state@8192"] == "yes"  # read by the ranking and the report: unchanged

@@ -13,7 +13,7 @@ and its *units* -- what it averages over, keyed so that two runs on the same uni
 Evals hand measurements to ``Output.measure``, which refuses a metric the eval did not declare and writes
 the record (results.json ``measurements``) and its flat summary keys (``<metric>@L``, ``<count>@L``,
 ``<metric>_ci95_low@L`` ... for W&B and the search) together; the runner fails a job that declared a verdict
-metric and reported none. The verdict (evals/core/verdict.py), the report and the figures read these
+metric and reported none. The verdict (evals/core/decision/verdict.py), the report and the figures read these
 records; nothing parses summary keys back.
 """
 

@@ -119,7 +119,7 @@ def haystack_words(data: dict | None = None) -> list[str]:
 @cache
 def _haystack_words(data: tuple | None) -> tuple[str, ...]:
     from evals.core.config.structured import DataConfig
-    from evals.core.data import load_texts
+    from evals.core.inputs.data import load_texts
 
     fields = dict(data) if data else {"name": "books", "source": "books"}
     fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in fields.items()}

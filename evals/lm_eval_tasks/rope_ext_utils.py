@@ -19,14 +19,14 @@ LENGTH_METRICS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 def _tokenizer(name: str | None, gguf_file: str | None):
     """The tokenizer the metadata names (None: the bundled SmolLM2 one), from rope_ext's one tokenizer cache:
     inside a rope_ext job it is the job's own tokenizer object."""
-    from evals.core.models import tokenizer_of
+    from evals.core.inputs.loading import tokenizer_of
 
     return tokenizer_of(name, **({"gguf_file": gguf_file} if gguf_file else {}))
 
 
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
     from evals.core.config.structured import DataConfig
-    from evals.core.data import load_documents
+    from evals.core.inputs.data import load_documents
     from evals.retrieval.haystack import PromptBuilder, haystack_ids
     from evals.retrieval import RetrievalConfig
 

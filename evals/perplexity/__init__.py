@@ -16,7 +16,7 @@ recorded and the other lengths go on. Also the loss-by-position curve of the lon
 length is scored on the same documents: those with at least ``min_document_tokens`` tokens (default: the
 longest length; 0 scores each document at the lengths it reaches, counting it as skipped at the others).
 Results are written after each document, so nothing computed is lost. Whether a strategy keeps the model
-working is judged against the unscaled model by :mod:`evals.core.verdict`, not here.
+working is judged against the unscaled model by :mod:`evals.core.decision.verdict`, not here.
 
 With ``longppl=true``, LongPPL (Fang et al., ICLR 2025, arXiv 2410.23771) too: per length, the perplexity
 over key tokens only (``longppl@L``, with its interval and the key-token count) -- tokens whose loss a long

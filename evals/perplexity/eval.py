@@ -88,7 +88,7 @@ def check_config(cfg, job=None) -> None:
     if job is not None:
         biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", PerplexityError)
     if cfg.longppl:
-        from ..core.model_cache import MODEL_CACHE
+        from ..core.inputs.model_cache import MODEL_CACHE
 
         try:
             check_key_tokens(cfg.key_tokens, list(cfg.lengths), job, job and (lambda: MODEL_CACHE.tokenizer(job.model)))

@@ -41,7 +41,8 @@ from ..core.config.fields import check_options, option
 from ..core.config.store import config_dir
 from ..core.config.structured import ModelConfig
 from ..core.errors import UserError
-from ..core.models import load_tokenizer, resolve_model
+from ..core.inputs.loading import load_tokenizer
+from ..core.inputs.models import resolve_model
 from ..scoring.nll import sliding_nll, token_nll
 
 if TYPE_CHECKING:

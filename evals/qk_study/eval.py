@@ -10,9 +10,9 @@ import rope_ext
 
 from .. import projection_bias as biases
 from ..core.config.fields import option
-from ..core.data import document_count
+from ..core.inputs.data import document_count
 from ..core.errors import UserError, scaling_errors_as_user_errors
-from ..core.models import check_attention_hook
+from ..core.inputs.models import check_attention_hook
 from ..core.registry import register_eval
 from .measure import capture_layers, claims, dimension_rows, layer_rows, strategy_rows, summarize
 from .present import write_outputs

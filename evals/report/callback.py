@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from ..core.rundir import SWEEP
+from ..core.run.rundir import SWEEP
 from ..search import is_search
 from .load import load_jobs
 from .sweep import sweep_size

@@ -7,7 +7,7 @@ Reads every results.json under the given directories -- one row per job identity
 of a finished job is the same row), failed / interrupted / dead / running jobs and unreadable files listed
 with their reasons -- and writes into ``--out`` (default: the first directory):
 
-- the verdict of every job (evals/core/verdict.py, the rule a job applies at its end): each strategy judged
+- the verdict of every job (evals/core/decision/verdict.py, the rule a job applies at its end): each strategy judged
   against the unscaled run *comparable* with it -- same model, data content, protocol, documents, tokens
   scored, stride ... (the job's comparison key, recorded in results.json); a run with no comparable
   unscaled run is named with what differs, never compared silently; a reference from other code or

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from ..core.answer_figures import describe, metric_figure, reference_of, rows_of
+from ..core.decision.answer_figures import describe, metric_figure, reference_of, rows_of
 from ..core.files import atomic_write
-from ..core.output import save_figure
+from ..core.run.output import save_figure
 from ..core.plots import Curve
 from .charts import length_chart
 from .load import job_info

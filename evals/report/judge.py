@@ -1,4 +1,4 @@
-"""Judging the loaded jobs (evals/core/verdict.py's rule, the one a job applies at its end): the thresholds, each
+"""Judging the loaded jobs (evals/core/decision/verdict.py's rule, the one a job applies at its end): the thresholds, each
 job's verdict against its comparable unscaled run, why a scaled job has none (what differs), and what the
 verdicts say -- the answer rows and short-context retention."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core.verdict import DEFAULTS, Reference, judge, own_reference, reference_from
+from ..core.decision.reference import Reference, own_reference, reference_from
+from ..core.decision.verdict import DEFAULTS, judge
 from .load import job_info
 
 
@@ -140,7 +141,7 @@ def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
 
 def retention(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
     """Each strategy's metrics at lengths up to the trained context relative to its comparable unscaled run
-    (evals/core/verdict.py's rule: 1 = nothing lost)."""
+    (evals/core/decision/verdict.py's rule: 1 = nothing lost)."""
     found = []
     for index, verdict in verdicts.items():
         info = job_info(jobs[index])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.rundir import load_results, state
+from ..core.run.rundir import load_results, state
 
 
 def job_info(job: dict) -> dict:

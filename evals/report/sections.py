@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from ..core.ranking import table as ranking_table
+from ..core.decision.ranking import table as ranking_table
 from ..search.outputs import report_section
 from .agreement import agreement
 from .judge import retention
@@ -49,7 +49,7 @@ def warnings_section(warnings: list[str]) -> tuple[list[str], list[str]]:
 
 
 def answer_section(ranked: list[dict]) -> tuple[list[str], list[str]]:
-    """The ranked answer (evals/core/ranking.py): which strategy at the target, one table per model and target."""
+    """The ranked answer (evals/core/decision/ranking.py): which strategy at the target, one table per model and target."""
     if not ranked:
         return [], []
     rule = (

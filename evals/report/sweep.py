@@ -36,11 +36,11 @@ def sweep_size(config) -> int:
 def target_preflight(config) -> list[str]:
     """Before a sweep's first job (``config``: its first job's, with Hydra's; ``evals.cli`` calls this): a sweep whose
     lengths say ``target`` without ``target=`` is one line and exit 2 (not one failure per job); with a target,
-    what the sweep will cost (:mod:`evals.core.budget`)."""
-    from ..core.budget import describe, forwards, measured_seconds
+    what the sweep will cost (:mod:`evals.core.run.budget`)."""
+    from ..core.run.budget import describe, forwards, measured_seconds
     from ..core.errors import ConfigError
-    from ..core.job import parse_target
-    from ..core.models import resolve_model
+    from ..core.job.target import parse_target
+    from ..core.inputs.models import resolve_model
 
     if config.get("target") in (None, ""):
         if _uses_target(config.eval):

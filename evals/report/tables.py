@@ -9,7 +9,7 @@ import math
 import re
 
 from ..core.measure import by_metric, measured_value
-from ..core.verdict import format_table, word
+from ..core.decision.verdict_text import format_table, word
 from .judge import flatten
 from .load import job_info
 

@@ -10,7 +10,7 @@ from pathlib import Path
 def log_report(config, sweep_dir: Path, written: list[Path]) -> None:
     """The sweep's report as one W&B run of the sweep's group (job type ``report``): the verdict and job tables,
     the figures, and report.html as an artifact."""
-    from ..core.tracking import Tracker, sweep_group
+    from ..core.run.tracking import Tracker, sweep_group
 
     logger = config.get("logger")
     if logger is None or logger.get("name") == "none":

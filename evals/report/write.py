@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.files import atomic_write
-from ..core.ranking import answer_text, format_group, rank
-from ..core.ranking import table as ranking_table
+from ..core.decision.ranking import answer_text, format_group, rank
+from ..core.decision.ranking import table as ranking_table
 from .figures import metric_figures, save_figures, section_figures
 from .judge import criteria_from, judge_all, verdict_rows
 from .load import in_report_order, load_jobs, one_per_identity

@@ -82,7 +82,7 @@ def check_config(cfg, job=None) -> None:
         raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
     if job is not None:
         # every prompt of the shortest length fits its needles and question: said now, not after a reference ran
-        from ..core.model_cache import MODEL_CACHE
+        from ..core.inputs.model_cache import MODEL_CACHE
 
         shortest = min(int(L) for L in cfg.lengths)
         builder = PromptBuilder(cfg, MODEL_CACHE.tokenizer(job.model), torch.zeros(shortest + 1, dtype=torch.long))

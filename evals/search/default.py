@@ -24,7 +24,7 @@ ATTENTION = "attention_factor"  # a strategy's cos/sin factor: unset means the o
 
 def judged_length(cfg, trained: int) -> tuple[int | None, str]:
     """(the length every trial is judged at, where it comes from); (None, "") without an objective length."""
-    from ..core.job import parse_target
+    from ..core.job.target import parse_target
 
     target = parse_target(cfg, trained)
     if target is not None:

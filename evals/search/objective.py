@@ -3,7 +3,7 @@
 - An objective is ``<metric>@<length>`` (or a list of them: a multi-objective search, whose answer is the Pareto
   front). The metric is one the eval declares (``evals.core.registry.Metric``): its direction is the declaration's
   ``lower_is_better``, never guessed from the name. ``<metric>_retention@L`` (L up to the trained context) is the
-  short-context retention the verdict computes against the unscaled model (``evals/core/verdict.py``: 1 = nothing
+  short-context retention the verdict computes against the unscaled model (``evals/core/decision/verdict.py``: 1 = nothing
   lost, so higher is better); it needs ``verdict.baseline=true``, so the reference exists.
 - A constraint is ``<metric>@<length>>=<number>`` or ``<=``, e.g. LongRoPE2's short-context guard
   ``ppl_retention@4096>=0.98`` (Shang et al. 2025, arXiv 2502.20082). Its value for Optuna is <= 0 when met.
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.errors import ConfigError
-from ..core.verdict import AT
+from ..core.decision.verdict import AT
 
 RETENTION = "_retention"
 CONSTRAINT = re.compile(r"^\s*(?P<target>[^<>=\s]+@\d+)\s*(?P<op>>=|<=)\s*(?P<bound>[-+0-9.eE]+)\s*$")
@@ -98,7 +98,7 @@ def target(text, job, where: str) -> Target:
 
 
 def job_lengths(job) -> list[int]:
-    from ..core.reference import reference_lengths
+    from ..core.run.reference_search import reference_lengths
 
     return reference_lengths(job)
 

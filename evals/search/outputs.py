@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ..core.files import atomic_write
-from ..core.output import save_figure, write_csv
+from ..core.run.output import save_figure, write_csv
 from .objective import constraint_values
 
 RESULT = "search.json"
@@ -104,7 +104,7 @@ def reference(search, trial, trials=()) -> dict:
 def _measured(trial) -> tuple[dict, dict]:
     """(the metrics the trial's job declared, {metric: {length: record}}) from its results.json."""
     from ..core.measure import by_metric
-    from ..core.rundir import read_results
+    from ..core.run.rundir import read_results
 
     where = trial.user_attrs.get("dir")
     results = read_results(Path(where) / "results.json") if where else None
@@ -113,10 +113,10 @@ def _measured(trial) -> tuple[dict, dict]:
 
 def versus(search, trial, other) -> dict:
     """``trial`` against ``other`` on each objective's metric at its length (a retention: the metric itself), paired
-    on the units both measured (:func:`evals.core.verdict.paired_ratio`, the verdict's intervals):
+    on the units both measured (:func:`evals.core.decision.paired.paired_ratio`, the verdict's intervals):
     ``{"<metric>@<L>": {"ratio", "low", "high", "n", "method", "maximize"}}``; a value neither interval rests on is
     left out."""
-    from ..core.verdict import paired_ratio
+    from ..core.decision.paired import paired_ratio
     from .objective import RETENTION
 
     declared, own = _measured(trial)
@@ -333,7 +333,7 @@ def write(search, study) -> list[Path]:
 def track(search, rows: list[dict], result: dict, images: dict, configs: list[Path]) -> None:
     """The search as one W&B run of the sweep's group: objective by trial as history, the trial table, the best
     values and parameters in the summary, the figures, the best configs as an artifact."""
-    from ..core.tracking import Tracker, sweep_group
+    from ..core.run.tracking import Tracker, sweep_group
 
     logger = search.config.get("logger")
     if logger is None or logger.get("name") == "none":

@@ -24,7 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from ..core.errors import ConfigError, scaling_errors_as_user_errors
-from ..core.rundir import is_alive, read_results, this_process
+from ..core.run.rundir import is_alive, read_results, this_process
 from . import objective as objectives_of
 from . import default as defaults_of
 from . import space as spaces
@@ -83,8 +83,8 @@ class Search:
         from rope_ext import STRATEGIES
         from rope_ext.registry import resolve_name
 
-        from ..core.job import parse_job
-        from ..core.models import resolve_model
+        from ..core.job.parse import parse_job
+        from ..core.inputs.models import resolve_model
         from ..core.registry import EVALS
 
         self.sweeper, self.conf = sweeper, sweeper.conf

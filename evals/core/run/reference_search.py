@@ -1,9 +1,9 @@
-"""The reference search: the unscaled runs a scaled job's verdict compares with (:mod:`evals.core.verdict`).
+"""The reference search: the unscaled runs a scaled job's verdict compares with (:mod:`evals.core.decision.verdict`).
 
 ``find_reference(job, run_reference)`` looks for finished runs with scaling ``none`` on the same tokens (same
 code and versions) in the job's sweep (its ``baseline/`` included) or own directory, then ``resume_from``; when
 they lack a length the verdict compares with and ``verdict.baseline`` is on, the job's reference job
-(``job.reference``: the unscaled model at the lengths :func:`evals.core.job.reference_lengths_for` picks) is run
+(``job.reference``: the unscaled model at the lengths :func:`evals.core.job.lengths.reference_lengths_for` picks) is run
 first through ``run_reference`` -- the runner's ``execute`` -- and the search is done again. An unscaled job is
 its own reference and needs no search.
 """
@@ -14,10 +14,11 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .config.lengths import length_fields
-from .job import Job, parts, reference_lengths_for
+from ..config.lengths import length_fields
+from ..job.job import Job, parts
+from ..job.lengths import reference_lengths_for
 from .rundir import read_results
-from .verdict import Reference, reference_from
+from ..decision.reference import Reference, reference_from
 
 
 def reference_runs(job: Job) -> list[dict]:

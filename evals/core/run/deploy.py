@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rope_ext.export import ENGINES, MINIMUM, VERIFIED, Unsupported, export
 
-from .files import atomic_write
+from ..files import atomic_write
 
 FILES = {"transformers": "transformers.json", "vllm": "vllm.sh", "sglang": "sglang.sh", "llama.cpp": "llama.cpp.sh"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import UserError
+from ..errors import UserError
 
 
 class ModelLoadError(UserError):

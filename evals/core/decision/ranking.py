@@ -2,7 +2,7 @@
 than the next one?
 
 For each model and target, every strategy's finished jobs (perplexity, LongPPL, needle, passkey, RULER ...
-each judged by evals/core/verdict.py) are taken together:
+each judged by evals/core/decision/verdict.py) are taken together:
 
 - **recommended** only when every metric measured is ``yes`` at the target (beyond the trained context that
   includes the short-context checks): one ``NO`` anywhere fails it, and the answer names where (``fails
@@ -26,9 +26,10 @@ engine follows it (``vllm: yarn-factor2, x1.021 [1.004, 1.038] of dca (dca: ...)
 from __future__ import annotations
 
 from .engines import engine_line, per_engine
-from .measure import by_metric, measured_value
+from ..measure import by_metric, measured_value
 from .simultaneous import ALPHA, holm, p_value, widened
-from .verdict import multiple, paired_ratio
+from .paired import paired_ratio
+from .verdict_text import multiple
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
 

@@ -17,7 +17,7 @@ import rope_ext
 from rope_ext.check import patch_checked
 
 from .data import Document, load_documents
-from .errors import scaling_errors_as_user_errors
+from ..errors import scaling_errors_as_user_errors
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class EvalContext:
         return loaded.model
 
     def other_model(self, model):
-        """Another model (a resolved ``evals.core.models.ResolvedModel``, e.g. LongPPL's evaluator), unscaled,
+        """Another model (a resolved ``evals.core.inputs.models.ResolvedModel``, e.g. LongPPL's evaluator), unscaled,
         through the same model cache as the job's."""
         return self._cache.get(model)[0].model
 

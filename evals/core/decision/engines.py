@@ -15,14 +15,14 @@ import json
 import rope_ext
 from rope_ext.export import ENGINES, Unsupported, export, geometry
 
-from .errors import UserError
+from ..errors import UserError
 
 
 @functools.lru_cache(maxsize=16)
 def _model(model_json: str):
     from omegaconf import OmegaConf
 
-    from .models import resolve_model
+    from ..inputs.models import resolve_model
 
     return resolve_model(OmegaConf.create(json.loads(model_json)), geometry=True, weights=False)
 

@@ -20,7 +20,7 @@ import socket
 import time
 from pathlib import Path
 
-from .files import note_once
+from ..files import note_once
 
 LOCK = ".rope_ext.lock"
 SWEEP = "ROPE_EXT_SWEEP"  # set by a multirun for its jobs (their processes inherit it): which sweep ran a job

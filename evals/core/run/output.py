@@ -21,9 +21,9 @@ from importlib import metadata
 from pathlib import Path
 
 from . import interrupt
-from .errors import EvalDefect
-from .files import atomic_write
-from .measure import Measurement, summary_keys
+from ..errors import EvalDefect
+from ..files import atomic_write
+from ..measure import Measurement, summary_keys
 from .rundir import this_process
 
 PACKAGES = ("torch", "transformers", "hydra-core", "wandb", "lm-eval", "gguf", "accelerate", "datasets", "rope_ext")
@@ -142,7 +142,8 @@ class Output:
         self.record.update("summary", values)
 
     def verdict(self, judgement: dict) -> None:
-        """The verdict (evals/core/verdict.py): its keys join the summary, its detail is results.json's ``verdict``."""
+        """The verdict (evals/core/decision/verdict.py): its keys join the summary, its detail is results.json's
+        ``verdict``."""
         self.record.data["summary"].update(judgement["summary"])
         self.record.update("verdict", judgement)
 

@@ -1,8 +1,8 @@
 """The model cache: the one model loaded in this process, kept for the next job that uses the same model.
 
 A sweep re-patches the cached model instead of reloading it (0.002 s against ~14 s for SmolLM2); any eval's
-other model (a LongPPL evaluator) goes through it too. The runner (:mod:`evals.core.runner`) passes
-``MODEL_CACHE`` to every job's :class:`~evals.core.context.EvalContext`.
+other model (a LongPPL evaluator) goes through it too. The runner (:mod:`evals.core.run.runner`) passes
+``MODEL_CACHE`` to every job's :class:`~evals.core.inputs.context.EvalContext`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import gc
 import json
 import logging
 
-from .models import LoadedModel, ResolvedModel, load_model, load_tokenizer
+from .loading import LoadedModel, load_model, load_tokenizer
+from .models import ResolvedModel
 
 
 log = logging.getLogger("rope_ext")
@@ -20,7 +21,7 @@ log = logging.getLogger("rope_ext")
 class ModelCache:
     """The model loaded in this process, kept for the next job that uses the same model (a sweep re-patches
     it instead of reloading: 0.002 s against ~14 s for SmolLM2); any eval's other model (a LongPPL evaluator)
-    goes through it too. Tokenizers are shared per source by :func:`evals.core.models.tokenizer_of`."""
+    goes through it too. Tokenizers are shared per source by :func:`evals.core.inputs.loading.tokenizer_of`."""
 
     def __init__(self):
         self._key: str | None = None

@@ -1,10 +1,12 @@
 """The answer to "does this strategy keep my model working at length L?", judged against the unscaled model.
 
-One rule, used at the end of every job, by the sweep report and by ``python -m evals.report``:
+One rule, used at the end of every job, by the sweep report and by ``python -m evals.report`` (judged here; the
+reference's measurements in reference.py, the paired ratio and its interval in paired.py, the printed verdict in
+verdict_text.py):
 
 - The reference is the *unscaled* model measured on the same tokens: a finished run with scaling ``none``
   whose comparison key for the eval is the job's (same model, data content, protocol, documents, tokens
-  scored, stride ...; evals/core/job.py); a job's own run when it is unscaled. A strategy is never judged
+  scored, stride ...; evals/core/job/parse.py); a job's own run when it is unscaled. A strategy is never judged
   against itself: PI x2 is flat at twice the unscaled perplexity, and fails here.
 - Each metric an eval declares with ``verdict=True`` (evals/core/registry.py ``Metric``) is checked at L:
   beyond the trained context T against the reference at T, up to T against the reference at the same length
@@ -13,7 +15,7 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
   ratio strategy / unscaled with its interval (evals/stats.py, calibrated by simulation in
   tests/test_calibration.py) -- for NLL metrics exp of the paired mean NLL difference: over several documents a
   Hall-corrected t on the token-weighted per-document influences (CR2 variance, Bell-McCaffrey degrees of
-  freedom), within one document a fixed-b HAC interval over its blocks in order; for scores in a bounded range
+  freedom), within one document a long-run-variance interval over its blocks in order; for scores in a bounded range
   Tang's score interval for a ratio of paired proportions. A lower-is-better metric (ppl, LongPPL) passes when
   the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
@@ -42,12 +44,12 @@ One rule, used at the end of every job, by the sweep report and by ``python -m e
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field
 
-from .config.structured import VerdictConfig
-from .measure import by_metric, measured_value
+from ..config.structured import VerdictConfig
+from ..measure import by_metric, measured_value
+from .paired import paired_ratio, same_units, units_of
+from .reference import Reference
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
@@ -61,181 +63,8 @@ def criteria_of(cfg) -> dict:
     return {"tolerance": float(cfg.tolerance), "retained": float(cfg.retained)}
 
 
-@dataclass
-class Reference:
-    """The unscaled model's measurements, merged from the runs that match, and where they came from."""
-
-    records: dict = field(default_factory=dict)  # (metric, length) -> measurement record
-    sources: list = field(default_factory=list)  # run directories
-    notes: list = field(default_factory=list)  # what the reader should know (another environment, disagreements)
-
-    def get(self, metric: str, length: int) -> dict | None:
-        return self.records.get((metric, int(length)))
-
-    def value(self, metric: str, length: int) -> float | None:
-        return measured_value(self.get(metric, length))
-
-
-def own_reference(measurements: list[dict]) -> Reference:
-    """An unscaled job is its own reference."""
-    return Reference(records={(r["metric"], int(r["length"])): r for r in measurements}, sources=["itself"])
-
-
-def reference_from(
-    runs: list[dict], compare: dict, environment: str | None = None, strict: bool = False
-) -> Reference | None:
-    """The reference for a job whose comparison keys are ``compare`` ({eval: key}), from finished unscaled
-    ``runs`` (results.json dicts with their ``dir``): the measurements of each eval's declared metrics from the
-    runs whose key for that eval matches. ``strict``: only runs of the same ``environment`` (code and versions),
-    as a job reusing a result demands; otherwise they are used and noted. None when nothing matches."""
-    found = Reference()
-    ordered = sorted(
-        runs, key=lambda r: (r.get("job", {}).get("environment") != environment, -(r.get("finished") or 0))
-    )
-    for run in ordered:
-        info = run.get("job") or {}
-        if run.get("status") != "done" or info.get("scaling") != "none":
-            continue
-        same_env = info.get("environment") == environment
-        if strict and not same_env:
-            continue
-        declared = run.get("declared") or {}
-        used = False
-        for eval_name, key in (info.get("compare") or {}).items():
-            if compare.get(eval_name) != key:
-                continue
-            for record in run.get("measurements") or []:
-                if (declared.get(record["metric"]) or {}).get("eval") != eval_name:
-                    continue
-                at = (record["metric"], int(record["length"]))
-                known = found.records.get(at)
-                if known is None:
-                    found.records[at] = record
-                    used = True
-                elif not _same(measured_value(known), measured_value(record)):
-                    found.notes.append(
-                        f"two unscaled runs disagree on {at[0]}@{at[1]} ({measured_value(known)} in "
-                        f"{found.sources[0] if found.sources else '?'}, {measured_value(record)} in "
-                        f"{run.get('dir')}); the first is used"
-                    )
-        if used:
-            found.sources.append(str(run.get("dir")))
-            if not same_env and environment is not None:
-                found.notes.append(
-                    f"the reference in {run.get('dir')} was computed with other code or package "
-                    "versions; its numbers may differ slightly"
-                )
-    return found if found.records else None
-
-
-def _same(a, b) -> bool:
-    if a is None or b is None:
-        return a is b
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
-
-
 def _fmt(x: float | None) -> str:
     return "?" if x is None else f"{x:.4g}"
-
-
-def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> dict:
-    """The paired ratio own / reference of one metric with its 95% interval and what it rests on:
-    ``{"ratio", "low", "high", "n", "method", "shared", "clustered"}`` (low/high None: no interval), and
-    ``documents`` (the clusters both hold; other documents are left out, never pooled), ``min_units`` (the fewest
-    units the method decides on, tests/test_calibration.py), ``lever`` ("documents", "prompts" or "units": what
-    more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
-    "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
-    against its own run (the ratio is 1 by definition: the reference)."""
-    from ..stats import (
-        MIN_PROMPTS,
-        paired_log_ratio,
-        paired_proportion_ratio,
-        shared_clusters,
-        units_mean,
-    )
-
-    a, b = _units(own), _units(ref)
-    shared = len(set(a) & set(b))
-    found = {
-        "ratio": None,
-        "low": None,
-        "high": None,
-        "n": min(len(a), len(b)),
-        "method": None,
-        "shared": shared,
-        "clustered": False,
-        "documents": None,
-        "min_units": None,
-        "lever": None,
-        "refused": None,
-    }
-    value, reference = measured_value(own), measured_value(ref)
-    if metric.get("nll") and a and b:
-        found["ratio"] = math.exp(units_mean(a) - units_mean(b))  # the perplexity ratio: exp of the mean NLL difference
-    elif value is not None and reference:
-        found["ratio"] = value / reference
-    if itself:
-        found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="the reference itself", reference=True)
-        return found
-    if metric.get("nll") and a and a == b:  # the same units with the same NLLs: exactly 1
-        found.update(ratio=1.0, low=1.0, high=1.0, n=len(a), method="identical units")
-        return found
-    if a and b and not shared_clusters(a, b)[2]:
-        found.update(shared=0, refused="no document (or unit) in common with the reference: not compared")
-        return found
-    unit = (own or {}).get("unit") or metric.get("unit") or "unit"
-    bounds = metric.get("bounds")
-    if bounds and not metric.get("lower_is_better"):
-        lo, hi = bounds
-        scale = lambda u: {k: ((t / w - lo) / (hi - lo), 1.0) for k, (t, w) in u.items() if w}  # noqa: E731
-        low, high, table = paired_proportion_ratio(scale(a), scale(b)) if a and b else (None, None, None)
-        pairs = int(round(table["n"])) if table else 0
-        if table and pairs and table["x11"] + table["x21"] > 0:
-            found["ratio"] = (table["x11"] + table["x12"]) / (table["x11"] + table["x21"])  # on the paired units
-        found.update(low=low, high=high, method="Tang score interval", n=pairs, min_units=MIN_PROMPTS)
-        found.update(lever=f"{unit}s", critical=None)
-        return found
-    interval = paired_log_ratio(a, b, log=not metric.get("nll")) if a and b else None
-    if interval:
-        found.update(
-            ratio=math.exp(interval["estimate"]),
-            low=math.exp(interval["low"]),
-            high=math.exp(interval["high"]),
-            n=interval["n"],
-            clustered=interval["clustered"],
-            documents=interval["documents"],
-            min_units=interval["min_units"],
-        )
-        if interval["clustered"]:
-            whole = all("/" in k for k in a)  # blocks of documents, or units that are their own clusters
-            what = "documents" if whole else f"{unit}s"
-            found.update(
-                method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
-                lever=what,
-                critical=interval["critical"],
-            )
-        else:
-            found.update(method=interval["description"], lever=None)
-    return found
-
-
-def _log(x):
-    import numpy as np
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(x)
-
-
-def _units(record: dict) -> dict:
-    return {k: (float(v[0]), float(v[1])) for k, v in ((record or {}).get("units") or {}).items()}
-
-
-def _same_units(own: dict, ref: dict) -> bool:
-    """Whether two measurements at one length rest on the same units with the same weights (the same tokens,
-    prompts, samples): a partial run (out of memory after some documents), other documents or another block size
-    is not the same test."""
-    a, b = _units(own), _units(ref)
-    return set(a) == set(b) and all(math.isclose(a[k][1], b[k][1], rel_tol=1e-6) for k in a)
 
 
 def _check(
@@ -259,7 +88,7 @@ def _check(
     if value is None:
         check["why"] = f"{name} not measured ({own.get('note') or 'no value'})"
         return check
-    if own["length"] == ref_length and not itself and (_units(own) or _units(ref)) and not _same_units(own, ref):
+    if own["length"] == ref_length and not itself and (units_of(own) or units_of(ref)) and not same_units(own, ref):
         check["why"] = (
             f"{name} rests on other {check['unit']}s here ({own.get('count') or 0:g}) than in the "
             f"reference ({ref.get('count') or 0:g}): not the same test"
@@ -283,8 +112,8 @@ def _check(
         check["unit"] = "document"
     head = f"{name} {_fmt(value)} vs {_fmt(check['reference'])} unscaled @{ref_length}: x{_fmt(ratio)}"
     documents = paired.get("documents")
-    counts = {len({k.rsplit("/", 1)[0] for k in _units(r) if "/" in k}) for r in (own, ref)}
-    if documents and "/" in next(iter(_units(own)), "") and max(counts) > documents:
+    counts = {len({k.rsplit("/", 1)[0] for k in units_of(r) if "/" in k}) for r in (own, ref)}
+    if documents and "/" in next(iter(units_of(own)), "") and max(counts) > documents:
         head += f" (on the {documents} document(s) both hold)"
     interval = f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else " [no interval]"
     op = "<=" if lower else ">="
@@ -304,7 +133,7 @@ def _check(
         point = ratio if ratio is not None else (low + high) / 2
         half = (high - point) if limit > point else (point - low)  # the side of the interval facing the limit
         distance = abs(point - limit)
-        from ..stats import more_units
+        from ...stats import more_units
 
         if blocks_of_one:  # more blocks would need another length: the lever is more documents
             more = None
@@ -369,7 +198,7 @@ def judge(
         checks = []
         for name, metric in metrics.items():
             own = have.get(name, {}).get(L)
-            if own is None or (not metric.get("verdict") and not _units(own)):
+            if own is None or (not metric.get("verdict") and not units_of(own)):
                 continue
             ref_length = L if L <= trained else trained
             ref = reference.get(name, ref_length) if reference is not None else None
@@ -491,86 +320,3 @@ def _stable(values: dict[int, float], trained: int, tolerance: float) -> int | N
             break
         best = L
     return best
-
-
-def multiple(length: int, trained: int) -> str:
-    """``16384`` on a model trained at 8192 -> ``2x``; ``12288`` -> ``1.5x``."""
-    ratio = length / trained
-    return f"{ratio:.3g}x"
-
-
-def word(verdict) -> str:
-    """A state as printed: ``yes``, ``NO``, ``inconclusive``, ``?`` (a bool or None: yes / NO / ?)."""
-    if isinstance(verdict, str):
-        return verdict
-    return {True: "yes", False: "NO", None: "?"}[verdict]
-
-
-RULE = (
-    "yes when the 95% interval of the paired ratio strategy / unscaled lies within the limit, NO when it lies "
-    "beyond, inconclusive when it straddles it"
-)
-
-
-def format_job(title: str, judgement: dict) -> list[str]:
-    """The verdict of one job, one line per length: what a user reads at the end of a run."""
-    trained, target, criteria = judgement["trained"], judgement["target"], judgement["criteria"]
-    lines = [
-        f"verdict: does {title} keep working? (paired against the unscaled model on the same units; "
-        f"lower-is-better metrics x <= {1 + criteria['tolerance']:g}, higher-is-better ones x >= "
-        f"{criteria['retained']:g}; {RULE})"
-    ]
-    if judgement.get("missing"):
-        lines.append(f"  no answer: {judgement['missing']}")
-    for note in (judgement.get("reference") or {}).get("notes", []):
-        lines.append(f"  note: {note}")
-    for row in judgement["lengths"]:
-        mark = " <- target" if row["length"] == target else ""
-        looks = [
-            c["why"]
-            for c in row["checks"]
-            if c["second_look"] and c.get("ratio") is not None and not c.get("reference_itself")
-        ]
-        itself = row["checks"] and all(c.get("reference_itself") for c in row["checks"] if not c["second_look"])
-        lines.append(
-            f"  {row['length']:>7} ({multiple(row['length'], trained):>5})  "
-            f"{'reference' if itself else word(row['state']):<12}  "
-            f"{row['reason']}" + (f" | second look: {'; '.join(looks)}" if looks else "") + mark
-        )
-    summary = judgement["summary"]
-    if target:
-        state = summary.get("verdict_state", word(summary["verdict"]))
-        lines.append(
-            f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
-            + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})")
-        )
-    effective = summary.get("effective_length")
-    lines.append(
-        f"  -> effective length: {effective if effective is not None else 'none'}"
-        + (
-            f" ({summary['effective_length_reason']})"
-            if effective is None and summary.get("effective_length_reason")
-            else ""
-        )
-    )
-    return lines
-
-
-def format_table(rows: list[dict], trained: int | None) -> list[str]:
-    """A strategies x lengths table of verdicts (rows: {"strategy", "target", "verdicts": {L: state},
-    "effective_length"}), as lm-eval and the yarn scripts print theirs."""
-    lengths = sorted({L for row in rows for L in row["verdicts"]})
-    head = (
-        ["strategy", "target"]
-        + [f"{L}" + (f" ({multiple(L, trained)})" if trained else "") for L in lengths]
-        + ["effective length"]
-    )
-    body = [
-        [row["strategy"], str(row["target"] or "")]
-        + [word(row["verdicts"][L]) if L in row["verdicts"] else "-" for L in lengths]
-        + [str(row["effective_length"] or "none")]
-        for row in rows
-    ]
-    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
-    return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, body)]

