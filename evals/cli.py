@@ -90,6 +90,7 @@ def main() -> int:
         if shown is not None:
             print(shown)
             return 0
+        _one_mode(sys.argv[1:])
         for line in _sweep_preflight(sys.argv[1:]):
             print(line, flush=True)
         app()
@@ -158,6 +159,30 @@ def _help(argv: list[str]) -> str | None:
         return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _one_mode(argv: list[str]) -> None:
+    """Hydra's own checks of its flags, as one line: it raises them as a bare ValueError, a traceback. ``-m`` with
+    ``--cfg`` is what a user tries to see a sweep before running it; the line says how."""
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args(argv)
+    flags = {
+        "--run": args.run,
+        "-m": args.multirun,
+        "--cfg": args.cfg is not None,
+        "--info": args.info is not None,
+        "--shell-completion": args.shell_completion,
+    }
+    given = [flag for flag, on in flags.items() if on]
+    if len(given) > 1:
+        raise UserError(
+            f"{' and '.join(given)} together: Hydra takes one of --run, -m (--multirun), --cfg, --info and "
+            "--shell-completion; to see a sweep without running it, leave out -m: --cfg hydra shows its swept values "
+            "(hydra.sweeper.params), --cfg job one job's config"
+        )
+    if args.resolve and not (args.cfg or args.help):
+        raise UserError("--resolve goes with --cfg or --help (it resolves the config they print)")
 
 
 def _sweep_preflight(argv: list[str]) -> list[str]:
