@@ -36,7 +36,7 @@ def composition_error(err: BaseException) -> str:
     each shape above, are pinned for the installed Hydra by tests/test_composition_errors.py."""
     import difflib
 
-    from hydra.errors import MissingConfigException
+    from hydra.errors import MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     from rope_ext import STRATEGIES
@@ -56,6 +56,18 @@ def composition_error(err: BaseException) -> str:
         if not fields:
             return f"{cause.full_key} is not in the config; to add a key there, write +{cause.full_key}=..."
         return not_an_option(cause.full_key, key, schema)
+    override = getattr(err, "override", None)  # Hydra's OverrideParseException: the override it could not parse
+    if isinstance(err, OverrideParseException) and override and any(c in override for c in "<>"):
+        key = override.split("=", 1)[0]
+        example = (
+            "'constraints=[\"ppl_retention@4096>=0.98\"]'"
+            if key == "constraints"
+            else f"'{key}=\"...\"' (in a list: '{key}=[\"...\"]')"
+        )
+        return (
+            f"{override}: Hydra's override grammar does not take '<' or '>' unquoted; quote the string that holds it, "
+            f"e.g. {example}, the outer quotes for the shell"
+        )
     if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # an unknown option
         group, _, wanted = err.missing_cfg_file.rpartition("/")
         names = list(err.options)
