@@ -195,6 +195,27 @@ def _one_mode(argv: list[str]) -> None:
         )
     if args.resolve and not (args.cfg or args.help):
         raise UserError("--resolve goes with --cfg or --help (it resolves the config they print)")
+    presets = [o.split("=", 1)[1] for o in args.overrides if o.split("=", 1)[0].lstrip("+") == "experiment"]
+    if not args.multirun and not given and presets:
+        _sweep_preset_alone(presets[-1], args.overrides)
+
+
+def _sweep_preset_alone(preset: str, overrides: list[str]) -> None:
+    """An ``experiment`` preset that is a sweep (``hydra.sweeper.params``), run without ``-m``: Hydra ignores the
+    sweep and runs one job (``experiment=compare``: the unscaled model alone, for hours on a CPU) -- refused."""
+    from omegaconf import OmegaConf
+
+    path = config_dir() / "experiment" / f"{preset}.yaml"
+    if not path.is_file():
+        return  # Hydra says the option does not exist
+    swept = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") or {}
+    if not swept:
+        return
+    what = "; ".join(f"{key} over {value}" for key, value in swept.items())
+    raise UserError(
+        f"experiment={preset} is a sweep ({what}): run it with -m (python run.py -m {' '.join(overrides)}); "
+        "without -m Hydra runs one job of it and sweeps nothing"
+    )
 
 
 def _sweep_preflight(argv: list[str]) -> list[str]:
