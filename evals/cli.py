@@ -36,7 +36,7 @@ def composition_error(err: BaseException) -> str:
     each shape above, are pinned for the installed Hydra by tests/test_composition_errors.py."""
     import difflib
 
-    from hydra.errors import MissingConfigException
+    from hydra.errors import MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     from rope_ext import STRATEGIES
@@ -56,6 +56,18 @@ def composition_error(err: BaseException) -> str:
         if not fields:
             return f"{cause.full_key} is not in the config; to add a key there, write +{cause.full_key}=..."
         return not_an_option(cause.full_key, key, schema)
+    override = getattr(err, "override", None)  # Hydra's OverrideParseException: the override it could not parse
+    if isinstance(err, OverrideParseException) and override and any(c in override for c in "<>"):
+        key = override.split("=", 1)[0]
+        example = (
+            "'constraints=[\"ppl_retention@4096>=0.98\"]'"
+            if key == "constraints"
+            else f"'{key}=\"...\"' (in a list: '{key}=[\"...\"]')"
+        )
+        return (
+            f"{override}: Hydra's override grammar does not take '<' or '>' unquoted; quote the string that holds it, "
+            f"e.g. {example}, the outer quotes for the shell"
+        )
     if isinstance(err, MissingConfigException) and err.options and err.missing_cfg_file:  # an unknown option
         group, _, wanted = err.missing_cfg_file.rpartition("/")
         names = list(err.options)
@@ -90,6 +102,7 @@ def main() -> int:
         if shown is not None:
             print(shown)
             return 0
+        _one_mode(sys.argv[1:])
         for line in _sweep_preflight(sys.argv[1:]):
             print(line, flush=True)
         app()
@@ -158,6 +171,51 @@ def _help(argv: list[str]) -> str | None:
         return None
     finally:
         GlobalHydra.instance().clear()
+
+
+def _one_mode(argv: list[str]) -> None:
+    """Hydra's own checks of its flags, as one line: it raises them as a bare ValueError, a traceback. ``-m`` with
+    ``--cfg`` is what a user tries to see a sweep before running it; the line says how."""
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args(argv)
+    flags = {
+        "--run": args.run,
+        "-m": args.multirun,
+        "--cfg": args.cfg is not None,
+        "--info": args.info is not None,
+        "--shell-completion": args.shell_completion,
+    }
+    given = [flag for flag, on in flags.items() if on]
+    if len(given) > 1:
+        raise UserError(
+            f"{' and '.join(given)} together: Hydra takes one of --run, -m (--multirun), --cfg, --info and "
+            "--shell-completion; to see a sweep without running it, leave out -m: --cfg hydra shows its swept values "
+            "(hydra.sweeper.params), --cfg job one job's config"
+        )
+    if args.resolve and not (args.cfg or args.help):
+        raise UserError("--resolve goes with --cfg or --help (it resolves the config they print)")
+    presets = [o.split("=", 1)[1] for o in args.overrides if o.split("=", 1)[0].lstrip("+") == "experiment"]
+    if not args.multirun and not given and presets:
+        _sweep_preset_alone(presets[-1], args.overrides)
+
+
+def _sweep_preset_alone(preset: str, overrides: list[str]) -> None:
+    """An ``experiment`` preset that is a sweep (``hydra.sweeper.params``), run without ``-m``: Hydra ignores the
+    sweep and runs one job (``experiment=compare``: the unscaled model alone, for hours on a CPU) -- refused."""
+    from omegaconf import OmegaConf
+
+    path = config_dir() / "experiment" / f"{preset}.yaml"
+    if not path.is_file():
+        return  # Hydra says the option does not exist
+    swept = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") or {}
+    if not swept:
+        return
+    what = "; ".join(f"{key} over {value}" for key, value in swept.items())
+    raise UserError(
+        f"experiment={preset} is a sweep ({what}): run it with -m (python run.py -m {' '.join(overrides)}); "
+        "without -m Hydra runs one job of it and sweeps nothing"
+    )
 
 
 def _sweep_preflight(argv: list[str]) -> list[str]:

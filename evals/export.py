@@ -151,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.to not in ENGINES:
             raise ConfigError(f"--to {args.to} is not an engine rope_ext exports to; valid: {', '.join(ENGINES)}")
         first = Path(args.source[0])
+        stray = [s for s in args.source if "=" not in s and not s.startswith("~")]
+        if len(args.source) > 1 and stray:  # Hydra would read a directory as an override it cannot parse
+            raise ConfigError(
+                f"{stray[0]} is not an override (key=value), and a directory is exported alone: give one run, sweep "
+                f"or search directory, or run.py overrides (scaling=yarn target=4x)"
+            )
         if len(args.source) == 1 and "=" not in args.source[0]:
             if not first.exists():
                 raise ConfigError(

@@ -90,3 +90,17 @@ def test_a_checkpoint_shipped_with_rope_scaling_says_whether_the_strategy_replac
         f"note: model 'tinyllama' ships with llama3 x8 rope scaling; the reference (scaling=none) is the model as "
         f"shipped, and {how}"
     ]
+
+
+def test_a_transformers_checkpoint_under_the_default_gguf_preset_says_how_to_load_it(tmp_path, run_cli, tiny_llama):
+    """``python run.py model.path=<a transformers checkpoint>`` (the default preset, SmolLM2's GGUF) said only that the
+    GGUF file was not found in the checkpoint, which the user never named."""
+    checkpoint = _checkpoint(tmp_path, tiny_llama, trained=256)
+    result = run_cli(f"model.path={checkpoint}", "logger=none", f"output_dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: model.path='{checkpoint}' is a transformers checkpoint (config.json), but model 'smollm2' reads its "
+        "GGUF file 'SmolLM2-135M-Instruct.Q4_1.gguf' from model.path: add model.gguf_file=null to load the checkpoint "
+        "(or model=<its family>: gemma3, llama, llama3, mistral, qwen2, qwen25, smollm2, tinyllama)"
+    ]
+    assert not (tmp_path / "run").exists()  # nothing loaded, nothing written

@@ -86,6 +86,13 @@ def available(group: str) -> str:
             "Error merging override model.seed=abc Value 'abc' of type 'str' could not be converted to Integer",
         ),
         (["~model.nope"], "Could not delete from config. 'model.nope' does not exist."),
+        # a constraint unquoted (the search's): Hydra's lexer error at '>' said nothing of quoting
+        (
+            ["constraints=[ppl_retention@4096>=0.98]"],
+            "constraints=[ppl_retention@4096>=0.98]: Hydra's override grammar does not take '<' or '>' unquoted; "
+            "quote the string that holds it, e.g. 'constraints=[\"ppl_retention@4096>=0.98\"]', the outer quotes "
+            "for the shell",
+        ),
         (
             ["scaling"],
             "Error parsing override 'scaling' missing EQUAL at '<EOF>' See "

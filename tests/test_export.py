@@ -306,6 +306,8 @@ def test_export_reads_a_run_directory_or_overrides(finished_run):
         (["/nonexistent/run", "--to", "vllm"], "/nonexistent/run does not exist"),
         (["scaling=dca", "--to", "transformers"], "transformers cannot express 'dca-chunk_size6144-local_window512'"),
         (["scaling=yran", "--to", "vllm"], "scaling=yran is not an option"),
+        # two directories: Hydra's parse error of the first as an override said nothing of what was wrong
+        (["{run}", "{run}", "--to", "vllm"], "is not an override (key=value), and a directory is exported alone"),
     ],
 )
 def test_bad_export_input_is_one_line_and_exit_2(args, message, finished_run, tmp_path):

@@ -121,6 +121,11 @@ print(json.dumps({"code": code, "imported": sorted(m for m in heavy if m in sys.
         (["target=abc"], 2, "error: target='abc' is not a length"),
         (["verdict.target=-5"], 2, "error: verdict.target=-5 is -5 tokens: a target is a positive length"),
         (["-m", "scaling=none,nope"], 2, "error: scaling=nope is not an option"),
+        # to see a sweep before running it: Hydra's own ValueError was a traceback
+        (["-m", "experiment=compare", "target=2x", "--cfg", "job"], 2, "error: -m and --cfg together: Hydra takes one"),
+        (["--resolve"], 2, "error: --resolve goes with --cfg or --help"),
+        # -m forgotten: Hydra ran the unscaled model alone (hours on a CPU) and compared nothing
+        (["experiment=compare", "target=2x"], 2, "error: experiment=compare is a sweep (scaling over none,linear,"),
     ],
 )
 def test_help_and_bad_input_are_answered_before_torch_transformers_or_matplotlib_is_imported(args, code, says):

@@ -43,6 +43,21 @@ def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys, compose, 
     assert read(tmp_path / "run-3" / "results.json")["config"]["eval"]["lengths"] == [256]
 
 
+def test_a_job_moved_beside_its_directory_is_found_there_when_run_again(tmp_path, capsys, compose, run_job):
+    """A job whose output_dir held another run writes to <dir>-2; the same command again found nothing in <dir> and
+    computed it a second time into <dir>-3."""
+    import run as rope_run
+
+    out = tmp_path / "run"
+    run_job(out, "data.books=[persuasion]", "eval.lengths=[256]")  # another run holds the directory
+    args = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512]", "verdict.baseline=false", f"output_dir={out}"]
+    first = rope_run.run(compose(*args))
+    assert f"holds another run; this one writes to {tmp_path / 'run-2'}" in capsys.readouterr().out
+    again = rope_run.run(compose(*args))  # the same command
+    assert again == first and f"skip: the same job finished in {tmp_path / 'run-2'}" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "run-2"]  # neither computed again nor a pointer
+
+
 @pytest.mark.slow  # several CLI runs; CI runs the slow set after the default suite
 def test_a_sweep_rerun_into_its_own_directory_skips_every_finished_job(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"

@@ -127,6 +127,12 @@ SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suit
         pytest.param(
             ["objective=ppl@512", "hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0 must be at least 1", marks=SLOW
         ),
+        pytest.param(  # the objective at the trained 256, the target at 512: judged where it is not optimised
+            ["objective=ppl@256", "target=2x"],
+            "error: objective=ppl@256 and target=2x (512 tokens) are two lengths; a search optimises and is judged at "
+            "one: objective=ppl@512 with target=2x, or no target (the search is then judged at 256)",
+            marks=SLOW,
+        ),
         pytest.param(
             ["objective=ppl@512", "scaling.factor=tag(log,range(1,8,0.5))"],
             "a log scale takes interval(a,b) (or range(a,b) of an int parameter), not range() with a step of 0.5",
@@ -486,6 +492,7 @@ def test_a_search_suite_reference_keeps_only_the_evals_whose_lengths_are_judged(
 def test_the_published_default_of_a_search_is_the_targets_setting_inside_the_searched_ranges(compose):
     import math
 
+    from evals.core.errors import ConfigError
     from evals.search.default import judged_length, published
     from evals.search.space import Scalar, declared
 
@@ -508,14 +515,22 @@ def test_the_published_default_of_a_search_is_the_targets_setting_inside_the_sea
         "its factor=2 lies outside the searched scaling.factor in [3, 8]",
     )
     assert published(yarn, {"name": "yarn"}, space, 256, 128, slots)[0] is None  # below the trained context
-    # the one length: target= first, else verdict.target, else the objective's (the longest of several)
+    # the one length: the objective's (the longest of several); target= or verdict.target may name it, not another
     base = [*TINY, "data.books=[persuasion]", "eval.lengths=[256,512,1024]", "scaling=yarn"]
     assert judged_length(compose(*base, "target=4x", "objective=ppl@1024"), 256) == (1024, "target=4x")
-    assert judged_length(compose(*base, "verdict.target=512", "objective=ppl@1024"), 256) == (
-        512,
-        "verdict.target=512",
+    assert judged_length(compose(*base, "verdict.target=1024", "objective=[ppl@1024,ppl_retention@256]"), 256) == (
+        1024,
+        "verdict.target=1024",
     )
     assert judged_length(compose(*base, "objective=[ppl@512,ppl@1024]"), 256) == (1024, "objective=ppl@1024")
+    for given, said in (("target=2x", "target=2x (512 tokens)"), ("verdict.target=512", "verdict.target=512")):
+        with pytest.raises(ConfigError) as err:
+            judged_length(compose(*base, given, "objective=ppl@1024"), 256)
+        key = given.split("=")[0]
+        assert str(err.value) == (
+            f"objective=ppl@1024 and {said} are two lengths; a search optimises and is judged at one: "
+            f"objective=ppl@512 with {given}, or no {key} (the search is then judged at 1024)"
+        )
 
 
 def test_the_search_summary_says_whether_the_best_and_the_default_met_the_constraints_and_the_gain():

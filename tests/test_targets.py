@@ -239,3 +239,15 @@ def test_a_fractional_target_passes_the_syntax_check_and_a_sweep_preflight_leave
     )
     assert _sweep_preflight(["-m", "scaling=glob(yarn*)", "target=2x"]) == []  # not composable alone: Hydra's
     assert _sweep_preflight(["-m", "scaling=yarn", "scaling.factor=range(2,5)"]) == []  # no target: not ours
+
+
+@pytest.mark.parametrize("override", ["target=3y", "verdict.target=far"])
+def test_a_malformed_target_before_the_model_is_read_names_no_made_up_trained_context(run_cli, override):
+    """The syntax is checked before the model's config is read; the line said "(1048576)", a placeholder, as if it
+    were the model's trained context."""
+    result = run_cli(*tinyllama(TINY_ARCHITECTURE), override)
+    key, value = override.split("=")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {key}='{value}' is not a length: give tokens (4096) or a multiple of the trained context, e.g. 2x"
+    ]

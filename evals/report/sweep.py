@@ -38,6 +38,7 @@ def target_preflight(config) -> list[str]:
     lengths say ``target`` without ``target=`` is one line and exit 2 (not one failure per job); with a target,
     what the sweep will cost (:mod:`evals.core.run.budget`)."""
     from ..core.run.budget import describe, forwards, measured_seconds
+    from ..core.run.throughput import estimate
     from ..core.errors import ConfigError
     from ..core.job.target import parse_target
     from ..core.inputs.models import resolve_model
@@ -56,4 +57,8 @@ def target_preflight(config) -> list[str]:
     work = forwards(config.eval, model.trained_context, target, books)
     roots = [*config.get("resume_from", []), config.hydra.sweep.dir]
     jobs = sweep_size(config)
-    return describe(jobs, work, measured_seconds(roots, model.name)) if work and jobs else []
+    if not (work and jobs):
+        return []
+    rates = measured_seconds(roots, model.name)
+    missing = sorted({L for _, L, _ in work if L not in rates})
+    return describe(jobs, work, rates, estimate(config.model, model.config, missing) if missing else None)

@@ -1,7 +1,7 @@
 """The one length a search compares its settings at, and the setting it sets its best against.
 
-- The length: ``target=`` when given, else ``verdict.target`` when given, else the objective's length (the longest,
-  for several objectives). Every trial's verdict answers at it (``verdict.target=<length>`` is added to a trial's
+- The length: the objective's length (the longest, for several objectives); ``target=`` or ``verdict.target``, when
+  given, must name the same one (a search optimising at one length and answering at another is refused). Every trial's verdict answers at it (``verdict.target=<length>`` is added to a trial's
   overrides when neither is given), so a search's trials are judged at one length, not each at its own
   trained x factor.
 - The published default for that length: the strategy's parameters as ``target=<length>`` sets them up
@@ -23,21 +23,34 @@ ATTENTION = "attention_factor"  # a strategy's cos/sin factor: unset means the o
 
 
 def judged_length(cfg, trained: int) -> tuple[int | None, str]:
-    """(the length every trial is judged at, where it comes from); (None, "") without an objective length."""
+    """(the length every trial is judged at, where it comes from); (None, "") without an objective length. A
+    ``target=`` or ``verdict.target`` other than the objective's length (the longest of several) is a ConfigError:
+    the search would optimise at one length and answer at another."""
+    from ..core.errors import ConfigError
     from ..core.job.target import parse_target
 
-    target = parse_target(cfg, trained)
-    if target is not None:
-        return target, f"target={cfg.get('target')}"
-    given = cfg.verdict.get("target")
-    if given is not None:
-        return parse_length(given, trained, "verdict.target"), f"verdict.target={given}"
     texts = OmegaConf.to_container(cfg, resolve=True).get("objective")
     texts = [texts] if isinstance(texts, str) else list(texts or [])
     lengths = [int(m.group(2)) for m in map(objectives_of.AT.match, map(str, texts)) if m]
-    if not lengths:
+    longest = max(lengths, default=None)
+    target, given = parse_target(cfg, trained), cfg.verdict.get("target")
+    if target is not None:
+        length, source = target, f"target={cfg.get('target')}"
+    elif given is not None:
+        length, source = parse_length(given, trained, "verdict.target"), f"verdict.target={given}"
+    elif longest is None:
         return None, ""
-    return max(lengths), f"objective={texts[lengths.index(max(lengths))]}"
+    else:
+        return longest, f"objective={texts[lengths.index(longest)]}"
+    if longest is not None and longest != length:
+        objective = texts[lengths.index(longest)]
+        metric, key = objective.split("@")[0], source.split("=")[0]
+        tokens = "" if source.endswith(f"={length}") else f" ({length} tokens)"
+        raise ConfigError(
+            f"objective={objective} and {source}{tokens} are two lengths; a search optimises and is judged at one: "
+            f"objective={metric}@{length} with {source}, or no {key} (the search is then judged at {longest})"
+        )
+    return length, source
 
 
 def published(strategy, scaling: dict, space: list, trained: int, length: int, slots) -> tuple[dict | None, str]:

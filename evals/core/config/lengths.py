@@ -27,20 +27,21 @@ def lengths(default: list, *, minimum: int = 1):
     )
 
 
-def parse_length(value, trained: int, where: str, target: int | None = None) -> int:
+def parse_length(value, trained: int | None, where: str, target: int | None = None) -> int:
     """``4096`` -> 4096; ``"2x"`` -> 2 * trained (rounded to a whole token); ``"target"`` -> ``target`` (the run's
-    ``target=``); anything else a ConfigError."""
+    ``target=``); anything else a ConfigError. ``trained`` None: the syntax only, before the model is read (a
+    multiple is then of 2^20, and the message names no trained context)."""
+    context = f"context ({trained})" if trained else "context"
     if isinstance(value, str) and value.strip() == "target":
         if target is None:
             raise ConfigError(
                 f"{where} has 'target', but no target= is set: give one (e.g. target=4x) or lengths in "
-                f"tokens or multiples of the trained context ({trained})"
+                f"tokens or multiples of the trained {context}"
             )
         return target
     if isinstance(value, bool):
         raise ConfigError(
-            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
-            f"context ({trained}), e.g. 2x"
+            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained {context}, e.g. 2x"
         )
     if isinstance(value, int):
         return value
@@ -49,10 +50,9 @@ def parse_length(value, trained: int, where: str, target: int | None = None) -> 
     match = LENGTH.match(str(value))
     if not match:
         raise ConfigError(
-            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained "
-            f"context ({trained}), e.g. 2x"
+            f"{where}={value!r} is not a length: give tokens (4096) or a multiple of the trained {context}, e.g. 2x"
         )
-    return round(float(match.group(1)) * trained)
+    return round(float(match.group(1)) * (trained or 1 << 20))
 
 
 def length_fields(schema: type) -> list[str]:

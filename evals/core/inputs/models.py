@@ -120,8 +120,24 @@ def _gguf_location(cfg) -> tuple[Path, str] | None:
     if directory is None:
         return None
     if not (directory / cfg.gguf_file).is_file():
-        raise ModelLoadError(f"model.gguf_file={cfg.gguf_file!r} not found in {directory}")
+        others = sorted(p.name for p in directory.glob("*.gguf"))
+        preset = cfg.path and not _explicit("model.gguf_file")  # the preset's GGUF file, not the user's
+        if preset and not others and (directory / "config.json").is_file():  # in a transformers checkpoint
+            raise ModelLoadError(
+                f"model.path={cfg.path!r} is a transformers checkpoint (config.json), but model '{cfg.name}' reads "
+                f"its GGUF file {cfg.gguf_file!r} from model.path: add model.gguf_file=null to load the checkpoint "
+                f"(or model=<its family>: {', '.join(_presets())})"
+            )
+        found = f"; it holds {', '.join(others)}" if others else ""
+        raise ModelLoadError(f"model.gguf_file={cfg.gguf_file!r} not found in {directory}{found}")
     return directory, cfg.gguf_file
+
+
+def _presets() -> list[str]:
+    """The ``conf/model`` options."""
+    from .config.store import config_dir
+
+    return sorted(p.stem for p in (config_dir() / "model").glob("*.yaml"))
 
 
 def locate(cfg) -> Source:

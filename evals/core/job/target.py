@@ -26,7 +26,7 @@ def parse_target(cfg, trained: int | None = None) -> int | None:
     value = cfg.get("target")
     if value in (None, ""):
         return None
-    target = parse_length(value, trained or 1 << 20, "target")  # without trained: the syntax (0.5x is fine)
+    target = parse_length(value, trained, "target")  # without trained: the syntax (0.5x is fine)
     if target < 1:
         raise ConfigError(
             f"target={value} is not a positive length: give tokens (32768) or a multiple of the trained "
@@ -108,7 +108,7 @@ def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[in
     ``verdict.target``, else trained x the scaling's factor (``none`` ignores its factor, but in a factor sweep it
     still names the question), else the longest length evaluated (None when the eval has no lengths)."""
     if cfg.target is not None:
-        target = parse_length(cfg.target, trained or 1 << 20, "verdict.target")  # without trained: the syntax
+        target = parse_length(cfg.target, trained, "verdict.target")  # without trained: the syntax
         if target < 1:
             raise ConfigError(
                 f"verdict.target={cfg.target} is {target} tokens: a target is a positive length, in tokens "

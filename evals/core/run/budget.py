@@ -4,7 +4,8 @@ and, where earlier finished runs of the same model on this machine measured a fo
 A perplexity job (prefix protocol) runs one forward per document at its longest length (the shorter lengths are
 its prefixes); a needle or passkey job one prompt per (length, depth, trial) -- an upper bound, prompts share
 prefixes. Rates come from finished perplexity runs found under ``resume_from`` (seconds of compute per forward
-at their longest length); a length never measured is said to be unknown, not guessed.
+at their longest length); a length never measured is estimated from the model's FLOPs and the device's measured rate
+(:mod:`evals.core.run.throughput`), and said to be an estimate.
 
 How many units decide (a preset's documents and prompts, ``conf/experiment/compare.yaml``): the power of the
 verdict's interval at a given margin, simulated through :func:`evals.core.decision.paired.paired_ratio` itself (the t over
@@ -74,8 +75,14 @@ def measured_seconds(roots, model: str) -> dict[int, tuple[float, str]]:
     return found
 
 
-def describe(jobs: int, work: list[tuple[str, int, int]], rates: dict[int, tuple[float, str]]) -> list[str]:
-    """The lines a sweep prints before it starts."""
+def describe(
+    jobs: int,
+    work: list[tuple[str, int, int]],
+    rates: dict[int, tuple[float, str]],
+    estimated: tuple[dict[int, float], str] | None = None,
+) -> list[str]:
+    """The lines a sweep prints before it starts. ``estimated``: ({length: seconds per forward}, how), the FLOP
+    estimate of :func:`evals.core.run.throughput.estimate` for the lengths no earlier run measured."""
     each = "; ".join(f"{name} {n} forward{'s' if n > 1 else ''} at {L}" for name, L, n in work)
     total = (jobs + 1) * sum(n for _, _, n in work)  # an upper bound: the reference runs only the lengths it needs
     lines = [
@@ -84,17 +91,31 @@ def describe(jobs: int, work: list[tuple[str, int, int]], rates: dict[int, tuple
     ]
     known = [(n, rates[L][0]) for _, L, n in work if L in rates]
     unknown = sorted({L for _, L, _ in work if L not in rates})
+    guess, how = estimated or ({}, "")
+    guessed = sum(n * guess[L] for _, L, n in work if L not in rates and L in guess) * (jobs + 1)
     if known:
         per_job = sum(n * s for n, s in known)
-        hours = per_job * (jobs + 1) / 3600
+        hours = (per_job * (jobs + 1) + guessed) / 3600
         source = ", ".join(
             f"{L} tokens: {rates[L][0]:.0f} s per forward ({rates[L][1]})"
             for L in sorted({L for _, L, _ in work if L in rates})
         )
         lines.append(
             f"budget: about {hours:.1f} h of compute at the rates measured here before ({source})"
-            + (f"; lengths never measured here ({', '.join(map(str, unknown))}) not counted" if unknown else "")
+            + (
+                f"; lengths never measured here ({', '.join(map(str, unknown))}) " + (how if guessed else "not counted")
+                if unknown
+                else ""
+            )
             + "; attention-level methods cost more (docs/benchmarks.md, 'What each method costs')"
+        )
+    elif guessed:
+        from .throughput import duration
+
+        lines.append(
+            f"budget: ≈ {duration(guessed)} of compute, {how}: no earlier run of this model here measured these "
+            "lengths, finished runs refine it; attention-level methods cost more (docs/benchmarks.md, 'What each "
+            "method costs')"
         )
     else:
         lines.append(

@@ -105,11 +105,21 @@ def state(results: dict | None) -> str | None:
     return status
 
 
+def own_dirs(directory: Path) -> list[Path]:
+    """``directory`` and the siblings :func:`claim` moves a job to when it holds another run (``<name>-2``, ...)."""
+    directory = Path(directory)
+    n = len(directory.name) + 1
+    siblings = [p for p in directory.parent.glob(f"{directory.name}-*") if p.name[n:].isdigit()]
+    return [directory, *sorted(siblings, key=lambda p: int(p.name[n:]))]
+
+
 def find_finished(key: str, own_dir: Path, roots) -> Path | None:
-    """A finished run with this job key: the job's own directory first, then any under ``roots``."""
-    own = read_results(Path(own_dir) / "results.json")
-    if own and own.get("status") == "done" and own.get("job", {}).get("key") == key:
-        return Path(own_dir) / "results.json"
+    """A finished run with this job key: the job's own directory first (and where :func:`claim` moved it when that
+    held another run: run again, the same command finds it there), then any under ``roots``."""
+    for directory in own_dirs(own_dir):
+        own = read_results(directory / "results.json")
+        if own and own.get("status") == "done" and own.get("job", {}).get("key") == key:
+            return directory / "results.json"
     for root in roots:
         for path in sorted(Path(root).glob("**/results.json")):
             data = read_results(path)

@@ -33,7 +33,7 @@ from .reference_search import find_reference
 from ..decision.reference import Reference, own_reference
 from ..decision.verdict import criteria_of, judge
 from ..decision.verdict_text import format_job
-from .rundir import TwinFinished, claim, find_finished, read_results, this_process
+from .rundir import TwinFinished, claim, find_finished, own_dirs, read_results, this_process
 from .tracking import Tracker, sweep_group
 
 
@@ -62,7 +62,7 @@ def _reuse(job: Job, finished: Path, cache: ModelCache) -> dict:
         *find_reference(job, lambda reference: execute(reference, cache)),
     )
     summary = {**measured, **judgement["summary"]}
-    if finished.parent.resolve() != job.out_dir.resolve():
+    if finished.parent.resolve() not in {d.resolve() for d in own_dirs(job.out_dir)}:  # no pointer to its own run
         with claim(job.out_dir, job.key) as run_dir:
             record = RunRecord(run_dir, job.sections())
             for section in ("metrics", "rope", "declared", "measurements", "timings"):

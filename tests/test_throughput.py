@@ -1,0 +1,60 @@
+"""A first run's budget (issue #46): before any run of the model here, a sweep says its time estimated from the
+model's FLOPs (evals.core.run.throughput) and the device's measured rate, not "unknown"; earlier runs' measured seconds
+win where they exist. The FLOP count is checked against torch's own counter on a real transformers forward."""
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from evals.core.run import throughput
+from evals.core.run.budget import describe
+from tests.tiny import TINY
+
+
+def test_a_first_sweeps_budget_is_an_estimate_from_flops_not_unknown(tmp_path, compose):
+    from evals.cli import _sweep_preflight
+
+    compose()  # the evals and the config store registered, as the CLI does
+
+    lines = _sweep_preflight(
+        ["-m", *TINY, "scaling=yarn,ntk", "target=2x", "eval.lengths=[1x,target]", f"hydra.sweep.dir={tmp_path}"]
+    )
+    assert lines[0].startswith("budget: 2 jobs (+ the unscaled reference once), each: perplexity 1 forward at ")
+    assert lines[1].startswith("budget: ≈ "), lines
+    assert (
+        "estimated from FLOPs at the measured " in lines[1]
+        and " GFLOP/s (a matmul timed now on cpu, float32)" in (lines[1])
+    )
+    assert "no earlier run of this model here" in lines[1]
+
+
+def test_the_flops_counted_are_those_torch_counts_in_a_real_forward(tiny_llama):
+    """Weight matrices 2·N·L (LM head in, embedding lookup out) and attention 2·layers·L²·d_attn causal: eager
+    attention computes the whole square, which torch's counter counts, twice the causal half."""
+    for tied in (False, True):
+        model = tiny_llama(tie_word_embeddings=tied)
+        params, layers, width = throughput.geometry(model.config)
+        length = 48
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(torch.randint(3, 96, (1, length)))
+        dense, attention = throughput.forward_flops(params, layers, width, length)
+        assert counter.get_total_flops() == dense + 2 * attention, tied
+        assert (dense, attention) == (2 * params * length, 2 * layers * length**2 * width)
+
+
+def test_measured_seconds_win_and_the_estimate_fills_only_the_lengths_never_measured():
+    work = [("perplexity", 8192, 2), ("perplexity", 16384, 2)]
+    rates = {8192: (30.0, "/runs/a")}
+    estimate = ({8192: 1.0, 16384: 90.0}, "estimated from FLOPs at the measured 100 GFLOP/s (a matmul ...)")
+    lines = describe(1, work, rates, estimate)
+    # (2 x 30 + 2 x 90) s per job, for the job and the reference: 480 s
+    assert lines[1].startswith("budget: about 0.1 h of compute at the rates measured here before (8192 tokens: 30 s")
+    assert "lengths never measured here (16384) estimated from FLOPs at the measured 100 GFLOP/s" in lines[1]
+    assert describe(1, work[1:], {}, estimate)[1].startswith("budget: ≈ 6 min of compute, estimated from FLOPs")
+    assert describe(1, work, rates)[1].count("not counted") == 1  # no estimate: as before
+
+
+def test_the_device_rate_is_timed_once_per_process_and_device():
+    throughput._RATES.clear()
+    first = throughput.device_rate(torch.device("cpu"), torch.float32, seconds=0.05)
+    assert first > 1e8  # any CPU multiplies faster than 0.1 GFLOP/s
+    assert throughput.device_rate(torch.device("cpu"), torch.float32) == first
