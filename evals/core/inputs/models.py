@@ -135,7 +135,7 @@ def _gguf_location(cfg) -> tuple[Path, str] | None:
 
 def _presets() -> list[str]:
     """The ``conf/model`` options."""
-    from .config.store import config_dir
+    from ..config.store import config_dir
 
     return sorted(p.stem for p in (config_dir() / "model").glob("*.yaml"))
 
