@@ -78,11 +78,10 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose
     assert 10 < none["ppl@8192"] < 60
     assert none["ppl@16384"] > 1.5 * none["ppl@8192"]
     assert none["effective_length"] == 8192 and none["target_length"] == 16384
-    # one document cannot tell the position's effect from the text's (the calibrated one-document interval at 2x,
-    # evals/stats.py): even the unscaled model's doubling is NO or inconclusive there, never yes -- and it says
-    # what would decide it (the six novels decide NO: README's answer table)
-    assert none["verdict_state"] in ("NO", "inconclusive"), none["verdict_reason"]
-    assert none["verdict_state"] == "NO" or "more documents would" in none["verdict_reason"]
+    # the one-document interval at 2x takes its long-run variance from the blocks both lengths share (evals/stats.py):
+    # the unscaled model's doubling is NO on one document (x2.06 [1.53, 2.78] on Emma), not inconclusive
+    assert none["verdict_state"] == "NO", none["verdict_reason"]
+    assert 1.1 < none["ppl_ratio_ci95_low@16384"] < 2.0, none["verdict_reason"]
     for scaling in ("yarn", "ntk"):
         assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
         # on one document (the default) the paired interval is wide: yes, or inconclusive -- never NO -- and it says so
