@@ -57,6 +57,36 @@ def test_the_command_line_trained_context_wins_over_the_checkpoint_s(tmp_path, r
     assert "model.original_max_position=128 overrides the trained context 256" in result.stderr
 
 
+def test_a_local_checkpoint_is_recorded_and_matched_by_its_own_name_not_the_preset_s(tmp_path, run_job, tiny_llama):
+    """``model.path=<checkpoint>`` under a preset was recorded as the preset (results.json, reports, W&B) and fed
+    that model's sweep budget; it is the checkpoint's directory name now, the preset kept as its family."""
+    from evals.core.run.budget import measured_seconds
+
+    checkpoint = _checkpoint(tmp_path, tiny_llama, trained=256)
+    _, results = run_job(
+        tmp_path / "run",
+        "model.weights=pretrained",
+        f"model.path={checkpoint}",
+        "data.books=[persuasion]",
+        "eval.lengths=[64]",
+        "logger=none",
+    )
+    job = results["job"]
+    assert (job["model"], job["model_label"], job["model_family"]) == ("ckpt", "ckpt", "tinyllama")
+    assert job["name"].startswith("ckpt-")
+    assert (results["config"]["model"]["name"], results["config"]["model"]["family"]) == ("ckpt", "tinyllama")
+    assert results["identity"]["model"]["name"] == "ckpt"
+    assert measured_seconds([tmp_path], "tinyllama") == {}  # the preset's budget is not fed by the checkpoint
+    assert set(measured_seconds([tmp_path], "ckpt")) == {64}
+
+
+def test_a_model_name_the_user_gives_a_checkpoint_is_kept(tmp_path, compose, tiny_llama):
+    checkpoint = _checkpoint(tmp_path, tiny_llama, trained=256)
+    cfg = compose(*TINY, "model.weights=pretrained", f"model.path={checkpoint}", "model.name=mine", "eval.lengths=[64]")
+    job = parse_job(cfg, tmp_path / "job")
+    assert (job.model.name, job.info()["model"], "model_family" in job.info()) == ("mine", "mine", False)
+
+
 LLAMA3_X8 = {
     "rope_type": "llama3",
     "factor": 8.0,
@@ -87,7 +117,7 @@ def test_a_checkpoint_shipped_with_rope_scaling_says_whether_the_strategy_replac
     assert job.trained_context == 64  # the native scaling's original context, not max_position_embeddings 512
     notes = [line for line in capsys.readouterr().err.splitlines() if "ships with" in line]
     assert notes == [
-        f"note: model 'tinyllama' ships with llama3 x8 rope scaling; the reference (scaling=none) is the model as "
+        f"note: model 'ckpt' ships with llama3 x8 rope scaling; the reference (scaling=none) is the model as "
         f"shipped, and {how}"
     ]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import OmegaConf, open_dict
 
 from ..core.errors import ConfigError, scaling_errors_as_user_errors
+from ..core.inputs.models import model_name
 from ..core.run.rundir import is_alive, read_results, this_process
 from . import objective as objectives_of
 from . import default as defaults_of
@@ -202,7 +203,7 @@ class Search:
         given = any(str(o).lstrip("+~").startswith("hydra.sweep.dir=") for o in config.hydra.overrides.hydra)
         if not given:
             objective = "+".join(map(str, _listed(base.get("objective"))))
-            chosen = f"multirun/search/{_slug(f'{base.model.name}_{self.strategy.name}_{objective}')}"
+            chosen = f"multirun/search/{_slug(f'{model_name(base.model)}_{self.strategy.name}_{objective}')}"
             with open_dict(config), _writable(config):
                 config.hydra.sweep.dir = chosen
                 # the launcher composes each trial's config anew from these overrides: without this one its jobs

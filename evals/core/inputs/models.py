@@ -18,6 +18,7 @@ device (no memory, no weights) to find its rotary slots exactly as the patcher w
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -133,6 +134,7 @@ def _gguf_location(cfg) -> tuple[Path, str] | None:
     return directory, cfg.gguf_file
 
 
+@functools.lru_cache(maxsize=1)
 def _presets() -> list[str]:
     """The ``conf/model`` options."""
     from ..config.store import config_dir
@@ -181,12 +183,28 @@ class ResolvedModel:
 
     @property
     def name(self) -> str:
+        return model_name(self.cfg)
+
+    @property
+    def family(self) -> str:
+        """The preset the model was named with (``model=``): its own name, or a local checkpoint's family."""
         return self.cfg.name
 
     @property
     def label(self) -> str:
         """The model's name, marked when its weights are random (a random run is not the real model)."""
-        return self.cfg.name + ("[random]" if self.cfg.weights == "random" else "")
+        return self.name + ("[random]" if self.cfg.weights == "random" else "")
+
+
+def model_name(cfg) -> str:
+    """The name a model is recorded and matched by (results.json, reports, W&B, the sweep budget): the preset's,
+    except for a local checkpoint (``model.path``), which is not the preset: its GGUF file's stem or its directory's
+    name. A ``model.name`` the user gave (one that names no preset, or set on the command line) is kept."""
+    if not cfg.path or _explicit("model.name") or cfg.name not in _presets():
+        return cfg.name
+    if cfg.gguf_file and (Path(cfg.path) / cfg.gguf_file).is_file():
+        return Path(cfg.gguf_file).stem
+    return Path(cfg.path).resolve().name or cfg.name
 
 
 def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
@@ -214,7 +232,9 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
                 f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}"
             ) from None
     identity = (
-        model_identity(cfg, source, device, dtype) if weights else {"name": cfg.name, "config": config.to_diff_dict()}
+        model_identity(cfg, source, device, dtype)
+        if weights
+        else {"name": model_name(cfg), "config": config.to_diff_dict()}
     )
     return ResolvedModel(cfg, source, device, dtype, config, trained, slots, identity)
 
@@ -395,7 +415,7 @@ def model_identity(cfg, source: Source, device: torch.device, dtype: torch.dtype
     from importlib import metadata
 
     identity = {
-        "name": cfg.name,
+        "name": model_name(cfg),
         "weights": cfg.weights,
         "dtype": str(dtype),
         "device": device.type,

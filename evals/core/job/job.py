@@ -59,6 +59,7 @@ class Job:
             "key": self.key,
             "model": self.model.name,
             "model_label": self.model.label,
+            **({"model_family": self.model.family} if self.model.family != self.model.name else {}),
             "weights": self.model.cfg.weights,
             "scaling": self.scaling.label,
             "eval": self.eval.name,

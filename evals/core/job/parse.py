@@ -35,10 +35,15 @@ from .lengths import add_trained_context, reference_lengths_for, resolve_job_len
 from .target import describe_target, parse_scaling, parse_target, setting_warnings, target_length
 
 
-def resolved_config(cfg, spec: EvalSpec, scaling: rope_ext.Scaling, derived: dict | None = None) -> dict:
+def resolved_config(
+    cfg, spec: EvalSpec, scaling: rope_ext.Scaling, derived: dict | None = None, model: ResolvedModel | None = None
+) -> dict:
     """The composed config, its scaling replaced by the resolved one (with its label, and what ``target=`` derived
-    and why; ``none`` without the factor it ignores); a suite with the evals it runs only."""
+    and why; ``none`` without the factor it ignores); the model's name as recorded (a local checkpoint's own, its
+    preset as its family); a suite with the evals it runs only."""
     config = container(cfg)
+    if model is not None and model.name != model.family:
+        config["model"].update(name=model.name, family=model.family)
     if spec.parts is not None:
         names = {part_spec.name for part_spec, _, _ in parts(spec, cfg.eval)}
         config["eval"] = {k: v for k, v in config["eval"].items() if k not in EVALS or k in names}
@@ -141,7 +146,7 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
         eval_cfg=cfg.eval,
         data_cfg=cfg.data,
         seed=cfg.seed,
-        config=resolved_config(cfg, spec, scaling, derived),
+        config=resolved_config(cfg, spec, scaling, derived, model),
         identity=identity,
         key=digest(identity),
         out_dir=Path(out_dir),
