@@ -82,6 +82,17 @@ def for_target(config: Mapping, trained: int, target: int) -> Derived:
     return Derived(config, why)
 
 
+def reaching_factor(config: Mapping, trained: int, target: int) -> float | None:
+    """The smallest ``factor`` with which the strategy of ``config`` (a scaling mapping, unset keys at their defaults)
+    reaches ``target`` where its factor sets its reach -- a static frequency strategy covers trained x factor
+    (:func:`shortfalls`) -- else None (a dynamic strategy, one without a factor, an attention-level rule)."""
+    strategy = STRATEGIES[resolve_name(config.get("name"))]
+    if strategy.kind != "frequencies" or "factor" not in strategy.params or target <= trained:
+        return None
+    params = {k: config.get(k) if config.get(k) is not None else p.default for k, p in strategy.params.items()}
+    return None if strategy.dynamic(params) else target / trained
+
+
 def shortfalls(scaling: Scaling, trained: int, length: int) -> list[str]:
     """Why ``scaling`` cannot do what it is for at ``length`` tokens on a model trained on ``trained``, read from the
     strategy itself: a static frequency strategy whose factor covers less than the length; an attention-level rule

@@ -619,3 +619,56 @@ def test_a_search_tries_the_published_default_first_and_judges_every_trial_at_it
         line = f"search: best (trial {best['trial']}) against the published default (trial 0): ppl@512 x"
         assert line in result.stdout
         assert line.removeprefix("search: ") in (sweep_dir / "report.md").read_text()
+
+
+@pytest.mark.slow  # a CLI search of three trials (about 25 s)
+def test_a_search_with_a_target_samples_only_factors_that_reach_it(tmp_path, run_cli):
+    """target=2x with YaRN's declared factor range 1..16 (log): a quarter of the samples fell below 2 and failed as
+    "cannot reach"; the factor's lower bound is target / trained now, said in one line."""
+    sweep_dir = tmp_path / "search"
+    result = run_cli(
+        *SEARCH,
+        "model.original_max_position=256",
+        "logger=none",
+        "objective=ppl@512",
+        "target=2x",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.enqueue=[]",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        "search: target=2x (512 tokens) needs scaling.factor >= 2 (512 / trained 256): the searched factor starts "
+        "there, not at 1" in result.stdout
+    )
+    assert "scaling.factor in [2, 16] (log)" in (sweep_dir / "search.json").read_text()
+    study = trials(sweep_dir)
+    assert len(study) == 3 and all(t.state == optuna.trial.TrialState.COMPLETE for t in study)
+    assert all(t.params["scaling.factor"] >= 2 for t in study)
+
+
+@pytest.mark.parametrize(
+    "scaling, floor",
+    [
+        (["scaling=yarn"], 2.0),
+        (["scaling=pi"], 2.0),
+        (["scaling=yarn", "scaling.dynamic=true"], None),  # a dynamic factor does not set its reach
+        (["scaling=dynamic_ntk"], None),
+    ],
+)
+def test_the_searched_factor_starts_at_what_the_target_needs_where_the_factor_sets_the_reach(compose, scaling, floor):
+    from evals.core.job.target import parse_target
+    from evals.search.space import declared, target_floors
+    from omegaconf import OmegaConf
+
+    cfg = compose(*TINY, "model.original_max_position=256", "target=2x", *scaling)
+    strategy = rope_ext.STRATEGIES[rope_ext.registry.resolve_name(cfg.scaling.name)]
+    scaling_cfg = OmegaConf.to_container(cfg.scaling, resolve=True)
+    floors, line = target_floors(strategy, scaling_cfg, set(), 256, parse_target(cfg, 256), "2x")
+    space = {s.key: s for s in declared(strategy, set(), lambda: 32, 2.0, floors)}
+    high = strategy.params["factor"].search[1]  # the registry's range, its low end raised
+    assert (space["scaling.factor"].low, space["scaling.factor"].high) == (floor or 1.0, high)
+    assert bool(line) == (floor is not None)
+    assert target_floors(strategy, scaling_cfg, {"scaling.factor"}, 256, 512, "2x") == ({}, "")  # fixed or given
+    assert target_floors(strategy, scaling_cfg, set(), 256, None) == ({}, "")  # no target

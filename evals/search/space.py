@@ -2,6 +2,9 @@
 
 - Declared: every parameter whose ``rope_ext.Param`` has ``search`` -- a ``(low, high)`` range (log scale when
   ``log``) or ``"monotone"`` -- and that the command line does not fix (``scaling.factor=2`` fixes it).
+- With ``target=``: the declared factor range of a strategy whose factor sets its reach (a static frequency
+  strategy covers trained x factor) starts at target / trained, as a smaller factor cannot reach the target
+  (:func:`rope_ext.targets.reaching_factor`); said in one line.
 - Given: any strategy parameter (``scaling.<name>``) in Hydra's sweep syntax -- ``interval(a,b)``
   (``tag(log,interval(a,b))`` on a log scale), ``range(a,b[,step])``, ``choice(...)`` or ``a,b,c`` -- on the
   command line or in ``hydra.sweeper.params``; its range must lie inside the parameter's declared bounds (checked
@@ -201,10 +204,34 @@ def range_values(sweep: RangeSweep):
         value += sweep.step
 
 
-def declared(strategy: rope_ext.registry.Strategy, skip: set, pairs, extension: float) -> list:
+def target_floors(
+    strategy: rope_ext.registry.Strategy, scaling: dict, skip: set, trained: int, target: int | None, given=None
+) -> tuple[dict, str]:
+    """({parameter: its lower bound}, the line saying it) where ``target=`` needs more than the low end of the declared
+    range: the factor of a strategy whose factor sets its reach (:func:`rope_ext.targets.reaching_factor`) -- a
+    factor below target / trained cannot reach the target, a trial wasted. ``given``: the target as written."""
+    from rope_ext.targets import reaching_factor
+
+    param = strategy.params.get("factor")
+    if target is None or param is None or not isinstance(param.search, tuple) or "scaling.factor" in skip:
+        return {}, ""
+    low = reaching_factor({**scaling, "name": strategy.name}, trained, target)
+    if low is None or low <= param.search[0]:
+        return {}, ""
+    line = (
+        f"search: target={given or target} ({target} tokens) needs scaling.factor >= {low:g} ({target} / trained "
+        f"{trained}): the searched factor starts there, not at {param.search[0]:g}"
+    )
+    return {"factor": low}, line
+
+
+def declared(
+    strategy: rope_ext.registry.Strategy, skip: set, pairs, extension: float, floors: dict | None = None
+) -> list:
     """The strategy's declared search space without the keys in ``skip`` (fixed or given by the user).
-    ``pairs()`` gives d/2 of the layers it scales (read only when a per-dimension parameter is searched)."""
-    space = []
+    ``pairs()`` gives d/2 of the layers it scales (read only when a per-dimension parameter is searched);
+    ``floors``: {parameter: a lower bound above its declared one} (the factor a target needs)."""
+    space, floors = [], floors or {}
     for name, param in strategy.params.items():
         key = f"scaling.{name}"
         if param.search is None or key in skip:
@@ -213,5 +240,13 @@ def declared(strategy: rope_ext.registry.Strategy, skip: set, pairs, extension: 
             space.append(MonotoneFactors(key, pairs(), LONGROPE_UPPER * max(1.0, extension)))
         else:
             low, high = param.search
+            if floors.get(name) is not None and floors[name] > low:
+                if floors[name] > high:
+                    raise ConfigError(
+                        f"the search for a target needs scaling.{name} >= {floors[name]:g}, beyond its searched range "
+                        f"[{low:g}, {high:g}]: give one, e.g. scaling.{name}=tag(log,interval({floors[name]:g},"
+                        f"{2 * floors[name]:g}))"
+                    )
+                low = floors[name]
             space.append(Scalar(key, "int" if param.type is int else "float", low, high, log=param.log))
     return space

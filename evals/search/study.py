@@ -100,11 +100,11 @@ class Search:
         with scaling_errors_as_user_errors():
             self.strategy = STRATEGIES[resolve_name(base.scaling.get("name"))]
         spec = EVALS.get(base.eval.get("name"))
-        model = None
+        model = self.model = None
         if (
             spec is not None
         ):  # resolved once: the probe job reuses it (parse_job says what is wrong with an unknown eval)
-            model = resolve_model(base.model, geometry=True, weights="model" in spec.needs_for(base.eval))
+            model = self.model = resolve_model(base.model, geometry=True, weights="model" in spec.needs_for(base.eval))
         given = [spaces.given(o, self.strategy) for o in ranges]
         fixed_keys = {f.split("=", 1)[0].lstrip("+~") for f in self.fixed}
         skip = fixed_keys | {s.key for s in given}
@@ -113,7 +113,9 @@ class Search:
         lengths = [int(m.group(2)) for m in map(objectives_of.AT.match, map(str, _listed(base.get("objective")))) if m]
         trained = model.trained_context if model is not None else 1
         extension = max(lengths, default=trained) / trained
-        self.space = given + spaces.declared(self.strategy, skip, _pairs(base, model), extension)
+        self.space = given + spaces.declared(
+            self.strategy, skip, _pairs(base, model), extension, self.floors(base, skip, trained)
+        )
         self.check_enqueue()
         if not self.space:
             raise ConfigError(
@@ -145,6 +147,17 @@ class Search:
             "space": [s.describe() for s in self.space],
             "fixed": sorted(self.fixed),
         }
+
+    def floors(self, base, skip: set, trained: int) -> dict:
+        """{parameter: its lower bound} for ``target=`` (:func:`evals.search.space.target_floors`), said in one line."""
+        from ..core.job.target import parse_target
+
+        target = parse_target(base, trained) if self.model is not None else None
+        scaling = OmegaConf.to_container(base.scaling, resolve=True)
+        floors, line = spaces.target_floors(self.strategy, scaling, skip, trained, target, base.get("target"))
+        if line:
+            print(line)
+        return floors
 
     def published_default(self) -> list[dict]:
         """The published default for the search's length (:func:`evals.search.default.published`), as one setting
