@@ -148,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", required=True, help=f"the engine: {', '.join(ENGINES)}")
     args = parser.parse_args(argv)
     try:
-        if args.to not in ENGINES:
+        engine = next((e for e in ENGINES if e == args.to.lower()), None)  # any case: --to VLLM is vllm
+        if engine is None:
             raise ConfigError(f"--to {args.to} is not an engine rope_ext exports to; valid: {', '.join(ENGINES)}")
+        args.to = engine
         first = Path(args.source[0])
         stray = [s for s in args.source if "=" not in s and not s.startswith("~")]
         if len(args.source) > 1 and stray:  # Hydra would read a directory as an override it cannot parse

@@ -319,3 +319,14 @@ def test_bad_export_input_is_one_line_and_exit_2(args, message, finished_run, tm
     assert result.returncode == 2 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
+
+
+def test_the_engine_is_read_in_any_case(capsys):
+    from evals.export import main
+
+    overrides = [*tinyllama(TINY_ARCHITECTURE, original_max_position=256), "scaling=yarn", "target=2x"]
+    assert main([*overrides, "--to", "VLLM"]) == 0
+    upper = capsys.readouterr().out
+    assert main([*overrides, "--to", "vllm"]) == 0
+    assert upper == capsys.readouterr().out and "--max-model-len 512" in upper
+    assert main([*overrides, "--to", "Llama.CPP"]) == 0 and "--yarn-orig-ctx 256" in capsys.readouterr().out
