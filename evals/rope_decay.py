@@ -9,7 +9,9 @@
 - Base bound (Su 2024, kexue.fm/archives/10122; Men et al. 2024, arXiv 2405.14591): the smallest base
   keeping sum_i cos(m theta_i) >= 0 for all m < L, as a curve over L (log-log) beside Men et al.'s published
   points (head dim 128) and power-law fit, with the model's base and the strategy's effective base
-  (the base of plain RoPE with the same slowest frequency) marked. Bounds are cached per (dim, L).
+  (the base of plain RoPE with the same slowest frequency) marked. The bound is computed at the model's head dim
+  and its own lengths (doublings from trained/4 to the longest of trained and target; ``eval.bound_contexts``
+  overrides them); bounds are cached per (dim, L).
 - Per-dimension table and plot of the strategy: wavelength, lambda/L, factor and regime of every pair
   (``removed``: theta = 0, p-RoPE), and the largest angle the pair turns through at the largest relative
   position a query of ``max_distance`` tokens sees, over the largest it turned through in training (> 1:
@@ -69,7 +71,8 @@ class RopeDecayConfig:
         ]
     )
     points: int = option(256, minimum=16)  # distances per curve in the table and figures (log-spaced)
-    bound_contexts: List[int] = option([1024, 2048, 4096, 8192, 16384, 32768], minimum=1, nonempty=True)
+    # None: the model's own lengths, doublings from trained/4 up to the longest of trained and target (bound_contexts)
+    bound_contexts: Optional[List[int]] = option(None, minimum=1, nonempty=True)
 
 
 def check_config(cfg, job) -> None:
@@ -96,6 +99,20 @@ def geometries(cfg, job) -> list[tuple[str | None, int, float]]:
     return [(layer, cfg.head_dim or dim, float(cfg.base or base)) for (dim, base), layer in found.items()]
 
 
+def bound_contexts(cfg, trained: int, target: int | None) -> list[int]:
+    """The contexts the base bound is computed at: ``eval.bound_contexts``, else the model's own lengths -- doublings
+    from trained/4 up to the longest of the trained context and the target (a bound search at a length the model
+    never runs, or at another head dim, took minutes and said nothing of this model)."""
+    if cfg.bound_contexts:
+        return sorted(set(cfg.bound_contexts))
+    longest, contexts = max(trained, target or 0), []
+    context = max(1, trained // 4)
+    while context < longest:
+        contexts.append(context)
+        context *= 2
+    return [*contexts, longest]
+
+
 def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
     """The base lower bound per context, computed once per (dim, context) on this machine."""
     path = cache_dir() / "base_bounds.json"
@@ -105,7 +122,8 @@ def base_bounds(dim: int, contexts: list[int]) -> dict[int, float]:
         key = f"{dim}/{L}"
         if key not in known:
             print(
-                f"rope_decay: base lower bound for d={dim} at {L} tokens (computed once, then cached in {path})",
+                f"rope_decay: the base lower bound at head dim {dim} and {L} tokens: the smallest RoPE base keeping "
+                f"sum_i cos(m theta_i) >= 0 up to {L} (Men et al. 2024), computed once, then cached in {path}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -172,21 +190,14 @@ def decay_figure(curves: dict, vectors: list, trained: int, target: int | None, 
     return fig
 
 
-def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float], reference: dict[int, float] | None):
-    """The base lower bound over context length (log-log), the published points, and bases marked."""
+def bound_figure(bounds: dict[int, float], dim: int, marks: dict[str, float]):
+    """The base lower bound over context length (log-log), the published points (d=128, whatever the model's
+    head dim: their values are constants, no d=128 search is run), and bases marked."""
     plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     contexts = sorted(bounds)
     ax.plot(contexts, [bounds[L] for L in contexts], marker="o", label=f"lower bound, d={dim} (this run)")
-    if reference is not None:
-        ax.plot(
-            contexts,
-            [reference[L] for L in contexts],
-            marker=".",
-            linestyle="--",
-            label="lower bound, d=128 (this run)",
-        )
     published = [L for L in sorted(MEN_ET_AL_POINTS) if contexts[0] / 2 <= L <= contexts[-1] * 2]
     ax.scatter(
         published,
@@ -341,7 +352,7 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
         f"rope_decay_plot{suffix}", decay_figure(curves, [dict(v) for v in cfg.vectors], trained, target, title)
     )
 
-    bounds = base_bounds(dim, list(cfg.bound_contexts))
+    bounds = base_bounds(dim, bound_contexts(cfg, trained, max(target or 0, ctx.job.target or 0) or None))
     inv_freq, _ = ctx.scaling.frequencies(dim, base, seq_len=None)
     effective = analysis.lowest_frequency_base(inv_freq)
     rows = [
@@ -361,8 +372,7 @@ def study(cfg, ctx, dim: int, base: float, suffix: str) -> dict:
         "model base": base,
         **({f"{ctx.scaling.label} effective base": effective} if effective and ctx.scaling.name != "none" else {}),
     }
-    reference = base_bounds(128, list(cfg.bound_contexts)) if dim != 128 else None
-    ctx.output.figure(f"base_bound_plot{suffix}", bound_figure(bounds, dim, marks, reference))
+    ctx.output.figure(f"base_bound_plot{suffix}", bound_figure(bounds, dim, marks))
     supported = [r["context"] for r in rows if r["model_base_ok"]]
     summary[f"base_bound_max_context{suffix}"] = max(supported) if supported else None
     summary[f"effective_base{suffix}"] = effective

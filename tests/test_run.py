@@ -72,6 +72,17 @@ def test_rope_decay_job_needs_no_weights(tmp_path, run_job):
         assert (tmp_path / name).stat().st_size > 0
 
 
+def test_rope_decay_computes_the_base_bound_at_the_model_s_head_dim_and_lengths(tmp_path, run_job):
+    """``target=2x eval=rope_decay`` on the tiny model spent minutes on bounds at 32768 tokens and head dim 128 (a
+    reference curve), neither the model's own; the bound is computed at its head dim, from trained/4 to the target."""
+    import csv
+
+    summary, _ = run_job(tmp_path, *BOOKS, "model.original_max_position=256", "target=2x", "eval=rope_decay")
+    rows = list(csv.DictReader((tmp_path / "base_bound.csv").open()))
+    assert [int(r["context"]) for r in rows] == [64, 128, 256, 512]  # trained 256, target 512
+    assert {int(r["rotary_dim"]) for r in rows} == {summary["rotary_dim"]} == {16}
+
+
 def test_failed_job_keeps_what_it_wrote(tmp_path, run_job):
     from evals import UserError
 
