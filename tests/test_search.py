@@ -672,3 +672,10 @@ def test_the_searched_factor_starts_at_what_the_target_needs_where_the_factor_se
     assert bool(line) == (floor is not None)
     assert target_floors(strategy, scaling_cfg, {"scaling.factor"}, 256, 512, "2x") == ({}, "")  # fixed or given
     assert target_floors(strategy, scaling_cfg, set(), 256, None) == ({}, "")  # no target
+    if floor is not None:  # a target beyond the declared range: one line saying how to search it
+        from evals.core.errors import ConfigError
+
+        with pytest.raises(
+            ConfigError, match=rf"needs scaling.factor >= 32, beyond its searched range \[1, {high:g}\]"
+        ):
+            declared(strategy, set(), lambda: 32, 32.0, target_floors(strategy, scaling_cfg, set(), 256, 256 * 32)[0])
