@@ -58,11 +58,11 @@ def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, na
 
 
 @pytest.mark.slow
-def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose):
-    """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN and NTK x2 recover -- and the
+def test_default_run_shows_failure_past_8k_and_yarn_fixes_it(tmp_path, compose):
+    """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN x2 recovers -- and the
     verdict says so, each strategy judged against the unscaled run it finds (no reference run of its own)."""
     results = {}
-    for scaling in ("none", "yarn", "ntk"):
+    for scaling in ("none", "yarn"):  # NTK x2 recovers too (docs/benchmarks.md); one 16k forward less in CI
         cfg = compose(
             f"scaling={scaling}",
             "scaling.factor=2",
@@ -81,8 +81,12 @@ def test_default_run_shows_failure_past_8k_and_yarn_ntk_fix_it(tmp_path, compose
     # the one-document interval at 2x takes its long-run variance from the blocks both lengths share (evals/stats.py):
     # the unscaled model's doubling is NO on one document (x2.06 [1.53, 2.78] on Emma), not inconclusive
     assert none["verdict_state"] == "NO", none["verdict_reason"]
-    assert 1.1 < none["ppl_ratio_ci95_low@16384"] < 2.0, none["verdict_reason"]
-    for scaling in ("yarn", "ntk"):
+    verdict = json.loads((tmp_path / "none" / "results.json").read_text())["verdict"]
+    at_2x = next(
+        c for row in verdict["lengths"] if row["length"] == 16384 for c in row["checks"] if c["metric"] == "ppl"
+    )
+    assert 1.1 < at_2x["low"] < 2.0 < at_2x["high"] < 4.0, none["verdict_reason"]
+    for scaling in ("yarn",):
         assert results[scaling]["ppl@16384"] < 1.1 * none["ppl@8192"], (scaling, results)
         # on one document (the default) the paired interval is wide: yes, or inconclusive -- never NO -- and it says so
         assert results[scaling]["verdict_state"] in ("yes", "inconclusive"), results[scaling]["verdict_reason"]
