@@ -93,9 +93,11 @@ class Cost:
         self.device = next(model.parameters()).device
 
     def flops(self, length: int, new: int | None = None) -> float:
-        new = length if new is None else new
-        # 2 FLOPs per multiply-add: the dense layers once per new token, causal attention over the prefix
-        return 2.0 * self.params * new + 2.0 * self.layers * self.hidden * (length**2 - (length - new) ** 2)
+        """The forward's FLOPs by the budget's formula (:func:`evals.core.run.throughput.forward_flops`), on this
+        model's non-embedding parameters and hidden size: only their ratio to the seconds measured is used."""
+        from ..core.run.throughput import forward_flops
+
+        return sum(forward_flops(self.params, self.layers, self.hidden, length, new))
 
     def record(self, seconds: float, length: int, new: int | None = None, forwards: int = 1) -> None:
         """``forwards`` forwards measured: ``new`` tokens (default all) of a ``length``-token sequence, in ``seconds``."""
