@@ -434,6 +434,66 @@ def test_two_identical_searches_started_together_share_the_studys_budget(tmp_pat
     assert len(complete) == 3, [(t.number, t.state.name, t.user_attrs.get("outcome")) for t in study.trials]
 
 
+# a worker of a shared study, stopped where a claim is open: after Optuna's ask made the trial running, before its
+# owner is recorded (what evals.search.claims.claim does next); it records itself and finishes when told to
+WORKER = """
+import sys, time
+from pathlib import Path
+import optuna
+from evals.core.run.rundir import this_process
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+storage, flags, own = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "own"
+study = optuna.load_study(study_name="shared", storage=storage)
+trial = study.ask()
+if own:
+    trial.set_user_attr("process", this_process())
+(flags / "asked").write_text(str(trial.number))
+while not (flags / "go").exists():
+    time.sleep(0.05)
+trial.set_user_attr("process", this_process())
+study.tell(trial, 1.0)
+"""
+
+
+def _workers(storage: str, tmp_path: Path, kinds: list[str]) -> list[tuple[subprocess.Popen, Path]]:
+    """Workers started at once (each in the claim's gap, or owning its trial: ``own``); back when each has asked."""
+    started = []
+    for i, kind in enumerate(kinds):
+        flags = tmp_path / f"worker{i}"
+        flags.mkdir()
+        command = [sys.executable, "-c", WORKER, storage, str(flags), kind]
+        started.append((subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE), flags))
+    deadline = time.monotonic() + 120
+    for worker, flags in started:
+        while not (flags / "asked").exists():
+            assert worker.poll() is None and time.monotonic() < deadline, worker.stderr.read().decode()[-2000:]
+            time.sleep(0.05)
+    return started
+
+
+def test_a_trial_another_live_process_is_claiming_is_never_taken_for_cut_off_and_a_dead_ones_is(tmp_path):
+    """The CI race made deterministic: the second process took the first one's trial, running but not yet owned, for
+    cut off, failed and re-enqueued it, and the first then crashed with UpdateFinishedTrialError."""
+    from evals.search import claims
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="shared", storage=storage)
+    # alive inside the claim's gap; owner recorded, then killed; killed inside the gap
+    (live, flags), (dead, _), (gap, _) = _workers(storage, tmp_path, ["gap", "own", "gap"])
+    dead.kill(), gap.kill(), dead.wait(), gap.wait()
+    number, owned, unowned = (int((tmp_path / f"worker{i}" / "asked").read_text()) for i in range(3))
+    # what a second process's resume does: the dead owner's trial at once, the unowned one after the grace, and
+    # never the trial a live process is claiming
+    assert claims.recover(study) == [owned]
+    (flags / "go").touch()
+    assert live.wait(timeout=120) == 0, live.stderr.read().decode()[-2000:]  # was: UpdateFinishedTrialError
+    assert claims.recover(study, grace=0.0) == [unowned]
+    states = {t.number: t.state.name for t in study.trials}
+    assert (states[number], states[owned], states[unowned]) == ("COMPLETE", "FAIL", "FAIL")
+    retries = {t.user_attrs["retry_of"]: t.state.name for t in study.trials if "retry_of" in t.user_attrs}
+    assert retries == {owned: "WAITING", unowned: "WAITING"}
+
+
 def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
     from evals.search.outputs import summary_lines
 

@@ -9,8 +9,8 @@ Then, in batches of ``hydra.sweeper.n_jobs`` trials, each trial's overrides go t
 (numbered by the trial: ``<sweep dir>/<trial>_<model>_<strategy>...``); the objective values are read from the
 summary the job returns. A job that fails, or that does not report the objective, is a failed trial and the search
 goes on. The study is ``optuna.db`` in the sweep directory; a re-run with the same arguments continues it: a trial
-a killed run left running is marked failed and tried again first (its job is reused when it had finished), and the
-budget counts finished trials only.
+a killed run left running is marked failed and tried again first (its job is reused when it had finished; a trial
+another live process runs is left to it: :mod:`evals.search.claims`), and the budget counts finished trials only.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from omegaconf import OmegaConf, open_dict
 
 from ..core.errors import ConfigError, scaling_errors_as_user_errors
 from ..core.inputs.models import model_name
-from ..core.run.rundir import is_alive, read_results, this_process
+from ..core.run.rundir import read_results
+from . import claims
 from . import objective as objectives_of
 from . import default as defaults_of
 from . import space as spaces
@@ -291,15 +292,8 @@ class Search:
 
     def resume(self, study) -> int:
         """Trials a killed run left running are failed and tried again first; the finished trials' count."""
-        import optuna
-
-        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        for trial in running:
-            if is_alive(trial.user_attrs.get("process")) is not False:
-                continue
-            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
-            print(f"search: trial {trial.number} was cut off; it runs again (its job is reused if it finished)")
+        for number in claims.recover(study):  # never a trial another live process runs (evals.search.claims)
+            print(f"search: trial {number} was cut off; it runs again (its job is reused if it finished)")
         retried = {t.user_attrs.get("retry_of") for t in study.trials}
         for trial in study.trials:  # the launcher failed under them: their jobs never said how the setting does
             if trial.user_attrs.get("outcome") == LAUNCHER_FAILED and trial.number not in retried:
@@ -347,7 +341,7 @@ class Search:
             if taken >= goal:
                 break
             batch = self.within_budget(
-                study, [study.ask() for _ in range(min(int(self.conf.n_jobs), goal - taken))], goal - lost
+                study, [claims.claim(study) for _ in range(min(int(self.conf.n_jobs), goal - taken))], goal - lost
             )
             if not batch:
                 break
@@ -356,7 +350,6 @@ class Search:
                 values = {s.key: s.suggest(trial) for s in self.space}
                 jobs.append(self.fixed + self.judged + self.overrides(values))
                 trial.set_user_attr("overrides", self.overrides(values))
-                trial.set_user_attr("process", this_process())
             try:
                 results = self.sweeper.launcher.launch(jobs, initial_job_idx=batch[0].number)
             except Exception as err:  # noqa: BLE001 -- the launcher itself failed (a worker killed, a cluster job lost)
