@@ -74,7 +74,7 @@ def test_search_figures_carry_one_title_and_a_log_axis_for_perplexities_that_spa
     matplotlib.use("Agg")
     import optuna.visualization.matplotlib as plots
 
-    from evals.search.outputs import log_scale_if_wide, retitle
+    from evals.search.figures import log_scale_if_wide, retitle
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
@@ -495,7 +495,7 @@ def test_a_trial_another_live_process_is_claiming_is_never_taken_for_cut_off_and
 
 
 def test_the_search_says_in_the_terminal_when_no_trial_met_the_constraints():
-    from evals.search.outputs import summary_lines
+    from evals.search.summary import summary_lines
 
     closest = {
         "trial": 2,
@@ -594,7 +594,7 @@ def test_the_published_default_of_a_search_is_the_targets_setting_inside_the_sea
 
 
 def test_the_search_summary_says_whether_the_best_and_the_default_met_the_constraints_and_the_gain():
-    from evals.search.outputs import comparison_summary, summary_lines
+    from evals.search.summary import comparison_summary, summary_lines
 
     default = {
         "trial": 0,

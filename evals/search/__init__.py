@@ -21,10 +21,11 @@ What is implemented (the Hydra sweeper class is ``hydra_plugins/rope_ext_optuna_
 - ``study``: every trial is an ordinary job of the configured launcher (its own directory, key and resume);
   the Optuna study is ``optuna.db`` in the sweep directory, so re-running the same command continues it: trials
   that finished are not repeated, a trial cut off is tried again (its job reused if it had finished), a failed
-  job is a failed trial and the search goes on.
+  job is a failed trial and the search goes on. ``claims``: which process runs a trial, so several processes
+  share one study's budget and only a dead one's trial is taken for cut off.
 - ``outputs``: the trial table, the best parameters and a ready-to-use ``conf/scaling/<strategy>_searched.yaml``,
-  objective-by-trial, parameter-importance and parallel-coordinate figures, a section of the sweep's report
-  and a W&B run of the sweep's group.
+  a section of the sweep's report and a W&B run of the sweep's group; ``figures``: objective-by-trial,
+  parameter-importance, parallel-coordinate and Pareto figures; ``summary``: what the terminal says it found.
 """
 
 # the sweeper's class, as the Hydra config names it (conf: hydra_plugins/rope_ext_optuna_sweeper/config.py)

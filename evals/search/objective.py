@@ -139,3 +139,8 @@ def constraints(cfg, job) -> list[Constraint]:
 def constraint_values(trial) -> list[float]:
     """A finished trial's constraint values for Optuna (<= 0 when met; a trial that reported none fails them)."""
     return list(trial.user_attrs.get("constraints") or [1.0])
+
+
+def feasible(trial) -> bool:
+    """Whether a trial met every constraint (its recorded values all <= 0)."""
+    return all(v <= 0 for v in trial.user_attrs.get("constraints") or [])

@@ -8,10 +8,11 @@
 - ``conf/scaling/<strategy>_searched.yaml`` (several objectives: ``<strategy>_pareto<trial>.yaml``): the best
   setting as a scaling option: ``python run.py hydra.searchpath=[file://<sweep dir>/conf] scaling=yarn_searched``,
   or copied into ``conf/scaling/``.
-- Figures (PNG and SVG), Optuna's own plots: the objective by trial, parameter importances (fANOVA), parallel
-  coordinates of the most important parameters and, for several objectives, the Pareto front; they go into the
-  sweep's report (:func:`report_section`) and, with the table and the best values, into one W&B run of the sweep's
-  group (job type ``search``).
+- Figures (PNG and SVG), Optuna's own plots (:mod:`evals.search.figures`): the objective by trial, parameter
+  importances (fANOVA), parallel coordinates of the most important parameters and, for several objectives, the
+  Pareto front; they go into the sweep's report (:func:`report_section`) and, with the table and the best values,
+  into one W&B run of the sweep's group (job type ``search``). The words the terminal and the report say about
+  them: :mod:`evals.search.summary`.
 """
 
 from __future__ import annotations
@@ -25,14 +26,11 @@ from omegaconf import OmegaConf
 
 from ..core.files import atomic_write
 from ..core.run.output import save_figure, write_csv
-from .objective import constraint_values
+from .figures import FIGURES, figures
+from .objective import feasible
+from .summary import against, comparison_summary, gain_lines, met, shown_setting, shown_values
 
 RESULT = "search.json"
-FIGURES = ("search_history", "search_importance", "search_parallel", "search_pareto")
-
-
-def feasible(trial) -> bool:
-    return all(v <= 0 for v in trial.user_attrs.get("constraints") or [])
 
 
 def best_trials(search, study) -> list:
@@ -141,7 +139,7 @@ def write_config(search, trial, name: str) -> Path:
     values = best_scaling(search, trial)
     head = (
         f"# Found by a search (evals/search) in {search.sweep_dir}: trial {trial.number}, "
-        f"{_values(trial.user_attrs.get('reported'))}.\n"
+        f"{shown_values(trial.user_attrs.get('reported'))}.\n"
         f"# Use: python run.py hydra.searchpath=[file://{search.sweep_dir.resolve() / 'conf'}] scaling={name}\n"
         f"# or copy this file into conf/scaling/.\n"
     )
@@ -152,112 +150,6 @@ def write_config(search, trial, name: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, head + body)
     return path
-
-
-# Parameter importances (fANOVA over a random forest of the finished trials) and the parallel-coordinate plot ordered
-# by them describe the sampler's first draws, not the parameters, below this many finished trials -- and below two
-# per searched value
-MIN_TRIALS_FOR_IMPORTANCE = 10
-
-
-def importance_budget(search) -> int:
-    return max(MIN_TRIALS_FOR_IMPORTANCE, 2 * sum(dim.size for dim in search.space))
-
-
-def figures(search, study) -> dict:
-    """Optuna's plots of the study (matplotlib): the history always; importances and the parallel coordinates from
-    :func:`importance_budget` finished trials on (said in one line when fewer); a plot Optuna cannot draw is left
-    out. Trials that miss the constraints are grey, with a legend entry saying so."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import optuna.visualization.matplotlib as plots
-
-    objective = search.objectives[0]
-    kwargs = {} if len(search.objectives) == 1 else {"target": lambda t: t.values[0], "target_name": objective.key}
-    found = {}
-    complete = sum(t.state.name == "COMPLETE" for t in study.trials)
-    enough = complete >= importance_budget(search)
-    draw = {"search_history": lambda: plots.plot_optimization_history(study, **kwargs)}
-    if enough:
-        draw["search_importance"] = lambda: plots.plot_param_importances(study, **kwargs)
-    else:
-        print(
-            f"search: no importance or parallel-coordinate figure from {complete} finished trial(s): importances "
-            f"(fANOVA) need at least {importance_budget(search)} ({MIN_TRIALS_FOR_IMPORTANCE}, and 2 per searched "
-            f"value); below that they describe the sampler's first draws, not the parameters"
-        )
-    if len(search.objectives) > 1:  # the trade-off itself: every trial on the first two objectives, the front marked
-        draw["search_pareto"] = lambda: plots.plot_pareto_front(
-            study,
-            targets=lambda t: t.values[:2],
-            target_names=[o.key for o in search.objectives[:2]],
-            constraints_func=constraint_values if search.constraints else None,
-        )
-    for name, plot in draw.items():
-        try:
-            found[name] = plot()
-        except Exception as err:  # noqa: BLE001 -- e.g. importances need two finished trials
-            print(f"search: no {name} figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})")
-    try:
-        if not enough:
-            raise _NotDrawn
-        import optuna
-
-        important = list(
-            optuna.importance.get_param_importances(study, **{k: v for k, v in kwargs.items() if k == "target"})
-        )[:8]
-        found["search_parallel"] = plots.plot_parallel_coordinate(study, params=important, **kwargs)
-    except _NotDrawn:
-        pass
-    except Exception as err:  # noqa: BLE001
-        print(
-            f"search: no search_parallel figure ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
-        )
-    for name, axes in found.items():
-        axes = axes.flat[0] if hasattr(axes, "flat") else axes
-        retitle(axes, f"{name.removeprefix('search_')}: {search.strategy.name}, {objective.direction} {objective.key}")
-        if name == "search_history":
-            log_scale_if_wide(axes)
-        if name == "search_parallel":  # long parameter names side by side: slanted, smaller, so they do not overlap
-            for label in axes.get_xticklabels():
-                label.set_rotation(25)
-                label.set_horizontalalignment("right")
-                label.set_fontsize("small")
-            axes.figure.subplots_adjust(bottom=0.22, left=0.16)
-        if search.constraints and any(t.state.name == "COMPLETE" and not feasible(t) for t in study.trials):
-            legend_infeasible(axes)
-        found[name] = axes.figure
-    return found
-
-
-class _NotDrawn(Exception):
-    pass
-
-
-def legend_infeasible(axes) -> None:
-    """A legend entry for the grey points Optuna draws for trials that miss the constraints."""
-    from matplotlib.lines import Line2D
-
-    handles, labels = axes.get_legend_handles_labels()
-    handles.append(Line2D([], [], marker="o", linestyle="", color="#cccccc", label="infeasible (misses a constraint)"))
-    axes.legend(handles=handles, loc="best", fontsize="small")
-
-
-def retitle(axes, title: str) -> None:
-    """Our title in place of Optuna's, whichever slot it used (the importance plot titles on the left)."""
-    for loc in ("left", "right"):
-        axes.set_title("", loc=loc)
-    axes.set_title(title)
-
-
-def log_scale_if_wide(axes, span: float = 10.0) -> None:
-    """A log objective axis when the values span more than ``span``x (a few bad perplexities would squeeze the
-    trials that matter into the bottom of a linear axis)."""
-    values = [y for c in axes.collections for y in c.get_offsets()[:, 1].tolist()]
-    values += [y for line in axes.lines for y in line.get_ydata()]
-    if values and min(values) > 0 and max(values) / min(values) > span:
-        axes.set_yscale("log")
 
 
 def write(search, study) -> list[Path]:
@@ -399,19 +291,19 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
             f"{result['failed']} failed), {result['sampler']}"
         )
         lines = [
-            f"- trial {b['trial']}: {_values(b.get('reported') or b['values'])}"
-            + _met(b, result)
-            + f"; {_setting(b['scaling'])}; config {b['config']}"
+            f"- trial {b['trial']}: {shown_values(b.get('reported') or b['values'])}"
+            + met(b, result)
+            + f"; {shown_setting(b['scaling'])}; config {b['config']}"
             for b in result["best"]
         ] or ["- no feasible finished trial"]
-        others = [(_against(o), o) for o in result.get("given") or []]
+        others = [(against(o), o) for o in result.get("given") or []]
         others += [("closest to the constraints", result["closest"])] if result.get("closest") else []
         for says, other in others:
             if not any(b["trial"] == other["trial"] for b in result["best"]):
                 lines.append(
-                    f"- {says}, trial {other['trial']}: {_values(other['reported'])}"
-                    + _met(other, result)
-                    + f"; {_setting(other['scaling'])}"
+                    f"- {says}, trial {other['trial']}: {shown_values(other['reported'])}"
+                    + met(other, result)
+                    + f"; {shown_setting(other['scaling'])}"
                 )
         lines += [f"- {line}" for line in gain_lines(result)]
         if result.get("length"):
@@ -442,110 +334,3 @@ def report_section(dirs) -> tuple[list[str], list[str]]:
             )
         )
     return md, parts
-
-
-def summary_lines(result: dict) -> list[str]:
-    """What the search found, for the terminal: the best feasible trial, whether it and the setting it is set
-    against (the published default, or the settings given) met the constraints, and the best's paired ratio to
-    that setting with its 95% interval; or that no trial met the constraints and the closest one."""
-    given = [g for g in result.get("given") or [] if g["trial"] not in {b["trial"] for b in result["best"]}]
-    lines = []
-    for best in result["best"]:
-        lines.append(
-            f"search: best: trial {best['trial']}, {_values(best['reported'])}{_met(best, result)} "
-            f"({_setting(best['scaling'])})"
-        )
-    if not result["best"] and result.get("closest"):
-        closest = result["closest"]
-        lines.append(
-            f"search: no trial met the constraints ({'; '.join(result['constraints'])}); the closest: trial "
-            f"{closest['trial']}, {_values(closest['reported'])} ({_setting(closest['scaling'])})"
-        )
-    elif not result["best"]:
-        lines.append("search: no feasible finished trial")
-    for g in given:
-        lines.append(
-            f"search: against {_against_short(result, g['trial'])}, trial {g['trial']}: {_values(g['reported'])}"
-            f"{_met(g, result)} "
-            f"({_setting(g['scaling'])})"
-        )
-    for best in result["best"]:
-        if any(g["trial"] == best["trial"] for g in result.get("given") or []):
-            lines.append(f"search: the best is trial {best['trial']}, {_against_short(result, best['trial'])} itself")
-    lines += [f"search: {line}" for line in gain_lines(result)]
-    return lines
-
-
-def gain_lines(result: dict) -> list[str]:
-    """The best against each setting it is set against: ``trial 3 against the published default (trial 0): ppl@512
-    x0.912 [0.88, 0.95] (95%, t over paired documents, n=3): better``."""
-    lines = []
-    names = {g["trial"]: _against_short(result, g["trial"]) for g in result.get("given") or []}
-    for best in result["best"]:
-        for number, compared in (best.get("versus") or {}).items():
-            for key, c in compared.items():
-                interval = (
-                    f" [{c['low']:.5g}, {c['high']:.5g}] (95%, {c['method']}, n={c['n']})"
-                    if c.get("low") is not None and c.get("high") is not None
-                    else " (no interval: too few units to pair)"
-                )
-                lines.append(
-                    f"best (trial {best['trial']}) against {names.get(int(number), 'trial ' + number)} "
-                    f"(trial {number}): {key} x{c['ratio']:.5g}{interval}: {_reading(c)}"
-                )
-    return lines
-
-
-def comparison_summary(result: dict) -> dict:
-    """The W&B summary keys of the setting the best is set against and of the best's paired ratio to it."""
-    found = {}
-    for g in result.get("given") or []:
-        prefix = "default" if g.get("role") == "default" else f"given{g['trial']}"
-        found |= {f"{prefix}/{k}": v for k, v in (g.get("reported") or {}).items()}
-        found |= {f"{prefix}/trial": g["trial"], f"{prefix}/feasible": g["feasible"]}
-    for best in result["best"][:1]:
-        for number, compared in (best.get("versus") or {}).items():
-            other = next((g for g in result.get("given") or [] if str(g["trial"]) == number), {})
-            prefix = "default" if other.get("role") == "default" else f"given{number}"
-            for key, c in compared.items():
-                found |= {f"best_vs_{prefix}/{key}/{part}": c.get(part) for part in ("ratio", "low", "high")}
-    return found
-
-
-def _reading(c: dict) -> str:
-    """What a paired ratio says: better or worse when its interval excludes 1, else not distinguishable."""
-    if c.get("low") is None or c.get("high") is None:
-        return "undecided"
-    if c["low"] <= 1 <= c["high"]:
-        return "not distinguishable at this sample"
-    return "better" if (c["high"] < 1) != c["maximize"] else "worse"
-
-
-def _met(entry: dict, result: dict) -> str:
-    if not result.get("constraints"):
-        return ""
-    return ", meets the constraints" if entry.get("feasible", True) else ", misses the constraints"
-
-
-def _against(entry: dict) -> str:
-    if entry.get("role") == "default":
-        return "against the published default"
-    return "against a setting given (hydra.sweeper.enqueue)"
-
-
-def _against_short(result: dict, trial: int) -> str:
-    entry = next((g for g in result.get("given") or [] if g["trial"] == trial), {})
-    return "the published default" if entry.get("role") == "default" else "the given setting"
-
-
-def _values(reported: dict | None) -> str:
-    return ", ".join(f"{k} = {v:.5g}" for k, v in (reported or {}).items() if v is not None)
-
-
-def _setting(scaling: dict) -> str:
-    shown = {
-        k: (f"{v:.4g}" if isinstance(v, float) else v)
-        for k, v in scaling.items()
-        if not isinstance(v, list) and v is not None
-    }
-    return ", ".join(f"{k}={v}" for k, v in shown.items())

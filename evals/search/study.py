@@ -319,7 +319,7 @@ class Search:
         return len(finished)
 
     def run(self) -> list:
-        from . import outputs
+        from . import outputs, summary
 
         study = self.study()
         OmegaConf.save(self.sweeper.config, self.sweep_dir / "multirun.yaml")
@@ -380,7 +380,7 @@ class Search:
             raise SystemExit(1)
         for path in written:
             print(f"search: {path}")
-        for line in outputs.summary_lines(json.loads((self.sweep_dir / outputs.RESULT).read_text())):
+        for line in summary.summary_lines(json.loads((self.sweep_dir / outputs.RESULT).read_text())):
             print(line)
         return returns
 
