@@ -181,3 +181,39 @@ def test_chat_template_wraps_the_prompt_and_keeps_the_exact_length(tokenizer, co
     assert len(prompt.ids) == 512
     assert text.startswith("<|im_start|>") and "<|im_start|>assistant" in text
     assert text.index("special magic number is") < text.rindex("<|im_end|>") < text.rindex("provided text is")
+
+
+@pytest.mark.parametrize("snap", [0, 1, 7, 32])
+def test_a_needle_snaps_to_the_nearest_sentence_start_within_the_window(tokenizer, corpus, snap, retrieval):
+    """The bisection that replaced a scan of every sentence start per needle (bench/retrieval_overhead.py) keeps
+    the rule: the last sentence start at or before the position, if within ``snap_tokens``, else the position."""
+    cfg = retrieval(snap_tokens=snap, lengths=[1024])
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, corpus))
+    for position in range(1024):
+        within = [s for s in builder.sentence_starts if position - snap <= s <= position] if snap > 0 else []
+        assert builder.snap(position) == (within[-1] if within else position), position
+
+
+def test_passkey_prompts_are_the_ones_built_before_the_overhead_work(tokenizer, retrieval):
+    """Every prompt of a passkey grid, token for token, as the code before the overhead work built it (a digest
+    taken then): the answers of a model on them cannot differ."""
+    import hashlib
+
+    cfg = retrieval(
+        haystack="filler",
+        lengths=[1024, 2048],
+        depths=[0.0, 0.1, 0.5, 0.9, 1.0],
+        trials=3,
+        filler="The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.",
+    )
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, []))
+    digest = hashlib.sha256()
+    for length in cfg.lengths:
+        for depth in cfg.depths:
+            for trial in range(cfg.trials):
+                prompt = builder.build(length, depth, trial)
+                digest.update(prompt.ids.numpy().tobytes() + prompt.answer_ids.numpy().tobytes())
+    assert digest.hexdigest()[:16] == PROMPTS_DIGEST
+
+
+PROMPTS_DIGEST = "0ad04ea56adf1393"

@@ -12,8 +12,9 @@ Haystack: the corpus (needle, after Kamradt 2023) or the repeated filler of the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import bisect
 import random
+from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
 from ..core.errors import UserError
@@ -87,10 +88,12 @@ class PromptBuilder:
 
     def snap(self, position: int) -> int:
         """The nearest sentence start at or before ``position``, within ``snap_tokens`` (else ``position``)."""
-        if self.cfg.snap_tokens <= 0:
+        window = self.cfg.snap_tokens
+        if window <= 0:
             return position
-        starts = [s for s in self.sentence_starts if position - self.cfg.snap_tokens <= s <= position]
-        return starts[-1] if starts else position
+        # the starts are increasing: a bisection, not a scan of every sentence of the haystack per needle
+        nearest = self.sentence_starts[bisect.bisect_right(self.sentence_starts, position) - 1]
+        return nearest if nearest >= position - window else position
 
     def encode(self, text: str) -> torch.Tensor:
         import torch
