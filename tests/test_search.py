@@ -428,7 +428,9 @@ def test_two_identical_searches_started_together_share_the_studys_budget(tmp_pat
     time.sleep(1.0)  # the first creates the study; the second joins it
     second = run_cli(*args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outputs = [p.communicate(timeout=600)[0] for p in (first, second)]
-    assert [p.returncode for p in (first, second)] == [0, 0], outputs
+    for output in outputs:  # whole, on a failure (an assertion message is cut short)
+        print(output)
+    assert [p.returncode for p in (first, second)] == [0, 0], [o[-1500:] for o in outputs]
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
     complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(complete) == 3, [(t.number, t.state.name, t.user_attrs.get("outcome")) for t in study.trials]

@@ -236,8 +236,14 @@ class Search:
         storage = self.conf.storage or f"sqlite:///{(self.sweep_dir / 'optuna.db').resolve()}"
         directions = [t.direction for t in self.objectives]
         try:
+            # several processes write one SQLite file: wait for its lock (pysqlite gives up after 5 s by default)
+            store = (
+                optuna.storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 120}})
+                if storage.startswith("sqlite:///")
+                else storage
+            )
             study = optuna.create_study(
-                study_name=self.conf.study_name, storage=storage, directions=directions, load_if_exists=True
+                study_name=self.conf.study_name, storage=store, directions=directions, load_if_exists=True
             )
         except Exception as err:  # noqa: BLE001 -- SQLAlchemy's DatabaseError on a truncated or foreign file
             if "DatabaseError" not in type(err).__name__ and "database" not in str(err).lower():
@@ -307,7 +313,8 @@ class Search:
                 for params in self.conf.enqueue:
                     study.enqueue_trial(dict(params), user_attrs={"role": "given"})
             for params in self.published_default() if self.conf.enqueue is None else []:
-                study.enqueue_trial(dict(params), user_attrs={"role": "default"})
+                # skip_if_exists: two processes starting the same search together enqueue it once
+                study.enqueue_trial(dict(params), user_attrs={"role": "default"}, skip_if_exists=True)
         elif self.conf.enqueue:
             print(
                 f"search: hydra.sweeper.enqueue is not enqueued again: the study already holds {len(study.trials)} "
