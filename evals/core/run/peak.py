@@ -1,5 +1,6 @@
-"""The peak memory of a job, for the cost column of the ranked answer: on CUDA the allocator's peak since the
-job started; otherwise the process's resident memory sampled every 0.2 s by a daemon thread (Linux
+"""The peak memory of a job, for the cost column of the ranked answer and the check of the memory estimate
+(:mod:`evals.core.run.memory`): on CUDA the allocator's peak since the job started; otherwise the process's resident
+memory sampled every 0.05 s by a daemon thread (a chunk of the LM head lives a fraction of a second; Linux
 ``/proc/self/statm``; elsewhere ``resource``'s lifetime peak, which a sweep in one process shares)."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def _resident() -> int | None:
 class PeakMemory:
     """``with PeakMemory() as peak: ...`` then ``peak.bytes`` and ``peak.kind``."""
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, interval: float = 0.05):
         self.interval, self.bytes, self.kind = interval, None, None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
