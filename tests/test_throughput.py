@@ -25,6 +25,8 @@ def test_a_first_sweeps_budget_is_an_estimate_from_flops_not_unknown(tmp_path, c
         and " GFLOP/s (a matmul timed now on cpu, float32)" in (lines[1])
     )
     assert "no earlier run of this model here" in lines[1]
+    # and what a job will hold at its peak, against what the machine has (evals/core/run/memory.py)
+    assert lines[-1].startswith("budget: memory about ") and " GiB available on cpu now" in lines[-1], lines
 
 
 def test_the_flops_counted_are_those_torch_counts_in_a_real_forward(tiny_llama):

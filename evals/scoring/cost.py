@@ -14,21 +14,16 @@ if TYPE_CHECKING:
 
 
 def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: int | None = None) -> int:
-    """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached):
-    one layer's activations (hidden, q/k/v, MLP), the KV cache, and the attention scores where the kernel
-    materialises them (eager attention; or any attention after a cache, whose mask is explicit)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    new = query_tokens or length
+    """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached) beyond the
+    weights: the formula of :func:`evals.core.run.memory.forward_bytes` (one layer's working set, the attention
+    scores where eager attention materialises them, the LM head's chunk, the KV cache when tokens are cached)."""
+    from ..core.run.memory import forward_bytes
+
+    eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
     width = next(model.parameters()).element_size()
-    hidden, heads = config.hidden_size, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    intermediate = getattr(config, "intermediate_size", 4 * hidden)
-    layer = new * (4 * hidden + 2 * kv * head_dim + 3 * intermediate) * width
-    cache = 2 * config.num_hidden_layers * length * kv * head_dim * width
-    materialised = getattr(config, "_attn_implementation", "eager") == "eager" or query_tokens is not None
-    scores = 2 * heads * new * length * max(width, 4) if materialised else 0
-    return layer + cache + scores
+    cached = query_tokens is not None
+    head = 64 if cached else 2048  # retrieval keeps its last logits; perplexity's default eval.chunk_tokens
+    return forward_bytes(model.config, length, width, query_tokens, head_tokens=head, cache=cached, eager=eager)
 
 
 def available_bytes(device: torch.device) -> int | None:
