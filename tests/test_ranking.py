@@ -106,7 +106,7 @@ def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_co
     assert dca["recommended"] and self_extend["tie_group"] == dca["tie_group"] != yarn["tie_group"]
     assert self_extend["vs_best"]["low"] <= 1 <= self_extend["vs_best"]["high"]  # 26.21 vs 26.20: no difference
     assert yarn["vs_best"]["low"] > 1 and yarn["vs_best"]["ratio"] == group["rows"][2]["vs_best"]["ratio"]
-    assert dca["time"] == (105 + 55) / (95 + 45) and dca["memory"] == 1.0
+    assert dca["time"] is None and dca["memory"] == 1.0  # one elapsed time each: no time ratio (tests/test_cost.py)
     lm_infinite = next(r for r in group["rows"] if r["strategy"] == "lm_infinite")
     assert lm_infinite["state"] == "NO" and lm_infinite["failing"] == ["passkey"]
     assert lm_infinite["disagree"] == "perplexity yes, passkey NO"  # the best perplexity, and it fails retrieval
@@ -118,7 +118,7 @@ def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_co
     assert not unmeasured["recommended"] and unmeasured["evals"]["passkey"] == "?"
     assert "ntk_by_parts not answered on passkey" in group["answer"]
     printed = "\n".join(format_group(group))
-    assert printed.startswith("answer: at 16384") and "cost: time x1.14 memory x1.00" in printed
+    assert printed.startswith("answer: at 16384") and "cost: memory x1.00" in printed and "time x" not in printed
     rows = table(group)
     assert rows[0]["rank"] == 1 and rows[0]["answer"] == "recommended" and rows[0]["vs_best"] == 1.0
 

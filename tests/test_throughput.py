@@ -25,6 +25,8 @@ def test_a_first_sweeps_budget_is_an_estimate_from_flops_not_unknown(tmp_path, c
         and " GFLOP/s (a matmul timed now on cpu, float32)" in (lines[1])
     )
     assert "no earlier run of this model here" in lines[1]
+    # and what a job will hold at its peak, against what the machine has (evals/core/run/memory.py)
+    assert lines[-1].startswith("budget: memory about ") and " GiB available on cpu now" in lines[-1], lines
 
 
 def test_the_flops_counted_are_those_torch_counts_in_a_real_forward(tiny_llama):
@@ -58,3 +60,16 @@ def test_the_device_rate_is_timed_once_per_process_and_device():
     first = throughput.device_rate(torch.device("cpu"), torch.float32, seconds=0.05)
     assert first > 1e8  # any CPU multiplies faster than 0.1 GFLOP/s
     assert throughput.device_rate(torch.device("cpu"), torch.float32) == first
+
+
+def test_the_readme_points_at_the_printed_budget_and_types_no_duration():
+    """One budget (issue #55): the compare sweep's duration is what the sweep prints (budget.py), never a number typed
+    in the README beside it (it read "about 1.5 days" while the sweep printed "about 53.3 h")."""
+    import re
+
+    from tests.tiny import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("`experiment=compare` runs") :].split("\n\n")[0]
+    assert "python run.py -m experiment=compare target=2x" in paragraph and "budget" in paragraph
+    assert not re.search(r"\b[\d.]+\s*(days?|h|hours?)\b", paragraph), paragraph

@@ -39,6 +39,7 @@ def target_preflight(config) -> list[str]:
     what the sweep will cost (:mod:`evals.core.run.budget`)."""
     from ..core.run.budget import describe, forwards, measured_seconds
     from ..core.run.throughput import estimate
+    from ..core.run.memory import budget_line
     from ..core.errors import ConfigError
     from ..core.job.target import parse_target
     from ..core.inputs.models import resolve_model
@@ -61,4 +62,5 @@ def target_preflight(config) -> list[str]:
         return []
     rates = measured_seconds(roots, model.name)
     missing = sorted({L for _, L, _ in work if L not in rates})
-    return describe(jobs, work, rates, estimate(config.model, model.config, missing) if missing else None)
+    lines = describe(jobs, work, rates, estimate(config.model, model.config, missing) if missing else None)
+    return [*lines, budget_line(config.model, model.config, config.eval, work)]

@@ -1,7 +1,8 @@
 """What a forward will cost before it runs: its peak memory estimated from the model's shape
 (:func:`estimate_forward_bytes`) against what the device still has (:func:`available_bytes`), a warning when it
 will likely not fit (:func:`warn_if_too_large`), and the expected time and memory of a length said before the
-work (:class:`Cost`, one per loaded model: :func:`cost_of`)."""
+work (:class:`Cost`, one per loaded model: :func:`cost_of`); and what a strategy's time costs against the unscaled
+model's, from repeated paired timings with its spread, or nothing (:func:`time_ratio`, for the ranked answer)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,16 @@ if TYPE_CHECKING:
 
 
 def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: int | None = None) -> int:
-    """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached):
-    one layer's activations (hidden, q/k/v, MLP), the KV cache, and the attention scores where the kernel
-    materialises them (eager attention; or any attention after a cache, whose mask is explicit)."""
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    new = query_tokens or length
+    """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached) beyond the
+    weights: the formula of :func:`evals.core.run.memory.forward_bytes` (one layer's working set, the attention
+    scores where eager attention materialises them, the LM head's chunk, the KV cache when tokens are cached)."""
+    from ..core.run.memory import forward_bytes
+
+    eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
     width = next(model.parameters()).element_size()
-    hidden, heads = config.hidden_size, config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    intermediate = getattr(config, "intermediate_size", 4 * hidden)
-    layer = new * (4 * hidden + 2 * kv * head_dim + 3 * intermediate) * width
-    cache = 2 * config.num_hidden_layers * length * kv * head_dim * width
-    materialised = getattr(config, "_attn_implementation", "eager") == "eager" or query_tokens is not None
-    scores = 2 * heads * new * length * max(width, 4) if materialised else 0
-    return layer + cache + scores
+    cached = query_tokens is not None
+    head = 64 if cached else 2048  # retrieval keeps its last logits; perplexity's default eval.chunk_tokens
+    return forward_bytes(model.config, length, width, query_tokens, head_tokens=head, cache=cached, eager=eager)
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -103,8 +99,11 @@ class Cost:
         """``forwards`` forwards measured: ``new`` tokens (default all) of a ``length``-token sequence, in ``seconds``."""
         import torch
 
+        from ..core.run.peak import note_forward
+
         self.flops_done += forwards * self.flops(length, new)
         self.seconds_done += seconds
+        note_forward(length, length if new is None else new, seconds, forwards)  # the job's timings, kept
         if self.device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(self.device)
             self.memory_ratio = max(1.0, peak / max(1, estimate_forward_bytes(self.model, length, new)))
@@ -151,3 +150,60 @@ def cost_of(model: torch.nn.Module) -> Cost:
     if found is None or found.model is not model:
         found = _COSTS[id(model)] = Cost(model)
     return found
+
+
+# ---- what a strategy's time costs, with its noise (issue #55) --------------------------------------------------------
+#
+# A job's elapsed time on a shared machine is one draw of a noisy quantity: two timings of one forward on the project's
+# busy 2-core box differ by up to 2x. The ratio is measured on the forwards themselves: every job keeps its timed
+# forwards ([length, new tokens, seconds, forwards], evals/core/run/peak.py); a strategy's forward is paired with the
+# unscaled job's forward of the same shape in the same eval (the k-th of that shape with the k-th: the same document,
+# prompt or chunk), and the ratio is the geometric mean of the paired ratios with a t interval over the pairs (95%).
+# Decode steps (fewer than PREFILL new tokens) count only when a job has no longer forward. Fewer than MIN_PAIRS
+# pairs: no ratio (it would be one timing against one timing, printed as if it meant something).
+
+MIN_PAIRS = 3
+PREFILL = 64
+
+
+def _shapes(job: dict) -> dict[tuple[int, int], list[float]]:
+    """{(length, new tokens): [seconds per forward, in order]} of a job's timed forwards."""
+    found: dict[tuple[int, int], list[float]] = {}
+    for length, new, seconds, forwards in (job.get("timings") or {}).get("forwards") or []:
+        found.setdefault((int(length), int(new)), []).append(float(seconds) / max(1, int(forwards)))
+    return found
+
+
+def paired_seconds(own: dict, reference: dict) -> list[tuple[float, float]]:
+    """(own seconds, reference seconds) of the forwards of one shape the two jobs both ran, k-th with k-th."""
+    mine, theirs = _shapes(own), _shapes(reference)
+    shared = [key for key in mine if key in theirs]
+    long = [key for key in shared if key[1] >= PREFILL]
+    return [pair for key in (long or shared) for pair in zip(mine[key], theirs[key]) if pair[0] > 0 and pair[1] > 0]
+
+
+def time_ratio(jobs: list[tuple[dict, dict]]) -> dict | None:
+    """The time of a strategy's jobs over the unscaled model's, from their paired forwards (``jobs``: [(the
+    strategy's job, the unscaled job of the same eval)]): {"ratio", "low", "high", "n"}, a 95% t interval over
+    the pairs; None under :data:`MIN_PAIRS` pairs."""
+    import math
+
+    from scipy import stats
+
+    logs = [math.log(a / b) for own, reference in jobs for a, b in paired_seconds(own, reference)]
+    n = len(logs)
+    if n < MIN_PAIRS:
+        return None
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)  # the mean log ratio's 95% t interval
+    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "n": n}
+
+
+def time_text(found: dict | None) -> str | None:
+    """``time x1.12 [1.05, 1.19]`` (``x1.00 [0.93, 1.08], no difference``), or None: not measured so it means
+    something."""
+    if found is None:
+        return None
+    same = found["low"] <= 1 <= found["high"]
+    return f"time x{found['ratio']:.2f} [{found['low']:.2f}, {found['high']:.2f}]" + (", no difference" if same else "")

@@ -14,8 +14,9 @@ each judged by evals/core/decision/verdict.py) are taken together:
   is tied with it (``dca ≈ self_extend``). The comparisons hold 95% jointly (simultaneous.py: Holm 1979 over
   every pair, the intervals shown Bonferroni-simultaneous), so among strategies of equal quality a non-tie is
   declared in at most 5% of sweeps however many there are.
-- Cost: the strategy's compute time (its jobs' elapsed time less model loading) and peak memory relative to
-  the unscaled job of the same sweep on the same evals.
+- Cost: the strategy's time relative to the unscaled jobs of the same evals, from their paired forwards with its
+  95% interval, or not shown (evals/scoring/cost.py: one timing against one is noise on a shared machine), and its
+  peak memory relative to theirs. Never part of the order.
 - Per engine (engines.py): the best recommended strategy each serving engine can serve, and its ratio to the best.
 
 The answer's first line reads e.g. ``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn-factor2;
@@ -30,6 +31,7 @@ from ..measure import by_metric, measured_value
 from .simultaneous import ALPHA, holm, p_value, widened
 from .paired import paired_ratio
 from .verdict_text import multiple
+from ...scoring.cost import time_ratio, time_text
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
 
@@ -76,20 +78,11 @@ def _record(jobs: list[tuple[dict, dict]], metric: str, target: int) -> tuple[di
     return None, None
 
 
-def _compute_seconds(job: dict) -> float | None:
-    timings = job.get("timings") or {}
-    if timings.get("elapsed_s") is None:
-        return None
-    return max(0.0, float(timings["elapsed_s"]) - float(timings.get("model_load_s") or 0.0))
-
-
-def _cost(jobs: list[tuple[dict, dict]], unscaled: list[tuple[dict, dict]]) -> tuple[float | None, float | None]:
+def _cost(jobs: list[tuple[dict, dict]], unscaled: list[tuple[dict, dict]]) -> tuple[dict | None, float | None]:
     """(time, peak memory) of a strategy's jobs relative to the unscaled jobs of the same evals."""
     base = {_info(j).get("eval"): j for j, _ in unscaled}
     pairs = [(j, base[_info(j).get("eval")]) for j, _ in jobs if _info(j).get("eval") in base]
-    own_t = [_compute_seconds(j) for j, _ in pairs]
-    ref_t = [_compute_seconds(b) for _, b in pairs]
-    time = sum(own_t) / sum(ref_t) if pairs and None not in own_t + ref_t and sum(ref_t) > 0 else None
+    time = time_ratio(pairs)  # paired forwards with their spread, or None (evals/scoring/cost.py)
     own_m = [(j.get("timings") or {}).get("peak_memory_bytes") for j, _ in pairs]
     ref_m = [(b.get("timings") or {}).get("peak_memory_bytes") for _, b in pairs]
     memory = max(own_m) / max(ref_m) if pairs and None not in own_m + ref_m and max(ref_m) > 0 else None
@@ -162,9 +155,7 @@ def _rank_group(
         if primary:
             record, _ = _record(jobs, primary[0], target)
             value = measured_value(record)
-        time, memory = (
-            _cost(jobs, unscaled) if strategy != "none" else (1.0 if unscaled else None, 1.0 if unscaled else None)
-        )
+        time, memory = _cost(jobs, unscaled) if strategy != "none" else (None, 1.0 if unscaled else None)
         said = set(saying.values())
         disagree = ", ".join(f"{e} {s}" for e, s in saying.items()) if "yes" in said and "NO" in said else None
         rows.append(
@@ -331,7 +322,9 @@ def table(group: dict) -> list[dict]:
                 "vs_best_ci95_high": versus.get("high"),
                 "p_holm": r.get("p_holm"),
                 "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
-                "time_vs_unscaled": r["time"],
+                "time_vs_unscaled": (r["time"] or {}).get("ratio"),
+                "time_vs_unscaled_ci95_low": (r["time"] or {}).get("low"),
+                "time_vs_unscaled_ci95_high": (r["time"] or {}).get("high"),
                 "memory_vs_unscaled": r["memory"],
                 "best_for_engines": ", ".join(r.get("best_for") or []),
                 "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
@@ -359,11 +352,9 @@ def format_group(group: dict) -> list[str]:
             )
         )
         value = row[f"{metric or 'value'}@target"]
-        cost = " ".join(
-            f"{name} x{row[key]:.2f}"
-            for name, key in (("time", "time_vs_unscaled"), ("memory", "memory_vs_unscaled"))
-            if row[key] is not None
-        )
+        said = time_text(next(r for r in group["rows"] if r["strategy"] == row["strategy"])["time"])
+        memory = f"memory x{row['memory_vs_unscaled']:.2f}" if row["memory_vs_unscaled"] is not None else None
+        cost = "; ".join(part for part in (said, memory) if part)
         lines.append(
             f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
             + (f"{metric} {value:.4g}" if value is not None else f"{metric} -")

@@ -32,6 +32,7 @@ from ..registry import EVALS, EvalSpec
 from .identity import KEY_PACKAGES, code_identity, digest, eval_identity, package_version, scaling_identity
 from .job import Job, container, parts, with_eval
 from .lengths import add_trained_context, reference_lengths_for, resolve_job_lengths
+from ..run.memory import check as memory_check
 from .target import describe_target, parse_scaling, parse_target, setting_warnings, target_length
 
 
@@ -110,6 +111,10 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
             }
         )
         raise
+    if "model" in needs:  # before the model is built: its peak memory against what the device has (exit 2 if over)
+        eval_parts = [(part_spec.name, part) for part_spec, part, _ in parts(spec, cfg.eval)]
+        for line in memory_check(model, eval_parts, lengths, scaling.scales_attention):
+            print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     for line in add_trained_context(spec, cfg.eval, model.trained_context, scaling):
         print(line, file=sys.stderr if line.startswith("warning:") else sys.stdout)
     if scaling.scales_attention:

@@ -1,6 +1,9 @@
-"""The peak memory of a job, for the cost column of the ranked answer: on CUDA the allocator's peak since the
-job started; otherwise the process's resident memory sampled every 0.2 s by a daemon thread (Linux
-``/proc/self/statm``; elsewhere ``resource``'s lifetime peak, which a sweep in one process shares)."""
+"""The peak memory of a job, for the cost column of the ranked answer and the check of the memory estimate
+(:mod:`evals.core.run.memory`): on CUDA the allocator's peak since the job started; otherwise the process's resident
+memory sampled every 0.05 s by a daemon thread (a chunk of the LM head lives a fraction of a second; Linux
+``/proc/self/statm``; elsewhere ``resource``'s lifetime peak, which a sweep in one process shares). The job's
+forwards and their seconds are kept with it (:func:`note_forward`, called by :class:`evals.scoring.cost.Cost`): the
+repeated timings a cost ratio is measured from (:func:`evals.scoring.cost.time_ratio`)."""
 
 from __future__ import annotations
 
@@ -18,11 +21,22 @@ def _resident() -> int | None:
         return None
 
 
+MAX_FORWARDS = 4000  # forwards kept per job (a retrieval job's decode steps beyond it are not)
+_CURRENT: list["PeakMemory"] = []
+
+
+def note_forward(length: int, new: int, seconds: float, forwards: int = 1) -> None:
+    """One timed forward (``forwards`` alike, in ``seconds`` together) of the job now running, if any."""
+    if _CURRENT and len(_CURRENT[-1].forwards) < MAX_FORWARDS:
+        _CURRENT[-1].forwards.append([int(length), int(new), round(float(seconds), 4), int(forwards)])
+
+
 class PeakMemory:
     """``with PeakMemory() as peak: ...`` then ``peak.bytes`` and ``peak.kind``."""
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, interval: float = 0.05):
         self.interval, self.bytes, self.kind = interval, None, None
+        self.forwards: list[list] = []  # [length, new tokens, seconds, forwards] per timed forward of the job
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -43,12 +57,15 @@ class PeakMemory:
             self.kind = "resident (sampled)"
             self._thread = threading.Thread(target=self._sample, daemon=True, name="rope_ext-peak-memory")
             self._thread.start()
+        _CURRENT.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         import torch
 
         self._stop.set()
+        if self in _CURRENT:
+            _CURRENT.remove(self)
         if self._thread is not None:
             self._thread.join(timeout=1)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
