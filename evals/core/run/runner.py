@@ -34,7 +34,8 @@ from ..decision.reference import Reference, own_reference
 from ..decision.verdict import criteria_of, judge
 from ..decision.verdict_text import format_job
 from .rundir import TwinFinished, claim, find_finished, own_dirs, read_results, this_process
-from .tracking import Tracker, sweep_group
+from .tracking import Tracker, new_run_id, sweep_group
+from .tracking import enabled as tracking_enabled
 
 
 def _error(err: BaseException, with_traceback: bool) -> dict:
@@ -90,13 +91,26 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     previous = read_results(run_dir / "results.json")  # claim() let only an unfinished run of this job be here
     resumed = previous is not None and previous["status"] != "done" and previous["job"].get("key") == job.key
     record = RunRecord(run_dir, job.sections())
-    tracker = Tracker(
-        job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name
-    )
-    output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
+    if tracking_enabled(job.logger):  # one W&B run per job: a resumed job continues the interrupted attempt's
+        earlier = (previous or {}).get("tracking") or {} if resumed else {}
+        # recorded before W&B starts: an interrupt landing in its start-up still leaves the id for the resume
+        record.update("tracking", {"id": earlier.get("id") or new_run_id(), "continued": bool(earlier.get("id"))})
+    tracker, output = None, None
     status, error = "failed", None
     peak = PeakMemory()
     try:
+        with as_interrupt():  # W&B's start-up takes seconds: an interrupt there is recorded like any other
+            tracker = Tracker(
+                job.logger,
+                job.config,
+                run_dir,
+                job.name,
+                sweep_group(),
+                tags=job_tags(job),
+                job_type=job.eval.name,
+                run_id=(record.data.get("tracking") or {}).get("id"),
+            )
+        output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
         with as_interrupt(), peak, EvalContext(job, cache, output, documents) as ctx:  # evals/core/run/interrupt.py
             yield ctx
         status = "done"
@@ -113,10 +127,12 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
         if peak.bytes is not None:
             record.data["timings"].update(peak_memory_bytes=peak.bytes, peak_memory_kind=peak.kind)
         try:
-            output.close()
+            if output is not None:
+                output.close(status)
         finally:
             record.finish(status, error)
-            tracker.finish(0 if status == "done" else 1)
+            if tracker is not None:
+                tracker.finish(0 if status == "done" else 1)
 
 
 def job_tags(job: Job) -> list[str]:
@@ -144,7 +160,18 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
         return _reuse(job, twin.results, cache)
 
 
+_COMPUTED: set[str] = set()  # the keys of the jobs this process computed (not reused): see :func:`last_job_ran`
+_LAST: list[str] = []  # the key of the last job run_hydra was given
+
+
+def last_job_ran() -> bool:
+    """Whether the last job of this process's Hydra app was computed here -- not reused from a finished run nor
+    rejected before it started: a sweep's time left is estimated from such jobs only."""
+    return bool(_LAST) and _LAST[-1] in _COMPUTED
+
+
 def _compute(job: Job, reference: Reference | None, missing: str | None, cache: ModelCache) -> dict:
+    _COMPUTED.add(job.key)
     with claim(job.out_dir, job.key, wait_for_twin=not job.force) as run_dir:
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
@@ -280,6 +307,7 @@ def run_hydra(cfg) -> dict | None:
     failed. Single run: a user error is one line and exit 2; a crash keeps its traceback. Multirun: every failure
     is recorded and printed as one line, and the sweep goes on."""
     out_dir, multirun = job_dir(cfg)
+    _LAST.append("")
     try:
         job = parse_job(cfg, out_dir, multirun)
     except UserError as err:
@@ -291,6 +319,7 @@ def run_hydra(cfg) -> dict | None:
             sys.exit(2)
         _record_invalid(cfg, out_dir, err)
         return None
+    _LAST[-1] = job.key
     try:
         return execute(job)
     except UserError as err:  # recorded in the job's results.json
