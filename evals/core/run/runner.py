@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -302,6 +303,30 @@ def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
 
+def _discard_hydra_dir() -> None:
+    """A single run refused for bad input leaves nothing behind: Hydra made its run directory (``outputs/<date>/
+    <time>_...`` with ``.hydra/`` and an empty log) before the job saw its config; it is removed when it holds only
+    those, and so are the parents left empty by it, up to the working directory."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    cwd = Path.cwd().resolve()
+    if not run_dir.is_dir() or run_dir == cwd or run_dir in cwd.parents:
+        return
+    if any(p.name != ".hydra" and not (p.is_file() and p.suffix == ".log") for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:
+        if parent == cwd or cwd not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 def run_hydra(cfg) -> dict | None:
     """One job of the Hydra app; returns its summary (a sweeper reads a trial's objective from it), None when it
     failed. Single run: a user error is one line and exit 2; a crash keeps its traceback. Multirun: every failure
@@ -316,6 +341,7 @@ def run_hydra(cfg) -> dict | None:
         else:
             print(f"error: {err}", file=sys.stderr)
         if not multirun:
+            _discard_hydra_dir()
             sys.exit(2)
         _record_invalid(cfg, out_dir, err)
         return None
@@ -325,6 +351,7 @@ def run_hydra(cfg) -> dict | None:
     except UserError as err:  # recorded in the job's results.json
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
+            _discard_hydra_dir()  # kept when the job wrote its record there
             sys.exit(2)
     except EvalDefect as err:  # recorded too: one line, and the job has failed
         print(f"error: job {job.name} failed: {err}", file=sys.stderr)
