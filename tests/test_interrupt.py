@@ -261,8 +261,8 @@ class OnceConfig:
 
 @register_eval("interrupt_once", config=OnceConfig, needs=())
 def interrupt_once(cfg, ctx):
+    kept = ctx.output.previous("steps")
     with ctx.output.records("steps") as write:
-        kept = ctx.output.previous("steps")
         for record in kept or [{"step": 1}]:
             write(record)
         if ctx.job.scaling.name != "none" and not Path(cfg.marker).exists():

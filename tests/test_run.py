@@ -207,3 +207,37 @@ def test_the_readme_option_table_lists_every_option_of_every_group_and_no_other(
         if row and row.group(1) in listed:
             table[row.group(1)] = set(re.findall(r"`(\w+)`", row.group(2)))
     assert table == listed
+
+
+GGUF_LOAD = """
+from hydra import compose, initialize_config_dir
+
+from evals import load_evals
+from evals.core.config.store import config_dir, register_configs
+from evals.core.inputs.loading import load_model
+from evals.core.inputs.models import resolve_model
+
+load_evals()
+register_configs()
+with initialize_config_dir(str(config_dir()), version_base="1.3"):
+    cfg = compose("config", overrides=["model=smollm2"])
+load_model(resolve_model(cfg.model, geometry=False, weights=True))
+"""
+
+
+def test_a_gguf_checkpoint_de_quantized_into_a_log_writes_at_most_one_progress_line():
+    """Issue 55: transformers' de-quantizing bar (a plain tqdm over every tensor) flooded a redirected log with
+    carriage returns; the docs promise one line per finished step. The bundled SmolLM2 GGUF, loaded in a process
+    whose stderr is a pipe (a log) and whose bars are not switched off."""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    result = subprocess.run(
+        [sys.executable, "-c", GGUF_LOAD],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "\r" not in result.stderr, result.stderr[-500:]
+    assert len([line for line in result.stderr.splitlines() if "quantiz" in line]) <= 1, result.stderr[-2000:]
