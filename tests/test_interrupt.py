@@ -362,3 +362,28 @@ def test_a_resumed_sweep_counts_each_job_once_resumes_in_place_continues_its_wan
     # the report counts each job once
     assert "3 jobs; one row per job identity." in (sweep / "report.md").read_text()
     assert (sweep / "report.csv").read_text().count("\n") == 4
+
+
+def test_a_job_rejected_again_is_recorded_in_place_and_a_report_counts_old_duplicates_once(tmp_path):
+    """The quick half of the test above: a directory holding the record of a job rejected before it started (no
+    key, nothing computed) is reused by the re-run -- rejected again or now valid -- never duplicated into
+    ``<dir>-2``; a sweep that already holds such a duplicate is counted once by the report."""
+    from evals.core.run.rundir import claim
+    from evals.report.load import load_jobs, one_per_identity
+
+    job = tmp_path / "11_llama_string_to4x"
+    job.mkdir()
+    rejected = {"status": "unreachable", "job": {"name": job.name, "key": None}, "config": {"scaling": "string"}}
+    (job / "results.json").write_text(json.dumps(rejected))
+    with claim(job, "invalid") as again:
+        assert again == job
+    with claim(job, "a1b2c3") as valid:
+        assert valid == job
+    twin = tmp_path / "11_llama_string_to4x-2"  # what a resumed sweep left before
+    twin.mkdir()
+    (twin / "results.json").write_text(json.dumps(rejected))
+    assert len(one_per_identity(load_jobs([tmp_path]))) == 1
+    done = {"status": "done", "job": {"name": "x", "key": "k"}, "config": {}}
+    (job / "results.json").write_text(json.dumps(done))
+    with claim(job, "k2") as other:  # a finished result is never written over; the rejected twin's place is free
+        assert other == twin

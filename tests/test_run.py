@@ -216,7 +216,9 @@ from evals import load_evals
 from evals.core.config.store import config_dir, register_configs
 from evals.core.inputs.loading import load_model
 from evals.core.inputs.models import resolve_model
+from evals.core.progress import quiet_libraries
 
+quiet_libraries()  # as the command line does first
 load_evals()
 register_configs()
 with initialize_config_dir(str(config_dir()), version_base="1.3"):
@@ -225,6 +227,7 @@ load_model(resolve_model(cfg.model, geometry=False, weights=True))
 """
 
 
+@pytest.mark.slow  # de-quantizes the bundled SmolLM2 (~45 s of CPU)
 def test_a_gguf_checkpoint_de_quantized_into_a_log_writes_at_most_one_progress_line():
     """Issue 55: transformers' de-quantizing bar (a plain tqdm over every tensor) flooded a redirected log with
     carriage returns; the docs promise one line per finished step. The bundled SmolLM2 GGUF, loaded in a process
@@ -241,3 +244,25 @@ def test_a_gguf_checkpoint_de_quantized_into_a_log_writes_at_most_one_progress_l
     assert result.returncode == 0, result.stderr[-2000:]
     assert "\r" not in result.stderr, result.stderr[-500:]
     assert len([line for line in result.stderr.splitlines() if "quantiz" in line]) <= 1, result.stderr[-2000:]
+
+
+@pytest.mark.slow  # builds a tiny checkpoint and runs a job on it with its reference (~1 min)
+def test_the_docs_own_checkpoint_dry_run_works_as_written(tmp_path):
+    """Issue 55: building a local checkpoint with the bundled tokenizer was shown only in a test. docs/running.md's
+    "Your own checkpoint" commands, run as written (the checkout's python for ``.venv/bin/python``), in a fresh
+    directory: the checkpoint is built, its trained context read from it, and the job ends in its verdict."""
+    import re
+
+    docs = (ROOT / "docs" / "running.md").read_text()
+    section = docs.split("### Your own checkpoint", 1)[1].split("\n### ", 1)[0]
+    (script,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    script = script.replace(".venv/bin/python run.py", f"{sys.executable} {ROOT / 'run.py'}")
+    script = script.replace(".venv/bin/python -", f"{sys.executable} -")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        ["bash", "-e", "-c", script], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "trained context 512 from the checkpoint's own config, not the preset llama's 4096" in result.stderr
+    assert "-> at the target 1024 (2x the trained 512): " in result.stdout
+    assert (tmp_path / "ckpt" / "tiny" / "tokenizer.json").is_file()
