@@ -346,7 +346,10 @@ def test_a_resumed_sweep_counts_each_job_once_resumes_in_place_continues_its_wan
     ), progress
     assert progress[1].startswith("sweep: job 2/3 finished (1 reused or not started); about "), progress
     assert progress[1].endswith(" per job run, 1 still to run)") and progress[2].startswith("sweep: job 3/3 finished")
-    assert float(progress[1].split("(")[-1].split(" s per job")[0]) >= 2
+    import re
+
+    value, unit = re.search(r"\(([\d.]+) (s|min|h) per job run", progress[1]).groups()
+    assert float(value) * {"s": 1, "min": 60, "h": 3600}[unit] >= 2  # the 2 s the job slept, at least
     # resumed in place: no <dir>-2, the interrupted job's record kept and finished
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit()) == [
         "0_tinyllama_string_to4x",
