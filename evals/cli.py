@@ -86,10 +86,8 @@ def composition_error(err: BaseException) -> str:
 
 
 def main() -> int:
-    """Entry point: run the Hydra app and turn its composition errors into one line and exit 2."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
+    """Entry point: run the Hydra app and turn its composition errors into one line and exit 2; output piped into
+    a reader that stops early (``| head``) ends quietly."""
     from . import load_evals
 
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")  # composition errors reach us, not Hydra's multi-line printer
@@ -98,9 +96,27 @@ def main() -> int:
     load_evals()
     register_configs()
     try:
+        return _main()
+    except BrokenPipeError:  # `rope-ext --help | head`: the reader has what it wanted; no traceback
+        _stdout_to_devnull()
+        return 0
+
+
+def _stdout_to_devnull() -> None:
+    """What Python's docs advise after a BrokenPipeError: stdout pointed at /dev/null, so that the interpreter's
+    own flush at exit does not fail again ("Exception ignored ... BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _main() -> int:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
         shown = _help(sys.argv[1:])
         if shown is not None:
-            print(shown)
+            print(shown, flush=True)
             return 0
         _one_mode(sys.argv[1:])
         for line in _sweep_preflight(sys.argv[1:]):
@@ -116,6 +132,9 @@ def main() -> int:
                     ]
                 )
             )
+        sys.stdout.flush()  # a closed pipe is found here, not in the interpreter's flush at exit
+    except BrokenPipeError:
+        raise
     except BaseException as err:  # the interrupt first: a library may have raised it as any other type
         if interrupt.interrupted(err):
             print("interrupted: the run is recorded as interrupted in its results.json", file=sys.stderr)

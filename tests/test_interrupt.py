@@ -237,3 +237,156 @@ def test_sigterm_while_lm_eval_loads_a_task_keeps_the_finished_tasks_and_the_rer
     assert "lm_eval: 1 of 2 tasks kept from the interrupted run" in rerun.stdout
     results = json.loads((out / "results.json").read_text())
     assert set(results["metrics"]["lm_eval"]["results"]) == {"rope_ext_passkey", "signal_passkey"}
+
+
+# --- a sweep interrupted and resumed: counted right ------------------------------------------------------------
+
+ONCE_PLUGIN = '''
+"""An eval interrupted (SIGTERM to its own process) the first time a scaled job runs it, after one record; the
+re-run keeps that record and finishes."""
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals import register_eval
+
+
+@dataclass
+class OnceConfig:
+    name: str = "interrupt_once"
+    marker: str = ""
+    seconds: float = 0.0
+
+
+@register_eval("interrupt_once", config=OnceConfig, needs=())
+def interrupt_once(cfg, ctx):
+    kept = ctx.output.previous("steps")
+    with ctx.output.records("steps") as write:
+        for record in kept or [{"step": 1}]:
+            write(record)
+        if ctx.job.scaling.name != "none" and not Path(cfg.marker).exists():
+            Path(cfg.marker).touch()
+            signal.raise_signal(signal.SIGTERM)
+        time.sleep(cfg.seconds)
+        write({"step": 2})
+    return {"steps": 2, "kept": len(kept)}
+'''
+
+
+def _offline_runs(folder):
+    """{run id: (state, exit code)} of the W&B offline runs in ``folder``, read with wandb's own `wandb leet inspect`."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    wandb = Path(sys.executable).parent / "wandb"
+    found = {}
+    for run in sorted(folder.glob("offline-run-*")):
+        summary = subprocess.run(
+            [str(wandb), "leet", "inspect", "--summary", "--json", str(run)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        found[run.name.rsplit("-", 1)[1]] = json.loads(summary.stdout)["state"]
+    return found
+
+
+@pytest.mark.slow  # two sweeps through the CLI with W&B offline (~1 min on a quiet 2-core box)
+def test_a_resumed_sweep_counts_each_job_once_resumes_in_place_continues_its_wandb_run_and_times_what_is_left(
+    tmp_path, searchpath, run_cli
+):
+    """Issue 55: after an interrupted sweep the time left counted the reused jobs ("about 6 s left ... 1 s per job"
+    for minutes of work); a job rejected again (STRING beyond its reach) was duplicated into ``<dir>-2`` so the report
+    said one job more; the interrupted job left two W&B runs, one with exit code 1."""
+    import os
+
+    from tests.tiny import ROOT
+
+    (tmp_path / "once_plugin.py").write_text(ONCE_PLUGIN)
+    (tmp_path / "conf" / "eval").mkdir(parents=True)
+    (tmp_path / "conf" / "eval" / "interrupt_once.yaml").write_text(
+        "defaults:\n  - /schema/eval@_here_: interrupt_once\n  - _self_\n"
+    )
+    env = {
+        **os.environ,
+        "ROPE_EXT_PLUGINS": "once_plugin",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+        "WANDB_SILENT": "true",
+    }
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m",
+        *TINY,
+        searchpath(tmp_path),
+        "eval=interrupt_once",
+        f"eval.marker={tmp_path / 'signalled'}",
+        "eval.seconds=2",
+        "logger=wandb",
+        "logger.mode=offline",
+        "target=4x",  # STRING cannot reach 4x: rejected before it starts, in both sweeps
+        "scaling=string,linear,none",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    first = run_cli(*args, env=env)
+    assert first.returncode == 130, first.stderr[-3000:]
+    (interrupted,) = sweep.glob("1_*")
+    assert json.loads((interrupted / "results.json").read_text())["status"] == "interrupted"
+    run_id = json.loads((interrupted / "results.json").read_text())["tracking"]["id"]
+
+    second = run_cli(*args, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    # the time left: unknown while only a rejected job finished, then from the job that ran (2 s and more)
+    progress = [line for line in second.stdout.splitlines() if line.startswith("sweep: job")]
+    assert progress[0] == (
+        "sweep: job 1/3 finished (1 reused or not started); the time left is known once a job has run here "
+        "(so far each was finished already)"
+    ), progress
+    assert progress[1].startswith("sweep: job 2/3 finished (1 reused or not started); about "), progress
+    assert progress[1].endswith(" per job run, 1 still to run)") and progress[2].startswith("sweep: job 3/3 finished")
+    import re
+
+    value, unit = re.search(r"\(([\d.]+) (s|min|h) per job run", progress[1]).groups()
+    assert float(value) * {"s": 1, "min": 60, "h": 3600}[unit] >= 2  # the 2 s the job slept, at least
+    # resumed in place: no <dir>-2, the interrupted job's record kept and finished
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and p.name[0].isdigit()) == [
+        "0_tinyllama_string_to4x",
+        "1_tinyllama_linear_to4x",
+        "2_tinyllama_none_to4x",
+    ]
+    results = json.loads((interrupted / "results.json").read_text())
+    assert results["status"] == "done" and results["summary"]["kept"] == 1
+    assert results["tracking"] == {"id": run_id, "continued": True}
+    # one W&B run per job: the interrupted attempt's run continued under its id, its offline folder set aside
+    assert _offline_runs(interrupted / "wandb") == {run_id: "finished"}
+    assert list(_offline_runs(interrupted / "wandb-superseded")) == [run_id]
+    # the report counts each job once
+    assert "3 jobs; one row per job identity." in (sweep / "report.md").read_text()
+    assert (sweep / "report.csv").read_text().count("\n") == 4
+
+
+def test_a_job_rejected_again_is_recorded_in_place_and_a_report_counts_old_duplicates_once(tmp_path):
+    """The quick half of the test above: a directory holding the record of a job rejected before it started (no
+    key, nothing computed) is reused by the re-run -- rejected again or now valid -- never duplicated into
+    ``<dir>-2``; a sweep that already holds such a duplicate is counted once by the report."""
+    from evals.core.run.rundir import claim
+    from evals.report.load import load_jobs, one_per_identity
+
+    job = tmp_path / "11_llama_string_to4x"
+    job.mkdir()
+    rejected = {"status": "unreachable", "job": {"name": job.name, "key": None}, "config": {"scaling": "string"}}
+    (job / "results.json").write_text(json.dumps(rejected))
+    with claim(job, "invalid") as again:
+        assert again == job
+    with claim(job, "a1b2c3") as valid:
+        assert valid == job
+    twin = tmp_path / "11_llama_string_to4x-2"  # what a resumed sweep left before
+    twin.mkdir()
+    (twin / "results.json").write_text(json.dumps(rejected))
+    assert len(one_per_identity(load_jobs([tmp_path]))) == 1
+    done = {"status": "done", "job": {"name": "x", "key": "k"}, "config": {}}
+    (job / "results.json").write_text(json.dumps(done))
+    with claim(job, "k2") as other:  # a finished result is never written over; the rejected twin's place is free
+        assert other == twin

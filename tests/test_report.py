@@ -399,3 +399,46 @@ def test_the_report_lists_files_it_cannot_read_and_refuses_an_out_it_cannot_writ
         f"{tmp_path / 'afile'} is a file, not a directory; give a writable "
         f"directory with --out"
     )
+
+
+def test_the_length_figure_s_legend_covers_no_band():
+    """Issue 55: in the perplexity PNG the legend (``loc="best"``) covered the interval bands. With bands that fill
+    the plot, as wide ones do, no place inside it is free: the legend box must not overlap any band, as drawn."""
+    from evals.core.plots import Curve, length_figure
+
+    lengths = [256, 512, 1024, 2048, 4096]
+    curves = [
+        Curve(
+            name,
+            name,
+            [{"length": L, "value": 10.0 * (k + 1), "low": 1.0, "high": 1000.0} for L in lengths],
+            {L: 10.0 for L in lengths},
+        )
+        for k, name in enumerate(["none", "linear", "yarn", "ntk"])
+    ]
+    fig = length_figure(
+        curves,
+        "value",
+        ylabel="perplexity",
+        title="bands everywhere",
+        band=("low", "high"),
+        logy=True,
+        trained=1024,
+        target=4096,
+        ratio={"label": "ratio", "limit": 1.1},
+    )
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    checked = 0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None:
+            continue
+        box = legend.get_window_extent(renderer)
+        for band in ax.collections:
+            for path in band.get_paths():
+                drawn = band.get_transform().transform_path(path).get_extents()
+                assert not box.overlaps(drawn), (box, drawn)
+                checked += 1
+        assert not box.overlaps(ax.get_window_extent(renderer))  # nor anything else plotted
+    assert checked == len(curves)

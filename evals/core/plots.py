@@ -4,7 +4,8 @@ Conventions: context length on a log2 axis with plain tick labels (``8k``, ``16k
 trained context (dashed) and the target length (dotted) marked; one fixed colour per strategy (by its
 registration order, so ``yarn`` has the same colour in every figure of every run and report; variants of
 one strategy, e.g. two factors, differ by line style); 95% intervals as bands; heatmaps with a labelled
-colour bar, the trials behind each cell, and one colour scale across the panels compared. Each function
+colour bar, the trials behind each cell, and one colour scale across the panels compared; a length figure's legend
+outside the plotted data, to its right. Each function
 returns a figure; the output sink (``Output.figure``) writes it as ``<name>.png`` and ``<name>.svg``.
 """
 
@@ -14,6 +15,8 @@ import textwrap
 from dataclasses import dataclass, field
 
 STYLES = ("-", "--", ":", "-.")
+# a length figure's legend: right of the plot, never over the lines and bands (loc="best" put it on the bands)
+OUTSIDE = dict(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def pyplot():
@@ -106,7 +109,7 @@ def length_figure(
     fig, axes = plt.subplots(
         2 if with_ratio else 1,
         1,
-        figsize=(8, 6.4 if with_ratio else 4.6),
+        figsize=(9.5, 6.4 if with_ratio else 4.6),  # the legend to the right of the plot
         sharex=True,
         squeeze=False,
         gridspec_kw={"height_ratios": [2.2, 1]} if with_ratio else None,
@@ -161,7 +164,7 @@ def length_figure(
     ax.set(ylabel=ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="major")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(**OUTSIDE)
     if with_ratio:
         low = axes[1][0]
         low.axhline(1.0, color="grey", linewidth=0.8)
@@ -172,7 +175,7 @@ def length_figure(
                 low.axvline(mark, color="grey" if style == "--" else "black", linestyle=style, linewidth=1)
         low.set(ylabel=ratio["label"])
         low.grid(alpha=0.3)
-        low.legend(fontsize=7, loc="best")
+        low.legend(**OUTSIDE)
     axes[-1][0].set(xlabel="context length (tokens)")
     fig.tight_layout()
     return fig

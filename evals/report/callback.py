@@ -29,24 +29,38 @@ class ReportCallback(Callback):
         os.environ[SWEEP] = uuid.uuid4().hex
         self._jobs = None if is_search(config) else sweep_size(config) or None
         self._finished, self._since = 0, time.monotonic()
+        self._ran, self._ran_s = 0, 0.0  # the jobs computed here (not reused), and the seconds they took
+
+    def on_job_start(self, config, **kwargs) -> None:
+        self._job_since = time.monotonic()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
-        """Where the sweep is: ``sweep: job 4/6 finished; about 12 min left at the rate measured so far``."""
+        """Where the sweep is: ``sweep: job 4/6 finished (2 reused or not started); about 12 min left at the rate
+        measured so far (6 min per job run, 2 still to run)``.
+        The time left comes from the jobs that ran in this sweep, never from those reused (a finished job found
+        again takes a second: counted in, a resumed sweep's estimate read seconds for minutes of work)."""
+        from ..core.run.runner import last_job_ran
+
         jobs = getattr(self, "_jobs", None)
         if not jobs:
             return
         self._finished += 1
-        per_job = (time.monotonic() - self._since) / self._finished
+        spent = time.monotonic() - getattr(self, "_job_since", self._since)
+        if last_job_ran():
+            self._ran, self._ran_s = self._ran + 1, self._ran_s + spent
+        ran = self._ran
         left = jobs - self._finished
-        print(
-            f"sweep: job {self._finished}/{jobs} finished"
-            + (
-                f"; about {_minutes(per_job * left)} left at the rate measured so far ({_minutes(per_job)} per job)"
-                if left > 0
-                else ""
-            ),
-            flush=True,
-        )
+        reused = self._finished - ran
+        line = f"sweep: job {self._finished}/{jobs} finished" + (f" ({reused} reused or not started)" if reused else "")
+        if left > 0 and ran:
+            per_job = self._ran_s / ran
+            line += (
+                f"; about {_minutes(per_job * left)} left at the rate measured so far ({_minutes(per_job)} per job "
+                f"run, {left} still to run)"
+            )
+        elif left > 0:
+            line += "; the time left is known once a job has run here (so far each was finished already)"
+        print(line, flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)

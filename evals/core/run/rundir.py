@@ -6,7 +6,10 @@ or silently replaced.
 - A directory is claimed with a lock file created exclusively (``O_EXCL``) that records the process (pid,
   host, start time). A second run aimed at a live run's directory takes a sibling too; a lock whose
   process is dead is taken over. An unfinished result of the *same* job (failed, interrupted, killed) is
-  replaced by the re-run; one of another job is kept, and the re-run takes a sibling.
+  replaced by the re-run -- a job is resumed in place; one of another job is kept, and the re-run takes a sibling.
+  A job rejected before it started (bad input, a target its strategy cannot reach) left only a record without a
+  key and nothing computed: any re-run of that directory's job replaces it in place (a resumed sweep that rejects
+  the same job again must not add ``<dir>-2``).
 - A finished job is reused only when its key -- the hash of everything that changes a number -- is
   equal: first in the job's own directory, then under ``resume_from``.
 """
@@ -168,7 +171,17 @@ def _usable(directory: Path, key: str) -> bool:
     previous = read_results(directory / "results.json")
     if previous is None:  # damaged or another tool's: kept, never written over
         return False
-    return previous.get("status") != "done" and previous.get("job", {}).get("key") == key
+    return previous.get("status") != "done" and (previous.get("job", {}).get("key") == key or rejected(previous))
+
+
+def rejected(results: dict) -> bool:
+    """Whether ``results`` records a job rejected before it started (``runner._record_invalid``): no key, nothing
+    computed."""
+    return (
+        results.get("status") in ("failed", "unreachable")
+        and (results.get("job") or {}).get("key") is None
+        and not results.get("measurements")
+    )
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -34,7 +35,8 @@ from ..decision.reference import Reference, own_reference
 from ..decision.verdict import criteria_of, judge
 from ..decision.verdict_text import format_job
 from .rundir import TwinFinished, claim, find_finished, own_dirs, read_results, this_process
-from .tracking import Tracker, sweep_group
+from .tracking import Tracker, new_run_id, sweep_group
+from .tracking import enabled as tracking_enabled
 
 
 def _error(err: BaseException, with_traceback: bool) -> dict:
@@ -90,13 +92,26 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     previous = read_results(run_dir / "results.json")  # claim() let only an unfinished run of this job be here
     resumed = previous is not None and previous["status"] != "done" and previous["job"].get("key") == job.key
     record = RunRecord(run_dir, job.sections())
-    tracker = Tracker(
-        job.logger, job.config, run_dir, job.name, sweep_group(), tags=job_tags(job), job_type=job.eval.name
-    )
-    output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
+    if tracking_enabled(job.logger):  # one W&B run per job: a resumed job continues the interrupted attempt's
+        earlier = (previous or {}).get("tracking") or {} if resumed else {}
+        # recorded before W&B starts: an interrupt landing in its start-up still leaves the id for the resume
+        record.update("tracking", {"id": earlier.get("id") or new_run_id(), "continued": bool(earlier.get("id"))})
+    tracker, output = None, None
     status, error = "failed", None
     peak = PeakMemory()
     try:
+        with as_interrupt():  # W&B's start-up takes seconds: an interrupt there is recorded like any other
+            tracker = Tracker(
+                job.logger,
+                job.config,
+                run_dir,
+                job.name,
+                sweep_group(),
+                tags=job_tags(job),
+                job_type=job.eval.name,
+                run_id=(record.data.get("tracking") or {}).get("id"),
+            )
+        output = Output(record, tracker, target=job.target, artifact=f"results-{job.key}", resumed=resumed)
         with as_interrupt(), peak, EvalContext(job, cache, output, documents) as ctx:  # evals/core/run/interrupt.py
             yield ctx
         status = "done"
@@ -115,10 +130,12 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
         if peak.forwards:  # the repeated timings a cost ratio rests on (evals/scoring/cost.py)
             record.data["timings"]["forwards"] = peak.forwards
         try:
-            output.close()
+            if output is not None:
+                output.close(status)
         finally:
             record.finish(status, error)
-            tracker.finish(0 if status == "done" else 1)
+            if tracker is not None:
+                tracker.finish(0 if status == "done" else 1)
 
 
 def job_tags(job: Job) -> list[str]:
@@ -146,7 +163,18 @@ def execute(job: Job, cache: ModelCache = MODEL_CACHE) -> dict:
         return _reuse(job, twin.results, cache)
 
 
+_COMPUTED: set[str] = set()  # the keys of the jobs this process computed (not reused): see :func:`last_job_ran`
+_LAST: list[str] = []  # the key of the last job run_hydra was given
+
+
+def last_job_ran() -> bool:
+    """Whether the last job of this process's Hydra app was computed here -- not reused from a finished run nor
+    rejected before it started: a sweep's time left is estimated from such jobs only."""
+    return bool(_LAST) and _LAST[-1] in _COMPUTED
+
+
 def _compute(job: Job, reference: Reference | None, missing: str | None, cache: ModelCache) -> dict:
+    _COMPUTED.add(job.key)
     with claim(job.out_dir, job.key, wait_for_twin=not job.force) as run_dir:
         if run_dir != job.out_dir:
             print(f"note: {job.out_dir} holds another run; this one writes to {run_dir}")
@@ -277,11 +305,36 @@ def _record_invalid(cfg, out_dir: Path, err: UserError) -> None:
         atomic_write(run_dir / "results.json", json.dumps(data, indent=2, default=str))
 
 
+def _discard_hydra_dir() -> None:
+    """A single run refused for bad input leaves nothing behind: Hydra made its run directory (``outputs/<date>/
+    <time>_...`` with ``.hydra/`` and an empty log) before the job saw its config; it is removed when it holds only
+    those, and so are the parents left empty by it, up to the working directory."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    cwd = Path.cwd().resolve()
+    if not run_dir.is_dir() or run_dir == cwd or run_dir in cwd.parents:
+        return
+    if any(p.name != ".hydra" and not (p.is_file() and p.suffix == ".log") for p in run_dir.iterdir()):
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:
+        if parent == cwd or cwd not in parent.parents:
+            break
+        try:
+            parent.rmdir()  # only when empty
+        except OSError:
+            break
+
+
 def run_hydra(cfg) -> dict | None:
     """One job of the Hydra app; returns its summary (a sweeper reads a trial's objective from it), None when it
     failed. Single run: a user error is one line and exit 2; a crash keeps its traceback. Multirun: every failure
     is recorded and printed as one line, and the sweep goes on."""
     out_dir, multirun = job_dir(cfg)
+    _LAST.append("")
     try:
         job = parse_job(cfg, out_dir, multirun)
     except UserError as err:
@@ -290,14 +343,17 @@ def run_hydra(cfg) -> dict | None:
         else:
             print(f"error: {err}", file=sys.stderr)
         if not multirun:
+            _discard_hydra_dir()
             sys.exit(2)
         _record_invalid(cfg, out_dir, err)
         return None
+    _LAST[-1] = job.key
     try:
         return execute(job)
     except UserError as err:  # recorded in the job's results.json
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
+            _discard_hydra_dir()  # kept when the job wrote its record there
             sys.exit(2)
     except EvalDefect as err:  # recorded too: one line, and the job has failed
         print(f"error: job {job.name} failed: {err}", file=sys.stderr)

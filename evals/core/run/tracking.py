@@ -4,6 +4,12 @@ A tracker failure never stops a run: the first error is reported once, later cal
 local results stay complete. When W&B cannot start (unreachable, bad key), later jobs of the same
 process do not wait for it again: the process remembers and runs them with local results only.
 W&B is quiet: one line says where the run is and how to sync it.
+
+One W&B run per job: the run id is recorded in the job's ``results.json`` before W&B starts, and a job resumed in
+place (after an interrupt, a kill or a failure) continues that run (``resume="allow"``) instead of starting a second
+one. Offline, W&B cannot append to a run on disk (wandb/wandb#2423): the resumed attempt writes a new
+``offline-run-*-<id>`` folder with the same id and the complete results, and the interrupted attempt's folder is
+moved out of ``wandb/`` into ``wandb-superseded/`` (kept, but not synced as a second run).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -49,29 +56,73 @@ def sweep_group(sweep_dir: str | Path | None = None) -> str | None:
     return "sweep-" + "_".join(Path(sweep_dir).parts[-2:])
 
 
+def _supersede(current: Path, run_id: str) -> None:
+    """Move the earlier offline attempts of run ``run_id`` (beside ``current``, this attempt's folder) out of
+    ``wandb/``: W&B cannot continue them offline, and synced they would be a second run of the same job."""
+    earlier = [p for p in current.parent.glob(f"offline-run-*-{run_id}") if p.name != current.name]
+    if not earlier:
+        return
+    kept = current.parent.parent / SUPERSEDED
+    kept.mkdir(exist_ok=True)
+    for path in earlier:
+        path.rename(kept / path.name)
+    print(
+        f"W&B: continues the interrupted attempt's run {run_id}; its offline folder moved to {kept} "
+        "(offline runs cannot be appended to: this run holds the job's complete results)"
+    )
+
+
 def _finite(value) -> bool:
     return value is not None and not (isinstance(value, float) and not math.isfinite(value))
 
 
+SUPERSEDED = "wandb-superseded"  # where a resumed job's earlier offline attempts go (beside its wandb/)
+
+
+def enabled(cfg) -> bool:
+    """Whether the logger config ``cfg`` asks for W&B at all."""
+    return cfg.name != "none" and cfg.mode != "disabled"
+
+
+def new_run_id() -> str:
+    """A fresh W&B run id (lower-case letters and digits, as W&B makes them)."""
+    return secrets.token_hex(6)
+
+
 class Tracker:
-    def __init__(self, cfg, run_config: dict, run_dir: Path, name: str, group: str | None, tags=(), job_type=None):
+    def __init__(
+        self,
+        cfg,
+        run_config: dict,
+        run_dir: Path,
+        name: str,
+        group: str | None,
+        tags=(),
+        job_type=None,
+        run_id: str | None = None,
+    ):
+        """``run_id``: the job's W&B run (continued when it exists; see the module docstring)."""
         self.run = None
         mode = ("online" if _has_api_key() else "offline") if cfg.mode == "auto" else cfg.mode
-        if cfg.name == "none" or mode == "disabled":
+        if not enabled(cfg) or mode == "disabled":
             return
         if _UNAVAILABLE:
             log.warning(
                 "W&B skipped: it could not start earlier in this process (%s); local results only", _UNAVAILABLE[0]
             )
             return
-        self._guard("start", self._start, cfg, mode, run_config, run_dir, name, group, [*cfg.tags, *tags], job_type)
+        self._guard(
+            "start", self._start, cfg, mode, run_config, run_dir, name, group, [*cfg.tags, *tags], job_type, run_id
+        )
         if self.run is None:
             _UNAVAILABLE.append(f"mode {mode}")
 
-    def _start(self, cfg, mode, run_config, run_dir, name, group, tags, job_type):
+    def _start(self, cfg, mode, run_config, run_dir, name, group, tags, job_type, run_id):
         import wandb
 
         self.run = wandb.init(
+            id=run_id,
+            resume="allow" if run_id else None,
             project=cfg.project,
             entity=cfg.entity,
             group=cfg.group or group,
@@ -90,6 +141,8 @@ class Tracker:
             else f"offline in {Path(self.run.dir).parent} (`wandb sync {Path(self.run.dir).parent}`)"
         )
         print(f"W&B: {name}, {where}")
+        if mode == "offline" and run_id:
+            _supersede(Path(self.run.dir).parent, run_id)
 
     def _guard(self, what, fn, *args):
         try:
