@@ -4,22 +4,27 @@ than the next one?
 For each model and target, every strategy's finished jobs (perplexity, LongPPL, needle, passkey, RULER ...
 each judged by evals/core/decision/verdict.py) are taken together:
 
-- **recommended** only when every metric measured is ``yes`` at the target (beyond the trained context that
-  includes the short-context checks): one ``NO`` anywhere fails it, and the answer names where (``fails
-  passkey``); where one eval says yes and another NO, the answer says they disagree.
-- Ordered by the *primary* metric at the target -- the first lower-is-better NLL metric every strategy
-  measured (perplexity), else the first judged metric: recommended ones first, then inconclusive, missing,
-  failing. For each, the paired ratio to the best (the recommended strategy with the best value) on the units
-  both measured, and **tie groups**: a strategy that Holm's procedure does not separate from its group's leader
-  is tied with it (``dca ≈ self_extend``). The comparisons hold 95% jointly (simultaneous.py: Holm 1979 over
-  every pair, the intervals shown Bonferroni-simultaneous), so among strategies of equal quality a non-tie is
-  declared in at most 5% of sweeps however many there are.
+- **Tie groups, by the comparison between strategies** on the *primary* metric at the target (the first
+  lower-is-better NLL metric every strategy measured, perplexity, else the first judged metric): two strategies
+  are tied when their simultaneous paired interval (one against the other, on the units both measured) holds 1,
+  whatever their states against the unscaled model. The best strategy that is yes or undecided leads the first
+  group, every strategy whose interval against it holds 1 joins it; the best one left leads the next. The
+  intervals printed (each against the best) are the same simultaneous intervals (simultaneous.py, Bonferroni over
+  every pair): a strategy is in the best's group exactly when its printed interval holds 1, and among strategies
+  of equal quality a split is declared in at most 5% of sweeps however many there are (bench/ranking_ties.py
+  measures it through the real verdicts).
+- **recommended** when every metric measured is ``yes`` at the target (beyond the trained context that
+  includes the short-context checks), or when the strategy is tied with such a one and the primary metric's
+  interval against the unscaled model is all that is undecided (the answer says so: ``(tied; b inconclusive
+  against the unscaled model alone)``): equal strategies get the same answer. One ``NO`` anywhere fails it, and
+  the answer names where (``fails passkey``); where one eval says yes and another NO, the answer says they
+  disagree. Recommended ones first (by group), then undecided, not answered, failing.
 - Cost: the strategy's compute time (its jobs' elapsed time less model loading) and peak memory relative to
   the unscaled job of the same sweep on the same evals.
 - Per engine (engines.py): the best recommended strategy each serving engine can serve, and its ratio to the best.
 
 The answer's first line reads e.g. ``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn-factor2;
-lm_infinite fails passkey; string fails perplexity, passkey; simultaneous 95% (Holm, 15 pairs)``, and a line per
+lm_infinite fails passkey; string fails perplexity, passkey; simultaneous 95% (Bonferroni, 15 pairs)``, and a line per
 engine follows it (``vllm: yarn-factor2, x1.021 [1.004, 1.038] of dca (dca: ...)``).
 """
 
@@ -27,11 +32,39 @@ from __future__ import annotations
 
 from .engines import engine_line, per_engine
 from ..measure import by_metric, measured_value
-from .simultaneous import ALPHA, holm, p_value, widened
+from .simultaneous import holds_one, widened
 from .paired import paired_ratio
 from .verdict_text import multiple
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
+CLASS = {"yes": 0, "inconclusive": 0, "?": 1, "NO": 2, "cannot reach": 3}  # yes and inconclusive: ranked together
+
+
+def _sort_key(row: dict, lower: bool) -> tuple:
+    """Yes and undecided together by the primary metric's value (which of them is yes is the comparison's to say),
+    then not answered, failing, unreachable."""
+    value = row["value"]
+    return (CLASS[row["state"]], (value if lower else -value) if value is not None else float("inf"), row["strategy"])
+
+
+def _primary_only(jobs: list[tuple[dict, dict]], primary: str | None, target: int, trained: int) -> bool:
+    """Whether every judged check of the strategy at the target (and at the short lengths it rests on) other than
+    the primary metric's is yes, and the primary metric's are yes or inconclusive: a tie on the primary metric is
+    then all that stands between it and yes."""
+    if primary is None:
+        return False
+    for _, verdict in jobs:
+        rows = [row for row in verdict.get("lengths") or [] if row["length"] == target or row["length"] <= trained]
+        if not any(row["length"] == target for row in rows):
+            return False
+        for row in rows:
+            for check in row["checks"]:
+                if check["second_look"] or check["state"] == "skip":
+                    continue
+                allowed = ("yes", "inconclusive") if check["metric"] == primary else ("yes",)
+                if check["state"] not in allowed:
+                    return False
+    return True
 
 
 def _info(job: dict) -> dict:
@@ -180,6 +213,8 @@ def _rank_group(
                 "time": time,
                 "memory": memory,
                 "disagree": disagree,
+                "_primary_only": overall == "inconclusive"
+                and _primary_only(jobs, primary and primary[0], target, trained),
             }
         )
     for strategy, why in (unreachable or {}).items():
@@ -201,41 +236,53 @@ def _rank_group(
                 }
             )
     lower = bool(primary and primary[1]["lower_is_better"])
-    missing_value = float("inf")
-    rows.sort(
-        key=lambda r: (
-            ORDER[r["state"]],
-            (r["value"] if lower else -r["value"]) if r["value"] is not None else missing_value,
-            r["strategy"],
-        )
-    )
-    # the family: every pair of strategies with a value, the later one against the earlier (simultaneous.py)
+    rows.sort(key=lambda r: _sort_key(r, lower))
+    # the family: every pair of strategies with a value, each at the simultaneous level (simultaneous.py)
     valued = [r for r in rows if r["value"] is not None]
-    pairs, versus = {}, {}
+    versus = {}
     for i, r in enumerate(valued):
         for other in valued[:i]:
-            key = (r["strategy"], other["strategy"])
-            versus[key] = _versus(primary, r, other)
-            if (p := p_value(versus[key])) is not None:
-                pairs[key] = p
-    adjusted = holm(pairs)
-    best = valued[0] if valued else None  # recommended first: the recommended strategy with the best value
-    group, leader = 0, None
+            versus[(r["strategy"], other["strategy"])] = _versus(primary, r, other)
+            versus[(other["strategy"], r["strategy"])] = _versus(primary, other, r)
+    pairs = sum(1 for i, r in enumerate(valued) for o in valued[:i] if versus[(r["strategy"], o["strategy"])])
+    simultaneous = {key: widened(v, pairs) for key, v in versus.items()}
+    best = valued[0] if valued else None  # yes or inconclusive first: the one with the best value
     for r in rows:
-        if r is best:
-            r["vs_best"] = _versus(primary, r, r)
-        else:
-            r["vs_best"] = widened(versus.get((r["strategy"], best["strategy"])), len(pairs)) if best else None
-        r["p_holm"] = None
-        if r["value"] is None:
-            r["tie_group"] = None
+        r["vs_best"] = (
+            (_versus(primary, r, r) if r is best else simultaneous.get((r["strategy"], best["strategy"])))
+            if best
+            else None
+        )
+        r["tie_group"] = r["tied_with"] = None
+    # tie groups, by the comparison alone (whatever the states): the best strategy not yet grouped leads, and every
+    # strategy whose simultaneous interval against it holds 1 joins it
+    group = 0
+    for leader in valued:
+        if leader["tie_group"] is not None:
             continue
-        key = (r["strategy"], leader["strategy"]) if leader is not None else None
-        r["p_holm"] = adjusted.get(key)
-        tied = r["p_holm"] is not None and r["p_holm"] > ALPHA and r["state"] == leader["state"]
-        if not tied:
-            group, leader = group + 1, r
-        r["tie_group"] = group
+        group += 1
+        for r in valued:
+            if r["tie_group"] is None and (
+                r is leader or holds_one(simultaneous.get((r["strategy"], leader["strategy"])))
+            ):
+                r["tie_group"] = group
+    # "recommended" follows from the groups: yes on every metric, or tied with a strategy that is, where the only
+    # metric it is not yet yes on is the primary one (the metric the tie is about) and nothing fails
+    for r in rows:
+        if r["recommended"] or r["tie_group"] is None or not r.pop("_primary_only", False):
+            r.pop("_primary_only", None)
+            continue
+        twin = next((o for o in rows if o["tie_group"] == r["tie_group"] and o["state"] == "yes"), None)
+        if twin is not None:
+            r["recommended"], r["tied_with"] = True, twin["strategy"]
+    rows.sort(
+        key=lambda r: (
+            not r["recommended"],
+            CLASS[r["state"]],
+            r["tie_group"] or len(rows) + 1,
+            *_sort_key(r, lower)[1:],
+        )
+    )
     configs = {s: next((j["config"] for j, _ in jobs if j.get("config")), None) for s, jobs in members.items()}
     engines = per_engine(rows, {s: c for s, c in configs.items() if c})
     for r in rows:
@@ -246,8 +293,8 @@ def _rank_group(
         "trained": trained,
         "target": target,
         "metric": primary[0] if primary else None,
-        "pairs": len(pairs),
-        "answer": answer_line(model, trained, target, rows, len(pairs)),
+        "pairs": pairs,
+        "answer": answer_line(model, trained, target, rows, pairs),
         "engines": engines,
         "engine_lines": [engine_line(e) for e in engines],
         "rows": rows,
@@ -268,7 +315,7 @@ def _versus(primary, row: dict, other: dict | None) -> dict | None:
 
 def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: int = 0) -> str:
     """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...;
-    simultaneous 95% (Holm, 15 pairs)``: ``pairs`` comparisons made, all holding together."""
+    simultaneous 95% (Bonferroni, 15 pairs)``: ``pairs`` comparisons made, all holding together."""
     head = f"at {target} ({multiple(target, trained)}) on {model}: "
     recommended = [r for r in rows if r["recommended"]]
     parts = []
@@ -283,7 +330,19 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: 
                 tiers[-1].append(r["strategy"])
             else:
                 tiers.append([r["strategy"]])
-        parts.append(", then ".join(" ≈ ".join(t) + (" (tied)" if len(t) > 1 else "") for t in tiers))
+        lifted = {r["strategy"] for r in recommended if r.get("tied_with")}
+
+        def tier(names: list[str]) -> str:
+            alone = [n for n in names if n in lifted]
+            return " ≈ ".join(names) + (
+                " (tied"
+                + (f"; {', '.join(alone)} inconclusive against the unscaled model alone" if alone else "")
+                + ")"
+                if len(names) > 1
+                else ""
+            )
+
+        parts.append(", then ".join(tier(t) for t in tiers))
     else:
         parts.append("no strategy is yes on every metric")
     for r in rows:
@@ -302,7 +361,7 @@ def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: 
             word = "undecided" if r["state"] == "inconclusive" else "not answered"
             parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
     if pairs:
-        parts.append(f"simultaneous 95% (Holm, {pairs} pair{'s' if pairs > 1 else ''})")
+        parts.append(f"simultaneous 95% (Bonferroni, {pairs} pair{'s' if pairs > 1 else ''})")
     return head + "; ".join(parts)
 
 
@@ -329,7 +388,7 @@ def table(group: dict) -> list[dict]:
                 "vs_best": versus.get("ratio"),
                 "vs_best_ci95_low": versus.get("low"),
                 "vs_best_ci95_high": versus.get("high"),
-                "p_holm": r.get("p_holm"),
+                "tied_with": r.get("tied_with"),
                 "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
                 "time_vs_unscaled": r["time"],
                 "memory_vs_unscaled": r["memory"],
@@ -369,6 +428,7 @@ def format_group(group: dict) -> list[str]:
             + (f"{metric} {value:.4g}" if value is not None else f"{metric} -")
             + versus
             + (f"  (group {row['tie_group']})" if row["tie_group"] else "")
+            + (f"  (tied with {row['tied_with']})" if row["tied_with"] else "")
             + (f"  cost: {cost}" if cost else "")
             + (f"  [{row['note']}]" if row["note"] else "")
         )
