@@ -104,7 +104,7 @@ def verdict_section(answer: list[dict], flat_answer: list[dict], criteria: dict)
         f"{html.escape(r['reasons'][L])}</li>"
         for r in answer
         for L in sorted(r["reasons"])
-        if r["verdicts"][L] != "yes"
+        if r["verdicts"][L] not in ("yes", "reference")
     )
     parts = [
         f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"

@@ -34,7 +34,9 @@ from .engines import engine_line, per_engine
 from ..measure import by_metric, measured_value
 from .simultaneous import holds_one, widened
 from .paired import paired_ratio
-from .verdict_text import multiple
+from .answer_text import answer_line, answer_text, format_group, table
+
+__all__ = ["rank", "answer_line", "answer_text", "format_group", "table"]
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
 CLASS = {"yes": 0, "inconclusive": 0, "?": 1, "NO": 2, "cannot reach": 3}  # yes and inconclusive: ranked together
@@ -100,6 +102,43 @@ def _primary(members: dict[str, list[tuple[dict, dict]]], target: int) -> tuple[
     return best, declared[best]
 
 
+def _unjudged(jobs: list[tuple[dict, dict]], target: int, unscaled: list[tuple[dict, dict]]) -> dict[str, str]:
+    """{metric: why it was not judged at the target} for every metric the strategy's evals declare for the verdict
+    and the verdict could not judge there: the unscaled model scored 0 (nothing to keep), not measured, the target
+    not evaluated. Such a strategy is not recommended: its answer would rest on the other metrics alone."""
+    found = {}
+    for job, verdict in jobs:
+        row = _at_target(verdict, target)
+        checks = {c["metric"]: c for c in (row or {}).get("checks") or [] if not c["second_look"]}
+        for name, declared in (job.get("declared") or {}).items():
+            if not declared.get("verdict"):
+                continue
+            check = checks.get(name)
+            if row is None:
+                found[name] = f"{target} not evaluated"
+            elif check is None:
+                found[name] = f"not measured at {target}"
+            elif check["state"] == "skip":
+                found[name] = _scored_nothing(name, check, unscaled)
+    return found
+
+
+def _scored_nothing(name: str, check: dict, unscaled: list[tuple[dict, dict]]) -> str:
+    """``the unscaled model found 0/10 prompts at 1024``: the reference a bounded metric is kept relative to."""
+    L = check["reference_length"]
+    record = next(
+        (
+            by_metric(j.get("measurements") or []).get(name, {}).get(L)
+            for j, _ in unscaled
+            if by_metric(j.get("measurements") or []).get(name, {}).get(L)
+        ),
+        None,
+    )
+    units = len((record or {}).get("units") or {})
+    out_of = f"0/{units} {check.get('unit') or 'unit'}s" if units else "0"
+    return f"the unscaled model scored {out_of} at {L}: nothing to keep"
+
+
 def _record(jobs: list[tuple[dict, dict]], metric: str, target: int) -> tuple[dict | None, dict | None]:
     """(the measurement of ``metric`` at the target, the job it came from)."""
     for job, _ in jobs:
@@ -156,9 +195,23 @@ def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
             )
             groups.setdefault(key, {})
             unreachable.setdefault(key, {})[str(info.get("scaling"))] = (job.get("error") or {}).get("message", "")
+    # a target no job evaluated: answered at the largest length they did evaluate, saying so (never rows of "?")
+    answered: dict[tuple, tuple[dict, dict, int | None]] = {}
+    for key, members in groups.items():
+        model, w, d, trained, target = key
+        lengths = [row["length"] for jobs in members.values() for _, v in jobs for row in v.get("lengths") or []]
+        at = key
+        if lengths and target not in lengths:
+            at = (model, w, d, trained, max(lengths))
+        members_at, reach, asked = answered.setdefault(at, ({}, {}, []))
+        for strategy, jobs in members.items():
+            members_at.setdefault(strategy, []).extend(jobs)
+        reach.update(unreachable.get(key, {}))
+        if at != key:
+            asked.append(target)
     return [
-        _rank_group(model, trained, target, members, unreachable.get((model, w, d, trained, target), {}))
-        for (model, w, d, trained, target), members in groups.items()
+        _rank_group(model, trained, target, members, reach, sorted(set(asked)))
+        for (model, w, d, trained, target), (members, reach, asked) in answered.items()
     ]
 
 
@@ -168,6 +221,7 @@ def _rank_group(
     target: int,
     members: dict[str, list[tuple[dict, dict]]],
     unreachable: dict[str, str] | None = None,
+    asked: list[int] | None = None,
 ) -> dict:
     primary = _primary(members, target)
     unscaled = members.get("none", [])
@@ -191,6 +245,7 @@ def _rank_group(
             elif state != "yes":
                 undecided.append(eval_name)
         overall = max(states, key=lambda s: ORDER[s]) if states else "?"
+        missed = _unjudged(jobs, target, unscaled)
         value = record = None
         if primary:
             record, _ = _record(jobs, primary[0], target)
@@ -204,7 +259,8 @@ def _rank_group(
             {
                 "strategy": strategy,
                 "state": overall,
-                "recommended": overall == "yes",
+                "recommended": overall == "yes" and not missed,
+                "unjudged": missed,
                 "failing": failing,
                 "undecided": undecided,
                 "evals": saying,
@@ -226,6 +282,7 @@ def _rank_group(
                     "recommended": False,
                     "failing": [],
                     "undecided": [],
+                    "unjudged": {},
                     "evals": {},
                     "value": None,
                     "_record": None,
@@ -243,7 +300,6 @@ def _rank_group(
     for i, r in enumerate(valued):
         for other in valued[:i]:
             versus[(r["strategy"], other["strategy"])] = _versus(primary, r, other)
-            versus[(other["strategy"], r["strategy"])] = _versus(primary, other, r)
     pairs = sum(1 for i, r in enumerate(valued) for o in valued[:i] if versus[(r["strategy"], o["strategy"])])
     simultaneous = {key: widened(v, pairs) for key, v in versus.items()}
     best = valued[0] if valued else None  # yes or inconclusive first: the one with the best value
@@ -272,7 +328,9 @@ def _rank_group(
         if r["recommended"] or r["tie_group"] is None or not r.pop("_primary_only", False):
             r.pop("_primary_only", None)
             continue
-        twin = next((o for o in rows if o["tie_group"] == r["tie_group"] and o["state"] == "yes"), None)
+        twin = next(
+            (o for o in rows if o["tie_group"] == r["tie_group"] and o["recommended"] and not o["tied_with"]), None
+        )
         if twin is not None:
             r["recommended"], r["tied_with"] = True, twin["strategy"]
     rows.sort(
@@ -283,6 +341,7 @@ def _rank_group(
             *_sort_key(r, lower)[1:],
         )
     )
+    unjudged = {m: why for r in rows if r["strategy"] != "none" for m, why in r["unjudged"].items()}
     configs = {s: next((j["config"] for j, _ in jobs if j.get("config")), None) for s, jobs in members.items()}
     engines = per_engine(rows, {s: c for s, c in configs.items() if c})
     for r in rows:
@@ -294,7 +353,9 @@ def _rank_group(
         "target": target,
         "metric": primary[0] if primary else None,
         "pairs": pairs,
-        "answer": answer_line(model, trained, target, rows, pairs),
+        "asked": asked or [],
+        "unjudged": unjudged,
+        "answer": answer_line(model, trained, target, rows, pairs, asked, unjudged),
         "engines": engines,
         "engine_lines": [engine_line(e) for e in engines],
         "rows": rows,
@@ -311,125 +372,3 @@ def _versus(primary, row: dict, other: dict | None) -> dict | None:
     if not paired["shared"]:  # other tokens, other prompts: nothing to pair
         return None
     return {k: paired[k] for k in ("ratio", "low", "high", "n", "method")}  # n, method: the interval's pivot
-
-
-def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: int = 0) -> str:
-    """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...;
-    simultaneous 95% (Bonferroni, 15 pairs)``: ``pairs`` comparisons made, all holding together."""
-    head = f"at {target} ({multiple(target, trained)}) on {model}: "
-    recommended = [r for r in rows if r["recommended"]]
-    parts = []
-    if recommended:
-        tiers: list[list[str]] = []
-        for r in recommended:
-            if (
-                tiers
-                and r["tie_group"] is not None
-                and r["tie_group"] == recommended[recommended.index(r) - 1]["tie_group"]
-            ):
-                tiers[-1].append(r["strategy"])
-            else:
-                tiers.append([r["strategy"]])
-        lifted = {r["strategy"] for r in recommended if r.get("tied_with")}
-
-        def tier(names: list[str]) -> str:
-            alone = [n for n in names if n in lifted]
-            return " ≈ ".join(names) + (
-                " (tied"
-                + (f"; {', '.join(alone)} inconclusive against the unscaled model alone" if alone else "")
-                + ")"
-                if len(names) > 1
-                else ""
-            )
-
-        parts.append(", then ".join(tier(t) for t in tiers))
-    else:
-        parts.append("no strategy is yes on every metric")
-    for r in rows:
-        if r["state"] == "NO":
-            parts.append(
-                f"{r['strategy']} fails {', '.join(r['failing'])}"
-                + (
-                    f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)"
-                    if r["disagree"]
-                    else ""
-                )
-            )
-        elif r["state"] == "cannot reach":
-            parts.append(f"{r['strategy']} cannot reach {target}")
-        elif not r["recommended"]:
-            word = "undecided" if r["state"] == "inconclusive" else "not answered"
-            parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
-    if pairs:
-        parts.append(f"simultaneous 95% (Bonferroni, {pairs} pair{'s' if pairs > 1 else ''})")
-    return head + "; ".join(parts)
-
-
-def answer_text(group: dict) -> str:
-    """The answer as report_answer.txt (and W&B's ``answer``) hold it: its line, then a line per engine."""
-    return "".join(line + "\n" for line in [group["answer"], *(f"  {e}" for e in group.get("engine_lines") or [])])
-
-
-def table(group: dict) -> list[dict]:
-    """The rows of one group as a flat table (csv, markdown, W&B)."""
-    metric = group["metric"] or "value"
-    found = []
-    for place, r in enumerate(group["rows"], 1):
-        versus = r["vs_best"] or {}
-        found.append(
-            {
-                "model": group["model"],
-                "target": group["target"],
-                "rank": place,
-                "strategy": r["strategy"],
-                "answer": "recommended" if r["recommended"] else r["state"],
-                "tie_group": r["tie_group"],
-                f"{metric}@target": r["value"],
-                "vs_best": versus.get("ratio"),
-                "vs_best_ci95_low": versus.get("low"),
-                "vs_best_ci95_high": versus.get("high"),
-                "tied_with": r.get("tied_with"),
-                "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
-                "time_vs_unscaled": r["time"],
-                "memory_vs_unscaled": r["memory"],
-                "best_for_engines": ", ".join(r.get("best_for") or []),
-                "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
-            }
-        )
-    return found
-
-
-def format_group(group: dict) -> list[str]:
-    """The answer as printed: its line, then one line per strategy."""
-    lines = [f"answer: {group['answer']}", *(f"  {line}" for line in group.get("engine_lines") or [])]
-    metric = group["metric"]
-    for row in table(group):
-        ratio = row["vs_best"]
-        versus = (
-            ""
-            if ratio is None
-            else (
-                f" x{ratio:.4g} vs best"
-                + (
-                    f" [{row['vs_best_ci95_low']:.4g}, {row['vs_best_ci95_high']:.4g}]"
-                    if row["vs_best_ci95_low"] is not None
-                    else ""
-                )
-            )
-        )
-        value = row[f"{metric or 'value'}@target"]
-        cost = " ".join(
-            f"{name} x{row[key]:.2f}"
-            for name, key in (("time", "time_vs_unscaled"), ("memory", "memory_vs_unscaled"))
-            if row[key] is not None
-        )
-        lines.append(
-            f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
-            + (f"{metric} {value:.4g}" if value is not None else f"{metric} -")
-            + versus
-            + (f"  (group {row['tie_group']})" if row["tie_group"] else "")
-            + (f"  (tied with {row['tied_with']})" if row["tied_with"] else "")
-            + (f"  cost: {cost}" if cost else "")
-            + (f"  [{row['note']}]" if row["note"] else "")
-        )
-    return lines
