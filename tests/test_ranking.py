@@ -211,19 +211,21 @@ def test_equal_strategies_are_one_group_with_one_answer_whatever_their_verdict_s
     assert found["split"] <= 1 / 30, found  # 0 or 1 of 30 (the bench's 400 sweeps: docs/verdict.md)
 
 
-def test_a_strategy_truly_ten_percent_better_leads_alone_and_groups_agree_with_the_printed_intervals():
+def test_a_strategy_truly_ten_percent_better_comes_first_and_the_groups_agree_with_the_printed_intervals():
+    """The group rule reads the interval printed: in the best's group exactly when the interval against the best
+    holds 1 (with Holm's step-down and the states a strategy could be outside it while its interval held 1)."""
     rng = np.random.default_rng(5)
     from bench.ranking_ties import outcome, sweep
 
-    alone = 0
+    first = 0
     for _ in range(20):
         rows = outcome(sweep(rng, {"a": 1.0, "b": 1.0, "c": 1.0, "better": 0.90}))
-        alone += rows["better"]["tie_group"] == 1 and all(rows[s]["tie_group"] != 1 for s in "abc")
+        first += next(iter(rows)) == "better"
         for r in rows.values():  # in the best's group exactly when the interval printed against the best holds 1
             v = r["vs_best"]
             if v and v.get("low") is not None:
                 assert (r["tie_group"] == 1) == (v["low"] <= 1 <= v["high"]), (r["strategy"], r["tie_group"], v)
-    assert alone >= 10, alone  # about 80% of sweeps (bench/ranking_ties.py, docs/verdict.md)
+    assert first >= 14, first  # the bench's share: docs/verdict.md
 
 
 def test_the_answer_says_its_comparisons_hold_jointly():

@@ -110,7 +110,7 @@ def _why_not_compared(job: dict, unscaled: list[dict]) -> str:
 
 def shown_state(row: dict) -> str:
     """A length's state as the tables show it: ``reference`` where the unscaled job is its own reference there."""
-    judged = [c for c in row.get("checks") or [] if not c["second_look"]]
+    judged = [c for c in row.get("checks") or [] if not c["second_look"] and c["state"] != "skip"]
     return "reference" if judged and all(c.get("reference_itself") for c in judged) else row["state"]
 
 
