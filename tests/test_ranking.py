@@ -254,14 +254,15 @@ def test_a_metric_the_reference_cannot_score_is_named_first_and_nothing_is_recom
     """The unscaled model found no key at the trained context: passkey cannot be judged (nothing to keep); the
     strategies yes on perplexity are not recommended on it alone, and the first line says why (it listed every
     strategy as recommended on perplexity alone)."""
-    jobs = [
-        ppl_job("none", 53.0, 0),
-        passkey_job("none", 0, correct_at_trained=0),
-        ppl_job("dca", 26.20, 1),
-        passkey_job("dca", 0, correct_at_trained=0),
-        ppl_job("yarn", 27.0, 3),
-        passkey_job("yarn", 3, correct_at_trained=0),
-    ]
+
+    def suite(strategy, ppl, seed, found):  # one job measuring both, as experiment=compare's suite eval does
+        both, keys = ppl_job(strategy, ppl, seed), passkey_job(strategy, found, correct_at_trained=0)
+        both["measurements"] += keys["measurements"]
+        both["declared"] = {**both["declared"], **keys["declared"]}
+        both["job"] = {**both["job"], "eval": "suite", "compare": {"perplexity": "p", "passkey": "k"}}
+        return both
+
+    jobs = [suite("none", 53.0, 0, 0), suite("dca", 26.20, 1, 0), suite("yarn", 27.0, 3, 3)]
     verdicts, _, _ = judge_all(jobs, dict(DEFAULTS))
     (group,) = rank(jobs, verdicts)
     assert group["answer"].startswith(
