@@ -108,6 +108,12 @@ def _why_not_compared(job: dict, unscaled: list[dict]) -> str:
     return f"not compared with the unscaled run in {other['dir']}, which measured other things ({'; '.join(diff[:4])})"
 
 
+def shown_state(row: dict) -> str:
+    """A length's state as the tables show it: ``reference`` where the unscaled job is its own reference there."""
+    judged = [c for c in row.get("checks") or [] if not c["second_look"] and c["state"] != "skip"]
+    return "reference" if judged and all(c.get("reference_itself") for c in judged) else row["state"]
+
+
 def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
     """The answer table: one row per judged job (reference runs left out), lengths as columns."""
     rows = []
@@ -124,9 +130,12 @@ def verdict_rows(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
                 "strategy": info.get("scaling"),
                 "trained": verdict["trained"],
                 "target": verdict["target"],
-                "verdicts": {r["length"]: r["state"] for r in verdict["lengths"]},
+                "verdicts": {r["length"]: shown_state(r) for r in verdict["lengths"]},
                 "reasons": {r["length"]: r["reason"] for r in verdict["lengths"]},
-                "verdict": summary.get("verdict_state"),
+                "verdict": next(
+                    (shown_state(r) for r in verdict["lengths"] if r["length"] == verdict["target"]),
+                    summary.get("verdict_state"),
+                ),
                 "effective_length": summary.get("effective_length"),
                 "reference": ", ".join((verdict.get("reference") or {}).get("sources") or [])
                 or verdict.get("missing")

@@ -53,11 +53,13 @@ def answer_section(ranked: list[dict]) -> tuple[list[str], list[str]]:
     if not ranked:
         return [], []
     rule = (
-        "Recommended only when every metric measured is yes at the target (short-context checks included); "
-        "ordered by the first metric, with the paired ratio to the best and its 95% interval on the units both "
-        "measured; strategies whose interval against their group's leader holds 1 share a tie group; cost = "
-        "compute time and peak memory relative to the unscaled job of the same evals. The comparisons hold 95% "
-        "jointly: ties by Holm's procedure over every pair, the intervals simultaneous (Bonferroni). Per engine: the "
+        "Recommended only when every metric declared for the verdict is judged and yes at the target (short-context "
+        "checks included; a metric that could not be judged is named first), or when tied with such a strategy "
+        "with only the first metric undecided against the unscaled model (said); ordered by the first metric, with "
+        "the paired ratio to the best and its simultaneous 95% interval (Bonferroni over every pair) on the units "
+        "both measured; a strategy whose interval against its group's leader holds 1 is tied with it, whatever its "
+        "state (in the best's group exactly when its printed interval holds 1); cost = compute time and peak "
+        "memory relative to the unscaled job (the reference row) of the same evals. Per engine: the "
         "best recommended strategy it can serve (python -m evals.export SWEEP --to ENGINE exports it)."
     )
     md = ["", "## The answer: which strategy at the target", "", rule, ""]
@@ -104,7 +106,7 @@ def verdict_section(answer: list[dict], flat_answer: list[dict], criteria: dict)
         f"{html.escape(r['reasons'][L])}</li>"
         for r in answer
         for L in sorted(r["reasons"])
-        if r["verdicts"][L] != "yes"
+        if r["verdicts"][L] not in ("yes", "reference")
     )
     parts = [
         f"<h2>Verdict: does each strategy keep the model working?</h2><p class=note>{html.escape(explain)}"

@@ -4,23 +4,28 @@ than the next one?
 For each model and target, every strategy's finished jobs (perplexity, LongPPL, needle, passkey, RULER ...
 each judged by evals/core/decision/verdict.py) are taken together:
 
-- **recommended** only when every metric measured is ``yes`` at the target (beyond the trained context that
-  includes the short-context checks): one ``NO`` anywhere fails it, and the answer names where (``fails
-  passkey``); where one eval says yes and another NO, the answer says they disagree.
-- Ordered by the *primary* metric at the target -- the first lower-is-better NLL metric every strategy
-  measured (perplexity), else the first judged metric: recommended ones first, then inconclusive, missing,
-  failing. For each, the paired ratio to the best (the recommended strategy with the best value) on the units
-  both measured, and **tie groups**: a strategy that Holm's procedure does not separate from its group's leader
-  is tied with it (``dca ≈ self_extend``). The comparisons hold 95% jointly (simultaneous.py: Holm 1979 over
-  every pair, the intervals shown Bonferroni-simultaneous), so among strategies of equal quality a non-tie is
-  declared in at most 5% of sweeps however many there are.
+- **Tie groups, by the comparison between strategies** on the *primary* metric at the target (the first
+  lower-is-better NLL metric every strategy measured, perplexity, else the first judged metric): two strategies
+  are tied when their simultaneous paired interval (one against the other, on the units both measured) holds 1,
+  whatever their states against the unscaled model. The best strategy that is yes or undecided leads the first
+  group, every strategy whose interval against it holds 1 joins it; the best one left leads the next. The
+  intervals printed (each against the best) are the same simultaneous intervals (simultaneous.py, Bonferroni over
+  every pair): a strategy is in the best's group exactly when its printed interval holds 1, and among strategies
+  of equal quality a split is declared in at most 5% of sweeps however many there are (bench/ranking_ties.py
+  measures it through the real verdicts).
+- **recommended** when every metric measured is ``yes`` at the target (beyond the trained context that
+  includes the short-context checks), or when the strategy is tied with such a one and the primary metric's
+  interval against the unscaled model is all that is undecided (the answer says so: ``(tied; b inconclusive
+  against the unscaled model alone)``): equal strategies get the same answer. One ``NO`` anywhere fails it, and
+  the answer names where (``fails passkey``); where one eval says yes and another NO, the answer says they
+  disagree. Recommended ones first (by group), then undecided, not answered, failing.
 - Cost: the strategy's time relative to the unscaled jobs of the same evals, from their paired forwards with its
   95% interval, or not shown (evals/scoring/cost.py: one timing against one is noise on a shared machine), and its
   peak memory relative to theirs. Never part of the order.
 - Per engine (engines.py): the best recommended strategy each serving engine can serve, and its ratio to the best.
 
 The answer's first line reads e.g. ``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn-factor2;
-lm_infinite fails passkey; string fails perplexity, passkey; simultaneous 95% (Holm, 15 pairs)``, and a line per
+lm_infinite fails passkey; string fails perplexity, passkey; simultaneous 95% (Bonferroni, 15 pairs)``, and a line per
 engine follows it (``vllm: yarn-factor2, x1.021 [1.004, 1.038] of dca (dca: ...)``).
 """
 
@@ -28,12 +33,42 @@ from __future__ import annotations
 
 from .engines import engine_line, per_engine
 from ..measure import by_metric, measured_value
-from .simultaneous import ALPHA, holm, p_value, widened
+from .simultaneous import holds_one, widened
 from .paired import paired_ratio
-from .verdict_text import multiple
-from ...scoring.cost import time_ratio, time_text
+from .answer_text import answer_line, answer_text, format_group, table
+from ...scoring.cost import time_ratio
+
+__all__ = ["rank", "answer_line", "answer_text", "format_group", "table"]
 
 ORDER = {"yes": 0, "inconclusive": 1, "?": 2, "NO": 3, "cannot reach": 4}
+CLASS = {"yes": 0, "inconclusive": 0, "?": 1, "NO": 2, "cannot reach": 3}  # yes and inconclusive: ranked together
+
+
+def _sort_key(row: dict, lower: bool) -> tuple:
+    """Yes and undecided together by the primary metric's value (which of them is yes is the comparison's to say),
+    then not answered, failing, unreachable."""
+    value = row["value"]
+    return (CLASS[row["state"]], (value if lower else -value) if value is not None else float("inf"), row["strategy"])
+
+
+def _primary_only(jobs: list[tuple[dict, dict]], primary: str | None, target: int, trained: int) -> bool:
+    """Whether every judged check of the strategy at the target (and at the short lengths it rests on) other than
+    the primary metric's is yes, and the primary metric's are yes or inconclusive: a tie on the primary metric is
+    then all that stands between it and yes."""
+    if primary is None:
+        return False
+    for _, verdict in jobs:
+        rows = [row for row in verdict.get("lengths") or [] if row["length"] == target or row["length"] <= trained]
+        if not any(row["length"] == target for row in rows):
+            return False
+        for row in rows:
+            for check in row["checks"]:
+                if check["second_look"] or check["state"] == "skip":
+                    continue
+                allowed = ("yes", "inconclusive") if check["metric"] == primary else ("yes",)
+                if check["state"] not in allowed:
+                    return False
+    return True
 
 
 def _info(job: dict) -> dict:
@@ -67,6 +102,43 @@ def _primary(members: dict[str, list[tuple[dict, dict]]], target: int) -> tuple[
         key=lambda n: (-counts[n], not (declared[n].get("nll") and declared[n]["lower_is_better"]), order.index(n)),
     )[0]
     return best, declared[best]
+
+
+def _unjudged(jobs: list[tuple[dict, dict]], target: int, unscaled: list[tuple[dict, dict]]) -> dict[str, str]:
+    """{metric: why it was not judged at the target} for every metric the strategy's evals declare for the verdict
+    and the verdict could not judge there: the unscaled model scored 0 (nothing to keep), not measured, the target
+    not evaluated. Such a strategy is not recommended: its answer would rest on the other metrics alone."""
+    found = {}
+    for job, verdict in jobs:
+        row = _at_target(verdict, target)
+        checks = {c["metric"]: c for c in (row or {}).get("checks") or [] if not c["second_look"]}
+        for name, declared in (job.get("declared") or {}).items():
+            if not declared.get("verdict"):
+                continue
+            check = checks.get(name)
+            if row is None:
+                found[name] = f"{target} not evaluated"
+            elif check is None:
+                found[name] = f"not measured at {target}"
+            elif check["state"] == "skip":
+                found[name] = _scored_nothing(name, check, unscaled)
+    return found
+
+
+def _scored_nothing(name: str, check: dict, unscaled: list[tuple[dict, dict]]) -> str:
+    """``the unscaled model found 0/10 prompts at 1024``: the reference a bounded metric is kept relative to."""
+    L = check["reference_length"]
+    record = next(
+        (
+            by_metric(j.get("measurements") or []).get(name, {}).get(L)
+            for j, _ in unscaled
+            if by_metric(j.get("measurements") or []).get(name, {}).get(L)
+        ),
+        None,
+    )
+    units = len((record or {}).get("units") or {})
+    out_of = f"0/{units} {check.get('unit') or 'unit'}s" if units else "0"
+    return f"the unscaled model scored {out_of} at {L}: nothing to keep"
 
 
 def _record(jobs: list[tuple[dict, dict]], metric: str, target: int) -> tuple[dict | None, dict | None]:
@@ -116,9 +188,23 @@ def rank(jobs: list[dict], verdicts: dict[int, dict]) -> list[dict]:
             )
             groups.setdefault(key, {})
             unreachable.setdefault(key, {})[str(info.get("scaling"))] = (job.get("error") or {}).get("message", "")
+    # a target no job evaluated: answered at the largest length they did evaluate, saying so (never rows of "?")
+    answered: dict[tuple, tuple[dict, dict, int | None]] = {}
+    for key, members in groups.items():
+        model, w, d, trained, target = key
+        lengths = [row["length"] for jobs in members.values() for _, v in jobs for row in v.get("lengths") or []]
+        at = key
+        if lengths and target not in lengths:
+            at = (model, w, d, trained, max(lengths))
+        members_at, reach, asked = answered.setdefault(at, ({}, {}, []))
+        for strategy, jobs in members.items():
+            members_at.setdefault(strategy, []).extend(jobs)
+        reach.update(unreachable.get(key, {}))
+        if at != key:
+            asked.append(target)
     return [
-        _rank_group(model, trained, target, members, unreachable.get((model, w, d, trained, target), {}))
-        for (model, w, d, trained, target), members in groups.items()
+        _rank_group(model, trained, target, members, reach, sorted(set(asked)))
+        for (model, w, d, trained, target), (members, reach, asked) in answered.items()
     ]
 
 
@@ -128,6 +214,7 @@ def _rank_group(
     target: int,
     members: dict[str, list[tuple[dict, dict]]],
     unreachable: dict[str, str] | None = None,
+    asked: list[int] | None = None,
 ) -> dict:
     primary = _primary(members, target)
     unscaled = members.get("none", [])
@@ -151,6 +238,7 @@ def _rank_group(
             elif state != "yes":
                 undecided.append(eval_name)
         overall = max(states, key=lambda s: ORDER[s]) if states else "?"
+        missed = _unjudged(jobs, target, unscaled)
         value = record = None
         if primary:
             record, _ = _record(jobs, primary[0], target)
@@ -162,7 +250,8 @@ def _rank_group(
             {
                 "strategy": strategy,
                 "state": overall,
-                "recommended": overall == "yes",
+                "recommended": overall == "yes" and not missed,
+                "unjudged": missed,
                 "failing": failing,
                 "undecided": undecided,
                 "evals": saying,
@@ -171,6 +260,8 @@ def _rank_group(
                 "time": time,
                 "memory": memory,
                 "disagree": disagree,
+                "_primary_only": overall == "inconclusive"
+                and _primary_only(jobs, primary and primary[0], target, trained),
             }
         )
     for strategy, why in (unreachable or {}).items():
@@ -182,6 +273,7 @@ def _rank_group(
                     "recommended": False,
                     "failing": [],
                     "undecided": [],
+                    "unjudged": {},
                     "evals": {},
                     "value": None,
                     "_record": None,
@@ -192,41 +284,55 @@ def _rank_group(
                 }
             )
     lower = bool(primary and primary[1]["lower_is_better"])
-    missing_value = float("inf")
-    rows.sort(
-        key=lambda r: (
-            ORDER[r["state"]],
-            (r["value"] if lower else -r["value"]) if r["value"] is not None else missing_value,
-            r["strategy"],
-        )
-    )
-    # the family: every pair of strategies with a value, the later one against the earlier (simultaneous.py)
+    rows.sort(key=lambda r: _sort_key(r, lower))
+    # the family: every pair of strategies with a value, each at the simultaneous level (simultaneous.py)
     valued = [r for r in rows if r["value"] is not None]
-    pairs, versus = {}, {}
+    versus = {}
     for i, r in enumerate(valued):
         for other in valued[:i]:
-            key = (r["strategy"], other["strategy"])
-            versus[key] = _versus(primary, r, other)
-            if (p := p_value(versus[key])) is not None:
-                pairs[key] = p
-    adjusted = holm(pairs)
-    best = valued[0] if valued else None  # recommended first: the recommended strategy with the best value
-    group, leader = 0, None
+            versus[(r["strategy"], other["strategy"])] = _versus(primary, r, other)
+    pairs = sum(1 for i, r in enumerate(valued) for o in valued[:i] if versus[(r["strategy"], o["strategy"])])
+    simultaneous = {key: widened(v, pairs) for key, v in versus.items()}
+    best = valued[0] if valued else None  # yes or inconclusive first: the one with the best value
     for r in rows:
-        if r is best:
-            r["vs_best"] = _versus(primary, r, r)
-        else:
-            r["vs_best"] = widened(versus.get((r["strategy"], best["strategy"])), len(pairs)) if best else None
-        r["p_holm"] = None
-        if r["value"] is None:
-            r["tie_group"] = None
+        r["vs_best"] = (
+            (_versus(primary, r, r) if r is best else simultaneous.get((r["strategy"], best["strategy"])))
+            if best
+            else None
+        )
+        r["tie_group"] = r["tied_with"] = None
+    # tie groups, by the comparison alone (whatever the states): the best strategy not yet grouped leads, and every
+    # strategy whose simultaneous interval against it holds 1 joins it
+    group = 0
+    for leader in valued:
+        if leader["tie_group"] is not None:
             continue
-        key = (r["strategy"], leader["strategy"]) if leader is not None else None
-        r["p_holm"] = adjusted.get(key)
-        tied = r["p_holm"] is not None and r["p_holm"] > ALPHA and r["state"] == leader["state"]
-        if not tied:
-            group, leader = group + 1, r
-        r["tie_group"] = group
+        group += 1
+        for r in valued:
+            if r["tie_group"] is None and (
+                r is leader or holds_one(simultaneous.get((r["strategy"], leader["strategy"])))
+            ):
+                r["tie_group"] = group
+    # "recommended" follows from the groups: yes on every metric, or tied with a strategy that is, where the only
+    # metric it is not yet yes on is the primary one (the metric the tie is about) and nothing fails
+    for r in rows:
+        if r["recommended"] or r["tie_group"] is None or not r.pop("_primary_only", False):
+            r.pop("_primary_only", None)
+            continue
+        twin = next(
+            (o for o in rows if o["tie_group"] == r["tie_group"] and o["recommended"] and not o["tied_with"]), None
+        )
+        if twin is not None:
+            r["recommended"], r["tied_with"] = True, twin["strategy"]
+    rows.sort(
+        key=lambda r: (
+            not r["recommended"],
+            CLASS[r["state"]],
+            r["tie_group"] or len(rows) + 1,
+            *_sort_key(r, lower)[1:],
+        )
+    )
+    unjudged = {m: why for r in rows if r["strategy"] != "none" for m, why in r["unjudged"].items()}
     configs = {s: next((j["config"] for j, _ in jobs if j.get("config")), None) for s, jobs in members.items()}
     engines = per_engine(rows, {s: c for s, c in configs.items() if c})
     for r in rows:
@@ -237,8 +343,10 @@ def _rank_group(
         "trained": trained,
         "target": target,
         "metric": primary[0] if primary else None,
-        "pairs": len(pairs),
-        "answer": answer_line(model, trained, target, rows, len(pairs)),
+        "pairs": pairs,
+        "asked": asked or [],
+        "unjudged": unjudged,
+        "answer": answer_line(model, trained, target, rows, pairs, asked, unjudged),
         "engines": engines,
         "engine_lines": [engine_line(e) for e in engines],
         "rows": rows,
@@ -255,112 +363,3 @@ def _versus(primary, row: dict, other: dict | None) -> dict | None:
     if not paired["shared"]:  # other tokens, other prompts: nothing to pair
         return None
     return {k: paired[k] for k in ("ratio", "low", "high", "n", "method")}  # n, method: the interval's pivot
-
-
-def answer_line(model: str, trained: int, target: int, rows: list[dict], pairs: int = 0) -> str:
-    """``at 16384 (2x) on smollm2: dca ≈ self_extend (tied), then yarn; lm_infinite fails passkey; ...;
-    simultaneous 95% (Holm, 15 pairs)``: ``pairs`` comparisons made, all holding together."""
-    head = f"at {target} ({multiple(target, trained)}) on {model}: "
-    recommended = [r for r in rows if r["recommended"]]
-    parts = []
-    if recommended:
-        tiers: list[list[str]] = []
-        for r in recommended:
-            if (
-                tiers
-                and r["tie_group"] is not None
-                and r["tie_group"] == recommended[recommended.index(r) - 1]["tie_group"]
-            ):
-                tiers[-1].append(r["strategy"])
-            else:
-                tiers.append([r["strategy"]])
-        parts.append(", then ".join(" ≈ ".join(t) + (" (tied)" if len(t) > 1 else "") for t in tiers))
-    else:
-        parts.append("no strategy is yes on every metric")
-    for r in rows:
-        if r["state"] == "NO":
-            parts.append(
-                f"{r['strategy']} fails {', '.join(r['failing'])}"
-                + (
-                    f" (though {', '.join(e for e, s in r['evals'].items() if s == 'yes')} yes)"
-                    if r["disagree"]
-                    else ""
-                )
-            )
-        elif r["state"] == "cannot reach":
-            parts.append(f"{r['strategy']} cannot reach {target}")
-        elif not r["recommended"]:
-            word = "undecided" if r["state"] == "inconclusive" else "not answered"
-            parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
-    if pairs:
-        parts.append(f"simultaneous 95% (Holm, {pairs} pair{'s' if pairs > 1 else ''})")
-    return head + "; ".join(parts)
-
-
-def answer_text(group: dict) -> str:
-    """The answer as report_answer.txt (and W&B's ``answer``) hold it: its line, then a line per engine."""
-    return "".join(line + "\n" for line in [group["answer"], *(f"  {e}" for e in group.get("engine_lines") or [])])
-
-
-def table(group: dict) -> list[dict]:
-    """The rows of one group as a flat table (csv, markdown, W&B)."""
-    metric = group["metric"] or "value"
-    found = []
-    for place, r in enumerate(group["rows"], 1):
-        versus = r["vs_best"] or {}
-        found.append(
-            {
-                "model": group["model"],
-                "target": group["target"],
-                "rank": place,
-                "strategy": r["strategy"],
-                "answer": "recommended" if r["recommended"] else r["state"],
-                "tie_group": r["tie_group"],
-                f"{metric}@target": r["value"],
-                "vs_best": versus.get("ratio"),
-                "vs_best_ci95_low": versus.get("low"),
-                "vs_best_ci95_high": versus.get("high"),
-                "p_holm": r.get("p_holm"),
-                "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
-                "time_vs_unscaled": (r["time"] or {}).get("ratio"),
-                "time_vs_unscaled_ci95_low": (r["time"] or {}).get("low"),
-                "time_vs_unscaled_ci95_high": (r["time"] or {}).get("high"),
-                "memory_vs_unscaled": r["memory"],
-                "best_for_engines": ", ".join(r.get("best_for") or []),
-                "note": f"metrics disagree ({r['disagree']})" if r["disagree"] else r.get("why", ""),
-            }
-        )
-    return found
-
-
-def format_group(group: dict) -> list[str]:
-    """The answer as printed: its line, then one line per strategy."""
-    lines = [f"answer: {group['answer']}", *(f"  {line}" for line in group.get("engine_lines") or [])]
-    metric = group["metric"]
-    for row in table(group):
-        ratio = row["vs_best"]
-        versus = (
-            ""
-            if ratio is None
-            else (
-                f" x{ratio:.4g} vs best"
-                + (
-                    f" [{row['vs_best_ci95_low']:.4g}, {row['vs_best_ci95_high']:.4g}]"
-                    if row["vs_best_ci95_low"] is not None
-                    else ""
-                )
-            )
-        )
-        value = row[f"{metric or 'value'}@target"]
-        said = time_text(next(r for r in group["rows"] if r["strategy"] == row["strategy"])["time"])
-        memory = f"memory x{row['memory_vs_unscaled']:.2f}" if row["memory_vs_unscaled"] is not None else None
-        cost = "; ".join(part for part in (said, memory) if part)
-        lines.append(
-            f"  {row['rank']:>2}. {row['strategy']:<24} {row['answer']:<12} "
-            + (f"{metric} {value:.4g}" if value is not None else f"{metric} -")
-            + versus
-            + (f"  (group {row['tie_group']})" if row["tie_group"] else "")
-            + (f"  cost: {cost}" if cost else "")
-            + (f"  [{row['note']}]" if row["note"] else "")
-        )
-    return lines

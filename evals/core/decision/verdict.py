@@ -50,6 +50,7 @@ from ..config.structured import VerdictConfig
 from ..measure import by_metric, measured_value
 from .paired import paired_ratio, same_units, units_of
 from .reference import Reference
+from .verdict_text import lever as more_of
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
@@ -121,7 +122,7 @@ def _check(
     if low is not None and paired["n"] < needed:
         state = "inconclusive"
         what = "blocks of one document" if blocks_of_one else f"{check['unit']}s"
-        tail = f" on {paired['n']} {what}: at least {needed} are needed to decide"
+        tail = f" on {paired['n']} {what}: at least {needed} are needed to decide; {more_of(what, metric.get('eval'), blocks_of_one)}"
     elif low is None:
         state, tail = "inconclusive", f", no interval on {paired['n']} {check['unit']}(s)"
     elif (high <= limit) if lower else (low >= limit):

@@ -87,3 +87,14 @@ def format_table(rows: list[dict], trained: int | None) -> list[str]:
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     return [line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, body)]
+
+
+def lever(unit: str, eval_name: str | None, blocks_of_one: bool) -> str:
+    """What to change so that a comparison below the fewest units it decides on gets enough of them (the options a
+    user types)."""
+    if blocks_of_one:
+        return "more documents (eval.documents=null takes every document of the data) or longer text"
+    if "prompt" in unit:
+        where = f"eval.{eval_name}.trials" if eval_name else "more trials"
+        return f"more prompts ({where}=N)"
+    return "more documents (eval.documents=null takes every document of the data, or data with more of them)"
