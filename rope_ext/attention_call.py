@@ -57,6 +57,8 @@ def _pairs(x: torch.Tensor, quarter: torch.Tensor, turned: torch.Tensor, angles:
     x, quarter, turned = (t.double().reshape(-1, d) for t in (x, quarter, turned))
     moved = (x != quarter).any(0).nonzero().flatten()
     width = 2 * len(angles)
+    if len(moved) == 0:  # the module does not rotate this (a layer without RoPE, SmolLM3's NoPE layers)
+        return None
     if len(moved) != width:
         raise ValueError(f"{len(moved)} of its {what} dims moved under a rotation of width {width}")
     scale = float(x.abs().max()) or 1.0
@@ -79,14 +81,14 @@ def _pairs(x: torch.Tensor, quarter: torch.Tensor, turned: torch.Tensor, angles:
     return a, b, freq
 
 
-def rotary_layout(call: AttentionCall) -> RotaryLayout:
-    """The layer's rotary layout, read once per module by calling it with made-up rotations (see the module doc)."""
+def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
+    """The layer's rotary layout, read once per module by calling it with made-up rotations (see the module doc);
+    None when the module rotates neither its query nor its key (a layer without RoPE)."""
     import torch
 
     hooks, module = call.hooks, call.module
-    found = hooks.layouts.get(id(module))
-    if found is not None:
-        return found
+    if id(module) in hooks.layouts:
+        return hooks.layouts[id(module)]
     cos = call.rotation[0]
     r = cos.shape[-1]
     ca, cb = pair_layout(cos)  # the columns of cos/sin that carry frequency i
@@ -117,10 +119,14 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout:
                 module(hidden, position_embeddings=rotation(phi), **extra)
         if len(records) != 3:
             raise ValueError(f"{len(records) // 3 or len(records)} attention calls per forward")
-        a, b, freq = _pairs(records[0][0], records[1][0], records[2][0], angles, "query")
+        query = _pairs(records[0][0], records[1][0], records[2][0], angles, "query")
         key = _pairs(records[0][1], records[1][1], records[2][1], angles, "key")
-        if not all(torch.equal(x, y) for x, y in zip((a, b, freq), key)):
+        if query is None and key is None:
+            hooks.layouts[id(module)] = None
+            return None
+        if query is None or key is None or not all(torch.equal(x, y) for x, y in zip(query, key)):
             raise ValueError("its query and key are rotated in different layouts")
+        a, b, freq = query
     except Exception as err:
         raise AttentionHookError(
             f"{call.name} ({type(module).__name__}): cannot tell which dims of its query and key RoPE rotates "
@@ -158,6 +164,8 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
             f"scaling '{label}' cannot re-rotate its query and key"
         )
     layout = rotary_layout(call)
+    if layout is None:  # no RoPE in this layer: no position to change, the model's own attention runs
+        return None
     inv_freq, _ = call.slot().frequencies(model)
     inv_freq = inv_freq.to(call.query.device)[layout.freq]
     scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
