@@ -13,7 +13,8 @@ on CUDA its flash kernel (bf16/fp16, no mask) or its memory-efficient kernel (a 
 ``scaled_dot_product_attention`` dispatches to; elsewhere (and with logit soft-capping) a float32 matmul-softmax.
 
 Works with a KV cache (a query block of one token sees every cached key, re-rotated from its own
-position), grouped-query attention, partial rotary dims (GPT-NeoX), the call's padding mask, a sliding
+position), grouped-query attention, rotary pairs anywhere in the head (partial rotary, MLA's rope sub-dimension,
+interleaved), a value head of another size than the query's (MLA), the call's padding mask, a sliding
 window and logit soft-capping; a call the rule leaves unchanged (e.g. every distance below the window) goes
 to the model's own attention function, so the output is exactly the unpatched one.
 """
@@ -52,9 +53,9 @@ def _pair_index(pairs) -> tuple:
     import torch
 
     a, b = pairs
-    half = len(a)
-    if torch.equal(a, torch.arange(half, device=a.device)) and torch.equal(b, a + half):
-        return slice(0, half), slice(half, 2 * half)
+    half, start = len(a), int(a[0]) if len(a) else 0
+    if torch.equal(a, torch.arange(start, start + half, device=a.device)) and torch.equal(b, a + half):
+        return slice(start, start + half), slice(start + half, start + 2 * half)
     return a, b
 
 
@@ -106,6 +107,11 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
     log-sum-exp -inf."""
     import torch
 
+    if softcap is None and fused_kernel(q) and q.shape[-1] != v.shape[-1]:  # MLA: the kernels take one head size
+        width = max(q.shape[-1], v.shape[-1])
+        q, k, v_wide = (torch.nn.functional.pad(x, (0, width - x.shape[-1])) for x in (q, k, v))
+        out, lse = _attend(q, k, v_wide, allowed, scale, softcap, bias, causal)
+        return out[..., : v.shape[-1]], lse
     if softcap is None and fused_kernel(q):
         mask = None
         if allowed is not None or bias is not None:

@@ -61,6 +61,7 @@ class AttentionCall:
     kwargs: dict  # the keyword arguments of the call (scaling, sliding_window, ...)
     rotation: tuple | None  # the (cos, sin) the module received, None when it takes no position_embeddings
     hooks: "AttentionHooks" = field(repr=False, default=None)
+    implementation: str = "eager"  # the attention function the model asked for (sdpa, eager, flash_attention_2, ...)
 
     @property
     def scaling(self) -> float | None:
@@ -90,7 +91,7 @@ def _original_function(implementation: str, module: nn.Module) -> Callable:
 def _dispatch(implementation: str, module, query, key, value, attention_mask, *args, **kwargs):
     hooks = _INSTALLED.get(id(getattr(module, "config", None)))
     if hooks is not None:
-        query, output = hooks.run(module, query, key, value, attention_mask, kwargs)
+        query, output = hooks.run(module, query, key, value, attention_mask, kwargs, implementation)
         if output is not None:
             return output
     return _original_function(implementation, module)(module, query, key, value, attention_mask, *args, **kwargs)
@@ -156,6 +157,9 @@ class AttentionHooks:
         self._names: dict[int, str] = {}
         self._slots: list[RotarySlot] | None = None
         self._saved = None
+        self._inputs: dict[int, torch.Tensor] = {}  # id(attention module) -> a few tokens of its last hidden states
+        self.calibrating: list | None = None  # set by rope_ext.rotary_layout: record calls, skip attention
+        self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
 
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
@@ -207,7 +211,7 @@ class AttentionHooks:
             del self.config._attn_implementation_internal
         for hook in self._pre_hooks:
             hook.remove()
-        self._pre_hooks, self._rotations, self._slot_cache, self._saved = [], {}, {}, None
+        self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
@@ -216,10 +220,22 @@ class AttentionHooks:
             rotation = signature.bind_partial(None, *args, **kwargs).arguments.get("position_embeddings")
         if rotation is not None:
             self._rotations[id(module)] = rotation
+            if self.replacement is not None and self.calibrating is None:  # what rotary_layout calls the module with
+                hidden = args[0] if args else kwargs.get("hidden_states")
+                if hidden is not None and hidden.ndim == 3:
+                    self._inputs[id(module)] = hidden[:1, :4].detach().clone()
 
     # -- calls ---------------------------------------------------------------------------------------------
-    def run(self, module, query, key, value, attention_mask, kwargs) -> tuple[torch.Tensor, tuple | None]:
+    def run(
+        self, module, query, key, value, attention_mask, kwargs, implementation: str = "eager"
+    ) -> tuple[torch.Tensor, tuple | None]:
         """The query to use (after the transforms) and the replacement's output (None: call the original)."""
+        if self.calibrating is not None:  # a call made by rope_ext.rotary_layout: its q/k, no attention computed
+            import torch
+
+            self.calibrating.append((query.detach().clone(), key.detach().clone()))
+            shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
+            return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
         call = AttentionCall(
             module,
             self._names.get(id(module), type(module).__name__),
@@ -232,6 +248,7 @@ class AttentionHooks:
             kwargs,
             self._rotations.get(id(module)),
             self,
+            implementation,
         )
         for fn in list(self.observers):
             fn(call)
@@ -442,17 +459,35 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
         if "position_ids" in call.kwargs:
             positioned.add(call.name)
 
-    device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    try:
-        with hook_attention(model, observe), torch.no_grad():
-            # with a cache (the default): no packed-sequence check, which reads values a meta tensor lacks
-            model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device=device))
-    except AttentionHookError:
-        raise
-    except Exception as err:  # a forward that fails on meta tensors: say so rather than guess
+    parameter = next(model.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    dtypes = [parameter.dtype if parameter is not None else torch.float32]
+    if device.type == "meta" and torch.bfloat16 not in dtypes:
+        # some kernels' meta implementations take bf16 only (torch._grouped_mm in MoE experts): a meta instance
+        # built in float32 for a bf16 checkpoint is probed in bf16 (free on meta), then put back
+        dtypes.append(torch.bfloat16)
+    failure = None
+    for dtype in dtypes:
+        called.clear()
+        try:
+            if dtype != dtypes[0]:
+                model.to(dtype)
+            with hook_attention(model, observe), torch.no_grad():
+                # with a cache (the default): no packed-sequence check, which reads values a meta tensor lacks
+                model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device=device))
+            failure = None
+            break
+        except AttentionHookError:
+            raise
+        except Exception as err:
+            failure = failure or err
+        finally:
+            if dtype != dtypes[0]:
+                model.to(dtypes[0])
+    if failure is not None:
         raise AttentionHookError(
-            f"{type(model).__name__}: a probe forward with the attention hook failed "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+            f"{type(model).__name__}: a {tokens}-token forward of the model fails on {device.type} "
+            f"({type(failure).__name__}: {str(failure).splitlines()[0][:160] if str(failure) else ''})"
         ) from None
     layers = int(getattr(text_config(model), "num_hidden_layers", 0) or 0)
     if not called:

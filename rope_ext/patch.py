@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .assembled import assemble
-from .attention import AttentionHookError, hook_attention, pair_layout
+from .attention import hook_attention
+from .attention_call import assemble_call, require_hooked
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
 from .registry import ScalingError
 from .scaling import Scaling, resolve
@@ -75,7 +75,8 @@ class RopePatch:
             self._hooks.append(hook_attention(self.model, self._scale_query, transform=True))
             self.applied.append({"query_scaling": self.scaling.label, "layer_types": layer_types})
         if scaling.scales_attention:
-            self._rule, self._pairs = scaling.position_rule(), {}
+            self._rule = scaling.position_rule()
+            require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
 
@@ -88,49 +89,10 @@ class RopePatch:
 
     def _assemble(self, call):
         """The attention output of the position rule for this call, or None where the rule changes nothing."""
-        import torch
-
         if not self._selected(call):
             return None
         self.reached.add(call.name)
-        k_len = call.key.shape[-2]
-        query_positions = call.positions
-        # the cached keys precede the queries: key i is at the last query's position - (k_len - 1 - i)
-        key_positions = query_positions[:, -1:] - (k_len - 1) + torch.arange(k_len, device=query_positions.device)
-        first, last = int(query_positions.min()), int(query_positions.max())
-        if self._rule.identity_for(first, last, last - int(key_positions.min())):
-            return None
-        for unsupported in ("s_aux", "sinks"):
-            if call.kwargs.get(unsupported) is not None:
-                raise AttentionHookError(
-                    f"{call.name}: attention sinks ({unsupported}) are not supported by "
-                    f"attention-level scaling '{self.scaling.label}'"
-                )
-        if call.rotation is None:
-            raise AttentionHookError(
-                f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
-                f"scaling '{self.scaling.label}' cannot re-rotate its query and key"
-            )
-        pairs = self._pairs.get(id(call.module))
-        if pairs is None:
-            pairs = self._pairs[id(call.module)] = pair_layout(call.rotation[0])
-        inv_freq, _ = call.slot().frequencies(self.model)
-        scale = call.scaling if call.scaling is not None else call.query.shape[-1] ** -0.5
-        out = assemble(
-            self._rule,
-            call.query,
-            call.key,
-            call.value,
-            query_positions,
-            key_positions,
-            inv_freq,
-            pairs,
-            scale,
-            call.attention_mask,
-            call.kwargs.get("sliding_window"),
-            call.kwargs.get("softcap"),
-        )
-        return out.transpose(1, 2).contiguous(), None
+        return assemble_call(self._rule, call, self.scaling.label, self.model)
 
     def _scale_query(self, call):
         if not self._selected(call):
