@@ -33,6 +33,7 @@ from .rotary_output import SilentPatchError
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
 from .registry import ScalingError
 from .scaling import Scaling, resolve
+from .shipped import inherit_shipped
 
 if TYPE_CHECKING:
     from torch import nn
@@ -49,6 +50,9 @@ class RopePatch:
         slots: Sequence[RotarySlot] | None = None,
     ):
         self.model = model
+        self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.shipped), one line
+        if not isinstance(scaling, Scaling):
+            scaling, self.shipped = inherit_shipped(scaling, model.config)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
             scaling = resolve(scaling, original_max_position or trained_context(model))
         self.scaling = scaling
