@@ -180,7 +180,7 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     if check_restore and not torch.equal(logits(plain), before):
         return {"status": "not restored", "detail": "the logits after restore() differ from the plain model's"}
     moved = float((patched - before).abs().max())
-    if not moved > 1e-4:
+    if not moved > 1e-6:  # tiny random models move little; a silent patch moves nothing
         return {"status": "silent", "detail": f"the logits moved by {moved:.1e} only"}
     own = dict(plain.config.get_text_config().rope_parameters or {})
     try:

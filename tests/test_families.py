@@ -11,10 +11,64 @@ import pytest
 from evals import families
 from tests.tiny import ROOT
 
-# the families that do not build tiny, with why (asserted: a new one is noticed)
-NOT_BUILT: dict[str, str] = {}
+# the families that do not build tiny, with the error's kind (asserted: a new one is noticed; the full reason of each
+# is in docs/models.md). NotTiny: a sub-config keeps its default sizes (evals.families.MAX_PARAMETERS).
+NOT_BUILT: dict[str, str] = {
+    "axk1": "NotTiny",
+    "axk2": "NotTiny",
+    "blt": "NotTiny",
+    "codegen": "IndexError",
+    "cohere_compass_text": "KeyError",
+    "dbrx": "AttributeError",
+    "deepseek_v32": "NotTiny",
+    "deepseek_v4": "NotTiny",
+    "dots1": "TypeError",
+    "dots3_note": "StrictDataclassClassValidationError",
+    "dots3_note_text": "StrictDataclassClassValidationError",
+    "emu3": "NotTiny",
+    "gemma3": "NotTiny",
+    "gemma3n": "ImportError",
+    "gemma3n_text": "ValueError",
+    "gemma4": "NotTiny",
+    "gemma4_text": "NotTiny",
+    "gemma4_unified": "NotTiny",
+    "glm4_moe_lite": "NotTiny",
+    "glm_moe_dsa": "NotTiny",
+    "gpt_oss": "NotTiny",
+    "gptj": "IndexError",
+    "hy_v4": "NotTiny",
+    "inkling2_text": "NotTiny",
+    "kolibri1": "NotTiny",
+    "lfm2_moe": "TypeError",
+    "llama4": "NotTiny",
+    "longcat_flash": "NotTiny",
+    "minicpm3": "RuntimeError",
+    "minimax_m2": "NotTiny",
+    "minimax_m3_vl_text": "NotTiny",
+    "mllama": "NotTiny",
+    "moshi": "NotTiny",
+    "phi4_multimodal": "NotTiny",
+    "qwen3_5": "NotTiny",
+    "qwen3_5_moe": "NotTiny",
+    "qwen3_5_moe_text": "NotTiny",
+    "qwen3_next": "NotTiny",
+    "qwen4_exp": "TypeError",
+    "qwen4_exp_text": "NotTiny",
+    "roformer": "IndexError",
+    "youtu": "NotTiny",
+    "zamba2": "StrictDataclassClassValidationError",
+}
 # the families rope_ext refuses, with the reason's words (asserted)
-REFUSED: dict[str, str] = {}
+REFUSED: dict[str, str] = {
+    "granitemoehybrid": "RotaryNotFoundError",
+    "jamba": "RotaryNotFoundError",
+    "lfm3": "RotaryNotFoundError",
+    "nemotron_h": "RotaryNotFoundError",
+    "recurrent_gemma": "RotaryNotFoundError",
+}
+
+# cells still open (issue 51): asserted, so one fixed or newly broken is noticed; each one's detail is in docs/models.md
+OPEN: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +89,12 @@ def test_every_family_is_patched_exactly_or_supported_or_refused_saying_why(surv
     assert {f: e["detail"].split(":")[0] for f, e in survey.items() if not e["built"]} == NOT_BUILT
     assert {f: e["refused"].split(":")[0] for f, e in survey.items() if e.get("refused")} == REFUSED
     bad = {
-        (family, strategy): c["detail"]
+        (family, strategy): c["status"]
         for family, entry in survey.items()
         for strategy, c in entry.get("cells", {}).items()
         if c["status"] not in ("exact", "supported", "refused")
     }
-    assert bad == {}
+    assert bad == OPEN
     assert sum(families.verdict(e) == "exact" for e in survey.values()) >= 60
 
 
