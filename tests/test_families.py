@@ -68,7 +68,46 @@ REFUSED: dict[str, str] = {
 }
 
 # cells still open (issue 51): asserted, so one fixed or newly broken is noticed; each one's detail is in docs/models.md
-OPEN: dict[tuple[str, str], str] = {}
+OPEN: dict[tuple[str, str], str] = {
+    ("bailing_hybrid", "dynamic"): "silent",
+    ("bailing_hybrid", "linear"): "silent",
+    ("bailing_hybrid", "llama3"): "silent",
+    ("bailing_hybrid", "longrope"): "silent",
+    ("bailing_hybrid", "yarn"): "silent",
+    ("bamba", "dynamic"): "silent",
+    ("bamba", "linear"): "silent",
+    ("bamba", "llama3"): "silent",
+    ("bamba", "longrope"): "silent",
+    ("bamba", "yarn"): "silent",
+    ("beam", "dynamic"): "mismatch",
+    ("beam", "linear"): "mismatch",
+    ("beam", "llama3"): "mismatch",
+    ("beam", "longrope"): "mismatch",
+    ("beam", "yarn"): "mismatch",
+    ("flint", "dynamic"): "silent",
+    ("flint", "linear"): "silent",
+    ("flint", "llama3"): "silent",
+    ("flint", "longrope"): "silent",
+    ("flint", "yarn"): "silent",
+    ("mimo_v2_flash", "dynamic"): "mismatch",
+    ("mimo_v2_flash", "linear"): "mismatch",
+    ("mimo_v2_flash", "llama3"): "mismatch",
+    ("mimo_v2_flash", "longrope"): "mismatch",
+    ("ministral3", "dynamic"): "mismatch",
+    ("ministral3", "llama3"): "mismatch",
+    ("ministral3", "longrope"): "mismatch",
+    ("ministral3", "yarn"): "mismatch",
+    ("qwen3_5_text", "dynamic"): "silent",
+    ("qwen3_5_text", "linear"): "silent",
+    ("qwen3_5_text", "llama3"): "silent",
+    ("qwen3_5_text", "longrope"): "silent",
+    ("qwen3_5_text", "yarn"): "silent",
+    ("zaya", "dynamic"): "silent",
+    ("zaya", "linear"): "silent",
+    ("zaya", "llama3"): "silent",
+    ("zaya", "longrope"): "silent",
+    ("zaya", "yarn"): "silent",
+}
 
 
 @pytest.fixture(scope="module")
