@@ -151,7 +151,10 @@ def test_evals_models_says_what_applies_to_a_users_checkpoint_before_any_run(cap
     out = capsys.readouterr().out
     assert "gpt_oss (gpt_oss): trained context 4096; ships yarn x32.0" in out
     assert "yarn: patched on every slot above; yarn inherits the shipped yarn x32's truncate=False" in out
-    assert "linear replaces the shipped yarn x32 scaling" in out and "| gpt_oss |" in out
+    assert "linear replaces the shipped yarn x32 scaling" in out
+    assert "compatibility suite (docs/models.md): this family is not in the suite" in out  # not built tiny
+    assert main(["llama"]) == 0
+    assert "compatibility suite (docs/models.md): | llama | exact | exact |" in capsys.readouterr().out
     assert main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is neither a checkpoint directory" in err
