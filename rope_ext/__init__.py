@@ -23,6 +23,7 @@ from .patch import RopePatch, patch
 from .registry import ALIASES, STRATEGIES, Param, ScalingError, register
 from .rope import default_inv_freq, wavelengths
 from .scaling import Scaling, frequencies, resolve
+from .shipped import inherit_shipped, shipped_parameters
 from .slots import RotaryNotFoundError, RotarySlot, find_rotary_slots, select_slots, trained_context
 
 __all__ = [
@@ -41,11 +42,13 @@ __all__ = [
     "find_rotary_slots",
     "frequencies",
     "hook_attention",
+    "inherit_shipped",
     "patch",
     "probe",
     "register",
     "resolve",
     "select_slots",
+    "shipped_parameters",
     "trained_context",
     "wavelengths",
 ]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 from .attention import hook_attention, text_config
 from .patch import RopePatch
 from .slots import RotarySlot, find_rotary_slots
-from .registry import ScalingError
+from .rotary_output import SilentPatchError
 from .scaling import Scaling
 
 if TYPE_CHECKING:
@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     import torch
 
 
-class PatchCheckError(ScalingError):
-    """A patch that changed nothing where it should, or something where it should not (one line)."""
+class PatchCheckError(SilentPatchError):
+    """A patch that changed nothing where it should, or something where it should not (one line); the patcher's own
+    check of each rotary module's output (:mod:`rope_ext.rotary_output`) comes first and is reported as one too."""
 
 
 def probe_positions(trained: int) -> torch.Tensor:
@@ -95,7 +96,10 @@ def patch_checked(
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
     before = _observe(model, positions) if scaling.scales_frequencies else None
     own = {slot: tuple(slot.frequencies(model)) for slot in (slots if slots is not None else find_rotary_slots(model))}
-    patch = RopePatch(model, scaling, slots=slots)
+    try:
+        patch = RopePatch(model, scaling, slots=slots)
+    except SilentPatchError as err:  # the patcher's own check of the rotary outputs (the patch undone)
+        raise err if isinstance(err, PatchCheckError) else PatchCheckError(str(err)) from None
     if not changes:
         return patch, {"changed": [], "unchanged": [], "how": "none: nothing to change"}
     if (

@@ -28,9 +28,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .attention import hook_attention
 from .attention_call import assemble_call, require_hooked
+from .rotary_output import call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
+from .rotary_output import SilentPatchError
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
 from .registry import ScalingError
 from .scaling import Scaling, resolve
+from .shipped import inherit_shipped
 
 if TYPE_CHECKING:
     from torch import nn
@@ -47,6 +50,9 @@ class RopePatch:
         slots: Sequence[RotarySlot] | None = None,
     ):
         self.model = model
+        self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.shipped), one line
+        if not isinstance(scaling, Scaling):
+            scaling, self.shipped = inherit_shipped(scaling, model.config)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
             scaling = resolve(scaling, original_max_position or trained_context(model))
         self.scaling = scaling
@@ -63,6 +69,7 @@ class RopePatch:
         self._saved: list[tuple] = []
         self._hooks: list = []
         self.applied: list[dict] = []
+        self._routed: list[tuple] = []  # rope_init_fn routed to the patched buffer (rotary_output.route_init_fn)
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         if scaling.scales_frequencies:
             self._apply()
@@ -103,6 +110,29 @@ class RopePatch:
 
     def _apply(self) -> None:
         modules = {slot.module_name: slot.module(self.model) for slot in self.slots}
+        trained = int(self.scaling.params.get("original_max_position") or 0) or trained_context(self.model)
+        positions = probe_positions(trained)
+        before = {slot: call_rotary(modules[slot.module_name], slot, positions) for slot in self.slots}
+        own = {slot: tuple(slot.frequencies(self.model)) for slot in self.slots}
+        self._set_all(modules)
+        try:
+            for slot in self.slots:
+                module = modules[slot.module_name]
+                try:
+                    how = verify(module, slot, before[slot], positions, own[slot], self.scaling.label)
+                except SilentPatchError:  # its forward branches on the config's rope_type: route that, check again
+                    routed = route_config(module)
+                    if routed is None:
+                        raise
+                    self._routed.append(routed)
+                    how = verify(module, slot, before[slot], positions, own[slot], self.scaling.label)
+                    how += " (its config's rope_type set to default while patched)"
+                self.applied[-len(self.slots) + self.slots.index(slot)]["verified"] = how
+        except Exception:
+            self.restore()
+            raise
+
+    def _set_all(self, modules: dict) -> None:
         for module in modules.values():
             self._saved.append((module, None, "rope_type", getattr(module, "rope_type", None)))
             rope_type = getattr(module, "rope_type", None)
@@ -121,6 +151,10 @@ class RopePatch:
             self.applied.append(
                 {**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())}
             )
+        for name, module in modules.items():
+            routed = route_init_fn(module, [s.prefix for s in self.slots if s.module_name == name])
+            if routed is not None:
+                self._routed.append(routed)
 
     def _set(self, slot: RotarySlot, module: nn.Module, seq_len: int | None):
         inv_freq, attention = self.scaling.frequencies(slot.dim, slot.base, seq_len)
@@ -143,12 +177,14 @@ class RopePatch:
         """Put back the exact tensors and attributes the model had before patching."""
         for hook in self._hooks:
             hook.remove()
+        for routed in reversed(self._routed):
+            unroute(routed)
         for module, buffer_name, attr_name, value in reversed(self._saved):
             if buffer_name is not None:
                 module.register_buffer(buffer_name, value, persistent=False)
             elif value is not None or hasattr(module, attr_name):
                 setattr(module, attr_name, value)
-        self._saved, self._hooks = [], []
+        self._saved, self._hooks, self._routed = [], [], []
 
     def __enter__(self) -> "RopePatch":
         return self

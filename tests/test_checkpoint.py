@@ -100,7 +100,10 @@ LLAMA3_X8 = {
 @pytest.mark.parametrize(
     "scaling, how",
     [
-        (["scaling=yarn", "scaling.factor=2"], "yarn replaces it: its frequencies are rebuilt from rope_theta"),
+        (
+            ["scaling=yarn", "scaling.factor=2"],
+            "yarn replaces the shipped llama3 x8 scaling (its frequencies are rebuilt from rope_theta)",
+        ),
         (["scaling=self_extend"], "self_extend stacks on it: the model's own (scaled) frequencies are kept"),
     ],
 )

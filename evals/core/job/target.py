@@ -50,18 +50,20 @@ def parse_scaling(
     the derived values and why), the slots it patches selected once (handed to the patcher), and its frequencies
     computed on each (at the trained length and, for dynamic strategies, beyond it) so any bad value fails now."""
     derived = {}
+    # the one rule for a model that ships a scaling (rope_ext.shipped): the same-named strategy inherits its parameters
+    setting, shipped = rope_ext.inherit_shipped(container(cfg), model.config)
     with scaling_errors_as_user_errors():
         if target is None:
-            scaling = rope_ext.resolve(container(cfg), model.trained_context)
+            scaling = rope_ext.resolve(setting, model.trained_context)
         else:
             try:
-                scaling, setup = set_up(container(cfg), model.trained_context, target)
+                scaling, setup = set_up(setting, model.trained_context, target)
             except TargetError as err:  # only this is "cannot reach"; any other bad value stays a config error
                 raise TargetUnreachable(str(err)) from None
             derived = setup.why
         if model.slots is None or scaling.name == "none":  # nothing to patch
             return scaling, None, derived
-        _say_native(model, scaling)
+        _say_native(model, scaling, shipped)
         scaled = tuple(rope_ext.select_slots(model.slots, scaling.layer_types))
         for shape in scaled:
             scaling.frequencies(shape.dim, shape.base)
@@ -84,7 +86,7 @@ def native_scaling(config) -> str | None:
     return None
 
 
-def _say_native(model: ResolvedModel, scaling) -> None:
+def _say_native(model: ResolvedModel, scaling, shipped: str | None = None) -> None:
     """One line when the checkpoint ships with rope scaling: the reference (``none``) is the model as shipped, and
     whether the strategy replaces the native scaling (frequency strategies rebuild from ``rope_theta``) or stacks
     on it (query- and attention-level strategies keep the model's own frequencies)."""
@@ -92,8 +94,8 @@ def _say_native(model: ResolvedModel, scaling) -> None:
     if native is None:
         return
     how = (
-        "replaces it: its frequencies are rebuilt from rope_theta"
-        if scaling.scales_frequencies
+        f"{shipped.split(' ', 1)[1]}"  # rope_ext.inherit_shipped's line: what it inherits, or that it replaces it
+        if shipped and scaling.scales_frequencies
         else "stacks on it: the model's own (scaled) frequencies are kept"
     )
     said = (

@@ -1,0 +1,308 @@
+"""Every RoPE family of the installed transformers, as a tiny random model, and what rope_ext does on each.
+
+:func:`rotary_families` enumerates transformers' own causal-LM registry (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``)
+and keeps the model types whose modeling code uses rotary position embeddings; :func:`build` makes a tiny
+random-weight model of one (:data:`TINY` sizes; the few that need other arguments get them from :data:`SPECIAL`,
+the one table of them). :func:`cell` judges one family x frequency strategy, the strategies transformers implements
+natively (:data:`NATIVE`: linear/PI, dynamic NTK, YaRN, Llama-3, LongRoPE): rope_ext's patch on the plain model
+against the same weights natively configured through ``rope_parameters`` -- "exact" when the logits agree to 1e-5;
+"supported" where transformers has no native path for that family (its rotary or config rejects it) and the patch is
+verified by rope_ext itself (each rotary's cos/sin equal the strategy's frequencies, rope_ext.rotary_output) and
+moves the logits; "refused" with rope_ext's one-line reason. The compatibility suite (tests/test_families.py) runs
+every cell and writes docs/models.md from them (:func:`markdown`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from functools import lru_cache
+from importlib.util import find_spec
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import model_type_to_module_name
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+import rope_ext
+
+TRAINED, LENGTH, VOCAB = 32, 72, 128  # 72 tokens on a 32-token model: past 2L, so every strategy moves the logits
+TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    max_position_embeddings=TRAINED,
+    pad_token_id=0,
+)
+# the families that need other arguments to build tiny: the one table of them
+DROP = object()  # a TINY key the family's config does not take
+MLA = dict(  # DeepSeek's multi-head latent attention at toy sizes, rope sub-dimension 8, few experts
+    kv_lora_rank=16,
+    q_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=16,
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    num_key_value_heads=4,
+    head_dim=DROP,
+)
+SPECIAL: dict[str, dict] = {
+    "deepseek_v2": MLA,
+    "deepseek_v3": MLA,
+    "falcon": {"head_dim": DROP},
+    "phi3": {"original_max_position_embeddings": TRAINED},  # Phi-3 keeps its trained context at the top level
+}
+
+
+@lru_cache(maxsize=1)
+def rotary_families() -> tuple[str, ...]:
+    """Every causal-LM model type of the installed transformers whose modeling code applies rotary embeddings."""
+    found = []
+    for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        module = model_type_to_module_name(model_type)
+        spec = find_spec(f"transformers.models.{module}.modeling_{module}")
+        if spec is None or spec.origin is None:
+            continue
+        with open(spec.origin, encoding="utf-8") as source:
+            if re.search(r"RotaryEmbedding|rotary_emb|apply_rotary|rotary_dim", source.read()):
+                found.append(model_type)
+    return tuple(sorted(found))
+
+
+def config(model_type: str, rope_parameters: dict | None = None):
+    """The tiny config of ``model_type`` (its text config carries the rope parameters)."""
+    sizes = {k: v for k, v in {**TINY, **SPECIAL.get(model_type, {})}.items() if v is not DROP}
+    cfg = AutoConfig.for_model(model_type, **sizes)
+    text = cfg.get_text_config()
+    if rope_parameters is not None:
+        text.rope_parameters = rope_parameters
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+MAX_PARAMETERS = 3_000_000  # a tiny model has ~0.1M; more means a sub-config kept its default sizes
+
+
+class NotTiny(ValueError):
+    """A family whose config does not shrink to the tiny sizes."""
+
+
+def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0):
+    cfg = config(model_type, rope_parameters)
+    with torch.device("meta"):  # its size first, without allocating
+        size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
+    if size > MAX_PARAMETERS:
+        raise NotTiny(f"{size / 1e6:.0f}M parameters at the tiny sizes (a sub-config keeps its default sizes)")
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config(model_type, rope_parameters)).eval()
+
+
+def ids() -> torch.Tensor:
+    return (torch.arange(LENGTH)[None] * 7 + 3) % VOCAB
+
+
+def logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids(), use_cache=False).logits.float()
+
+
+def _long_factors(pairs: int) -> list[float]:
+    return [1.0 + 3.0 * i / max(pairs - 1, 1) for i in range(pairs)]  # 1 (fastest pair) .. 4 (slowest)
+
+
+# strategy -> (rope_ext's setting, transformers' native rope_parameters for the same), given d/2 of the rotary
+NATIVE = {
+    "linear": (lambda n: {"name": "linear", "factor": 2}, lambda n: {"rope_type": "linear", "factor": 2.0}),
+    "dynamic": (
+        lambda n: {"name": "dynamic_ntk", "factor": 2},
+        lambda n: {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": TRAINED},
+    ),
+    "yarn": (
+        lambda n: {"name": "yarn", "factor": 4},
+        lambda n: {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED},
+    ),
+    "llama3": (
+        lambda n: {"name": "llama3", "factor": 4},
+        lambda n: {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": TRAINED,
+        },
+    ),
+    "longrope": (
+        lambda n: {"name": "longrope", "short_factor": [1.0] * n, "long_factor": _long_factors(n), "factor": 4},
+        lambda n: {
+            "rope_type": "longrope",
+            "short_factor": [1.0] * n,
+            "long_factor": _long_factors(n),
+            "factor": 4.0,
+            "original_max_position_embeddings": TRAINED,
+        },
+    ),
+}
+
+
+def _native_parameters(own: dict, native: dict, scaled_types: set) -> dict:
+    """The model's rope_parameters with the native strategy in the scaled layer types (nested per layer type where
+    the model keeps them so), its other keys (rope_theta, partial_rotary_factor) kept."""
+    per_type = own and all(isinstance(v, dict) for v in own.values())
+    if not per_type:
+        return {**own, **native}
+    return {t: ({**v, **native} if t in scaled_types else dict(v)) for t, v in own.items()}
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}"[:240]
+
+
+def cell(model_type: str, strategy: str, plain=None, before=None, check_restore: bool = True) -> dict:
+    """One family x strategy: ``{"status": exact|supported|refused|mismatch|silent|not restored, "detail": ...}``."""
+    plain = plain if plain is not None else build(model_type)
+    before = before if before is not None else logits(plain)
+    slots = rope_ext.find_rotary_slots(plain)
+    ours, theirs = NATIVE[strategy]
+    setting = ours(slots[0].dim // 2)
+    try:
+        patch = rope_ext.patch(plain, setting, TRAINED)
+    except rope_ext.ScalingError as err:
+        return {"status": "refused", "detail": _one_line(err)}
+    try:
+        patched = logits(plain)
+        scaled = {s.layer_type for s in patch.slots}
+    finally:
+        patch.restore()
+    if check_restore and not torch.equal(logits(plain), before):
+        return {"status": "not restored", "detail": "the logits after restore() differ from the plain model's"}
+    moved = float((patched - before).abs().max())
+    if not moved > 1e-6:  # tiny random models move little; a silent patch moves nothing
+        return {"status": "silent", "detail": f"the logits moved by {moved:.1e} only"}
+    own = dict(plain.config.get_text_config().rope_parameters or {})
+    try:
+        native = logits(_with_weights(model_type, _native_parameters(own, theirs(slots[0].dim // 2), scaled), plain))
+    except Exception as err:  # transformers has no native path for this strategy on this family
+        return {"status": "supported", "detail": f"no native {strategy} in transformers here ({_one_line(err)})"}
+    gap = float((patched - native).abs().max())
+    if gap > 1e-5:
+        return {"status": "mismatch", "detail": f"patched vs native {strategy}: max logit gap {gap:.1e}"}
+    return {"status": "exact", "detail": f"max logit gap {gap:.0e}"}
+
+
+def _with_weights(model_type: str, rope_parameters: dict, plain):
+    import warnings
+
+    from transformers.initialization import no_init_weights
+
+    with warnings.catch_warnings(), no_init_weights():  # the weights are the plain model's
+        warnings.simplefilter("ignore")
+        native = build(model_type, rope_parameters)
+    native.load_state_dict(plain.state_dict())
+    return native
+
+
+def survey(families=None, strategies=None) -> dict:
+    """{family: {"built": ..., "cells": {strategy: cell}, "seconds": ...}} over every (or the given) family."""
+    out = {}
+    for model_type in families or rotary_families():
+        start = time.perf_counter()
+        try:
+            plain = build(model_type)
+            before = logits(plain)
+        except Exception as err:
+            out[model_type] = {"built": False, "detail": _one_line(err)}
+            continue
+        try:
+            rope_ext.find_rotary_slots(plain)
+        except rope_ext.ScalingError as err:
+            out[model_type] = {"built": True, "refused": _one_line(err), "cells": {}}
+            continue
+        cells = {s: cell(model_type, s, plain, before, check_restore=False) for s in strategies or NATIVE}
+        if not torch.equal(logits(plain), before):  # every patch restored: the plain model computes what it did
+            cells = {s: {"status": "not restored", "detail": "logits after restore() differ"} for s in cells}
+        out[model_type] = {"built": True, "cells": cells, "seconds": time.perf_counter() - start}
+    return out
+
+
+def one_thread():
+    """A context where torch uses one thread: tiny forwards on a shared box cost ~50 ms instead of ~2 s."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def threads():
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+    return threads()
+
+
+def verdict(entry: dict) -> str:
+    """A family's word: not built, refused (no rotary rope_ext can patch, or a strategy refused), exact (every
+    strategy equals transformers' native one), supported (the rest: checked by rope_ext where there is no native)."""
+    if not entry["built"]:
+        return "not built"
+    statuses = {c["status"] for c in entry["cells"].values()}
+    if entry.get("refused") or "refused" in statuses:
+        return "refused"
+    if statuses == {"exact"}:
+        return "exact"
+    return "supported" if statuses <= {"exact", "supported"} else "failing"
+
+
+def markdown(found: dict) -> str:
+    """docs/models.md from a :func:`survey` (generated; never typed)."""
+    import transformers
+
+    words = {f: verdict(e) for f, e in found.items()}
+    kinds = ("exact", "supported", "refused", "failing", "not built")
+    count = {w: sum(1 for v in words.values() if v == w) for w in kinds}
+    short = {"exact": "exact", "supported": "supported", "refused": "refused"}
+    lines = [
+        "# Every RoPE family in transformers: what rope_ext does on each",
+        "",
+        "<!-- generated by tests/test_families.py (ROPE_EXT_WRITE_DOCS=1 to rewrite); never edit by hand -->",
+        "",
+        f"Every causal-LM model type of transformers {transformers.__version__} whose modeling code uses rotary position "
+        f"embeddings ({len(found)}), built as a tiny random-weight model (evals/families.py) and patched with each "
+        "frequency strategy transformers implements natively; **exact**: the patched logits equal the same weights "
+        "natively configured through `rope_parameters` to 1e-5 (the logits moved; restore() gave the plain model back "
+        "bit for bit); **supported**: transformers has no native path for that strategy on that family, and rope_ext's "
+        "own check (each rotary's cos/sin equal the strategy's frequencies) passed; **refused**: rope_ext says why in one "
+        "line.",
+        "",
+        f"Families: **{count['exact']} exact**, **{count['supported']} supported**, **{count['refused']} refused**, "
+        f"**{count['failing']} with open cells** (silent or mismatch: issue 51), {count['not built']} not built tiny (listed at the end, with the reason).",
+        "",
+        "| family | " + " | ".join(NATIVE) + " |",
+        "|---|" + "---|" * len(NATIVE),
+    ]
+    notes = []
+    for family, entry in found.items():
+        if not entry["built"]:
+            continue
+        if entry.get("refused"):
+            lines.append(f"| {family} | " + " | ".join(["refused"] * len(NATIVE)) + " |")
+            notes.append(f"- {family}: {entry['refused']}")
+            continue
+        row = []
+        for strategy, c in entry["cells"].items():
+            row.append(short.get(c["status"], c["status"]))
+            if c["status"] not in ("exact",):
+                notes.append(f"- {family} {strategy}: {c['detail']}")
+        lines.append(f"| {family} | " + " | ".join(row) + " |")
+    lines += ["", "## Why (every cell that is not exact)", "", *notes, "", "## Not built tiny", ""]
+    lines += [f"- {f}: {e['detail']}" for f, e in found.items() if not e["built"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,85 @@
+"""``python -m evals.models MODEL``: before any long run, which frequency strategies apply to a checkpoint and how.
+
+MODEL is a local checkpoint directory, a Hub id already in the local cache, or a transformers model type (a tiny
+config of it). Printed: the rotary slots rope_ext found (rotary dim, base, layer type), the trained context and
+the shipped scaling it reads (:func:`rope_ext.trained_context`, :func:`rope_ext.shipped_parameters`), what each
+frequency strategy does with the shipped scaling (:func:`rope_ext.inherit_shipped`: inherits or replaces), and the
+family's line of docs/models.md (the compatibility suite, tests/test_families.py). Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import rope_ext
+
+
+def _config(name: str):
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if name in CONFIG_MAPPING:
+        from evals.families import config
+
+        return config(name)
+    try:
+        return AutoConfig.from_pretrained(name, local_files_only=True)
+    except Exception as err:
+        raise SystemExit(
+            f"evals.models: {name!r} is neither a checkpoint directory or cached Hub id with a config.json nor a "
+            f"transformers model type ({type(err).__name__}); give e.g. a path, or llama"
+        ) from None
+
+
+def describe(name: str) -> list[str]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = _config(name)
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        slots = rope_ext.find_rotary_slots(model)
+    except rope_ext.ScalingError as err:
+        return [f"{name}: refused: {err}"]
+    except Exception as err:
+        return [f"{name}: refused: transformers cannot build it as a causal LM ({type(err).__name__}: {err})"[:300]]
+    trained = rope_ext.trained_context(config)
+    shipped = rope_ext.shipped_parameters(config)
+    lines = [
+        f"{name} ({config.model_type}): trained context {trained}; "
+        f"{'ships ' + str(shipped.get('rope_type')) + ' x' + str(shipped.get('factor')) if shipped else 'plain RoPE'}",
+        *(f"  rotary {s.module_name} {s.layer_type or ''}: dim {s.dim}, base {s.base:g}" for s in slots),
+    ]
+    for strategy in ("linear", "ntk", "dynamic_ntk", "yarn", "ntk_by_parts", "llama3", "longrope", "p_rope"):
+        _, said = rope_ext.inherit_shipped({"name": strategy}, config)
+        lines.append(f"  {strategy}: patched on every slot above{'; ' + said if said else ''}")
+    docs = Path(__file__).resolve().parent.parent / "docs" / "models.md"
+    row = (
+        next((r for r in docs.read_text().splitlines() if r.startswith(f"| {config.model_type} |")), None)
+        if docs.is_file()
+        else None
+    )
+    lines.append(f"  compatibility suite (docs/models.md): {row or 'this family is not in the suite'}")
+    return lines
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(
+            "usage: python -m evals.models MODEL (a checkpoint directory, a cached Hub id or a model type)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        print("\n".join(describe(argv[0])))
+    except SystemExit as err:
+        print(err, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

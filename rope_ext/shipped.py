@@ -1,0 +1,72 @@
+"""Models that ship a scaling: one rule for what a requested strategy keeps of it.
+
+A checkpoint may ship rope parameters of its own (Llama-3.1 ``llama3`` x8, gpt-oss YaRN with ``truncate: false``,
+Ministral-3 / DeepSeek YaRN with ``mscale``/``mscale_all_dim``, Phi-3 LongRoPE). The rule, applied wherever a
+scaling is resolved for a model (the patcher given a mapping, the harness's job -- so the verdict's reference and
+the export use the same value):
+
+- the **same-named** strategy inherits every shipped parameter it declares and the request leaves unset or at its
+  registered default (a Hydra config always carries the defaults) (``truncate``,
+  ``mscale``, ``mscale_all_dim``, ``beta_fast``/``beta_slow``, ``low_freq_factor``/``high_freq_factor``, LongRoPE's
+  factor lists), so ``yarn`` on gpt-oss is gpt-oss's YaRN at the requested factor; ``factor`` is always the request's;
+- **another** strategy replaces the shipped one (its frequencies are rebuilt from ``rope_theta``);
+- the trained context is the shipped ``original_max_position_embeddings`` wherever the family keeps it (in the rope
+  parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.slots.trained_context`.
+
+:func:`inherit_shipped` returns the setting and one line saying which of these happened.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .registry import STRATEGIES, resolve_name
+
+# transformers' rope_type -> the rope_ext strategy of the same method
+SAME = {"linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn", "llama3": "llama3", "longrope": "longrope"}
+NEVER_INHERITED = {"factor", "original_max_position", "dynamic"}  # the request's own, or the trained context's
+
+
+def shipped_parameters(config, layer_types=None) -> dict:
+    """The rope parameters a model ships with a scaling (``rope_type`` not ``default``): the first scaled layer
+    type's where they are nested per layer type (sliding layer types last); {} for plain RoPE."""
+    text = getattr(config, "config", config)
+    text = text.get_text_config() if hasattr(text, "get_text_config") else text
+    params = dict(getattr(text, "rope_parameters", None) or {})
+    if params and all(isinstance(v, Mapping) for v in params.values()):
+        order = sorted(params, key=lambda t: "sliding" in t)
+        entries = [dict(params[t]) for t in order if layer_types in (None, "auto", "all") or t in layer_types]
+    else:
+        entries = [params]
+    for entry in entries:
+        if (entry.get("rope_type") or entry.get("type") or "default") != "default":
+            return entry
+    return {}
+
+
+def inherit_shipped(setting: Mapping, config) -> tuple[dict, str | None]:
+    """(``setting`` with what it inherits from the model's shipped scaling, one line saying what the rule did or
+    None when the model ships none)."""
+    setting = dict(setting)
+    shipped = shipped_parameters(config, setting.get("layer_types"))
+    if not shipped or not setting.get("name"):
+        return setting, None
+    kind = shipped.get("rope_type") or shipped.get("type")
+    label = f"{kind}" + (f" x{shipped['factor']:g}" if isinstance(shipped.get("factor"), (int, float)) else "")
+    try:
+        name = resolve_name(str(setting["name"]))
+    except Exception:  # an unknown name: resolve() says so, in one line
+        return setting, None
+    if SAME.get(kind) != name:
+        if name == "none" or STRATEGIES[name].kind != "frequencies":
+            return setting, None
+        return setting, f"{name} replaces the shipped {label} scaling (its frequencies are rebuilt from rope_theta)"
+    declared = set(STRATEGIES[name].params) - NEVER_INHERITED
+    params = STRATEGIES[name].params
+    unset = {k for k in declared if setting.get(k) is None or setting.get(k) == params[k].default}
+    # only what differs from what the request would get anyway (its value, else the registered default)
+    asked = {k: params[k].default if setting.get(k) is None else setting[k] for k in unset}
+    kept = {k: shipped[k] for k in sorted(unset) if shipped.get(k) is not None and shipped[k] != asked[k]}
+    setting.update(kept)
+    said = ", ".join(f"{k}={v}" if not isinstance(v, list) else f"{k} ({len(v)} values)" for k, v in kept.items())
+    return setting, f"{name} inherits the shipped {label}'s " + (said or "parameters: none differ from the request")

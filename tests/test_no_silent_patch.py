@@ -1,0 +1,98 @@
+"""No silent patch, in the library: ``rope_ext.patch`` itself checks each patched rotary module's (cos, sin) against the
+patched frequencies (rope_ext.rotary_output), for every caller. PhiMoE's rotary recomputes its frequencies from the
+config in every forward: it is patched through what it reads (its ``rope_init_fn``, and its config's ``rope_type``
+where it ships LongRoPE with long/short mscale) and checked against transformers' own LongRoPE; a rotary that keeps a
+private copy is refused in one line naming the module, the model left as it was."""
+
+import math
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+
+import rope_ext
+from rope_ext.rotary_output import SilentPatchError
+from tests.test_export import family_model
+from tests.test_patch_check import FrozenRotary
+
+TRAINED, LENGTH = 32, 80
+
+
+def phimoe(rope_parameters=None, seed=0):
+    config = AutoConfig.for_model(
+        "phimoe",
+        num_hidden_layers=2,
+        hidden_size=64,
+        intermediate_size=96,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=TRAINED if rope_parameters is None else 4 * TRAINED,
+        **({} if rope_parameters is None else {"rope_parameters": rope_parameters}),
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def logits(model):
+    with torch.no_grad():
+        return model(torch.arange(LENGTH)[None] % 128).logits
+
+
+def test_phimoe_is_patched_through_what_its_forward_reads_and_equals_transformers_longrope():
+    long = [1.0 + i / 4 for i in range(8)]
+    attention = math.sqrt(1 + math.log(4) / math.log(TRAINED))  # LongRoPE's factor for s = 4
+    native = phimoe(
+        {
+            "rope_type": "longrope",
+            "rope_theta": 1e6,
+            "short_factor": long,  # PhiMoE's forward computes rope_init_fn(config) without the length: short factors
+            "long_factor": long,  # at every length, so both lists are the same here
+            "short_mscale": attention,
+            "long_mscale": attention,
+            "original_max_position_embeddings": TRAINED,
+        }
+    )
+    plain = phimoe()
+    plain.load_state_dict(native.state_dict())
+    before = logits(plain)
+    setting = {"name": "longrope", "short_factor": long, "long_factor": long, "factor": 4}
+    with rope_ext.patch(plain, setting, TRAINED) as patch:
+        patched = logits(plain)
+    assert "equal the patched frequencies" in patch.applied[0]["verified"]
+    assert (patched - before).abs().max() > 1e-3  # the old patcher left PhiMoE unchanged (a silent patch)
+    torch.testing.assert_close(patched, logits(native), atol=1e-5, rtol=0)
+    assert torch.equal(logits(plain), before)
+
+
+def test_phimoe_shipping_longrope_with_mscales_is_patched_through_its_config_and_restored_exactly():
+    shipped = {
+        "rope_type": "longrope",
+        "rope_theta": 1e4,
+        "short_factor": [1.0] * 8,
+        "long_factor": [2.0] * 8,
+        "short_mscale": 1.1,
+        "long_mscale": 1.2,
+        "original_max_position_embeddings": TRAINED,
+    }
+    model = phimoe(shipped)
+    before = logits(model)
+    with rope_ext.patch(model, {"name": "linear", "factor": 2}, TRAINED) as patch:
+        assert "config's rope_type set to default" in patch.applied[0]["verified"]
+        assert (logits(model) - before).abs().max() > 1e-3
+    assert model.config.rope_parameters["rope_type"] == "longrope" and "rope_init_fn" in vars(model.model.rotary_emb)
+    assert torch.equal(logits(model), before)
+
+
+def test_a_rotary_that_ignores_its_patch_is_refused_by_rope_ext_patch_itself():
+    model = family_model("llama")
+    model.model.rotary_emb = FrozenRotary(model.config)
+    before = logits(model)
+    with pytest.raises(SilentPatchError) as err:
+        rope_ext.patch(model, {"name": "linear", "factor": 2}, TRAINED)
+    message = str(err.value)
+    assert "\n" not in message and "changed nothing in model.rotary_emb (FrozenRotary)" in message
+    assert torch.equal(logits(model), before) and torch.equal(
+        model.model.rotary_emb.inv_freq, model.model.rotary_emb.frozen
+    )
