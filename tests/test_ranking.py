@@ -204,11 +204,21 @@ def real_states(equal: int, better: float | None, sweeps: int, seed: int) -> dic
 @pytest.mark.parametrize("equal", [2, 3, 5, 6])
 def test_equal_strategies_are_one_group_with_one_answer_whatever_their_verdict_states(equal):
     """Ties are decided by the comparison between strategies, not by equal states: 2, 3, 5 or 6 strategies at
-    x1.00 are split (other groups, or one recommended and another not) in at most 5% of sweeps family-wise, while
+    x1.00 are split into other groups in at most 5% of sweeps family-wise, while
     their states against the unscaled model differ in a third to most of them (the earlier rule split those)."""
     found = real_states(equal, None, sweeps=30, seed=equal)
     assert found["states_differ"] >= 0.2, found  # the states do differ: the test is not of forced states
     assert found["split"] <= 1 / 30, found  # 0 or 1 of 30 (the bench's 400 sweeps: docs/verdict.md)
+
+
+def test_a_strategy_tied_with_a_recommended_one_is_not_recommended_unless_it_is_yes_itself():
+    """A tie is no evidence of a small loss: a strategy truly x1.15 (past the 10% tolerance) beside one at x1.00 is
+    tied with it in a quarter of six-document sweeps; recommending it then would be a false yes in ~10% of them."""
+    from bench.ranking_ties import failing_recommended
+
+    found = failing_recommended(sweeps=40, seed=3)
+    assert found["tied"] > 0.05, found  # the tie does happen: the test is not vacuous
+    assert found["recommended"] == 0, found
 
 
 def test_a_strategy_truly_ten_percent_better_comes_first_and_the_groups_agree_with_the_printed_intervals():

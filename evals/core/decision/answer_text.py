@@ -25,7 +25,7 @@ def _tiers(chosen: list[dict]) -> str:
         return (
             names
             + " (tied"
-            + (f"; {', '.join(alone)} inconclusive against the unscaled model alone" if alone else "")
+            + (f"; {', '.join(alone)} undecided against the unscaled model alone: not recommended" if alone else "")
             + ")"
         )
 
@@ -51,7 +51,7 @@ def answer_line(
         head = f"the target {wanted} was not evaluated (add it to eval.lengths); answered at the largest length evaluated: "
     head += f"at {target} ({multiple(target, trained)}) on {model}: "
     parts = [f"{metric} not judged: {why}" for metric, why in (unjudged or {}).items()]
-    recommended = [r for r in rows if r["recommended"]]
+    recommended = [r for r in rows if r["recommended"] or r.get("tied_with")]  # tied_with: named beside its twin
     if recommended:
         parts.append(_tiers(recommended))
     elif unjudged and (partly := [r for r in rows if r["state"] == "yes"]):
@@ -71,7 +71,7 @@ def answer_line(
             )
         elif r["state"] == "cannot reach":
             parts.append(f"{r['strategy']} cannot reach {target}")
-        elif not r["recommended"] and not (r["state"] == "yes" and r.get("unjudged")):
+        elif not r["recommended"] and not r.get("tied_with") and not (r["state"] == "yes" and r.get("unjudged")):
             word = "undecided" if r["state"] == "inconclusive" else "not answered"
             parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
     if pairs:

@@ -13,12 +13,12 @@ each judged by evals/core/decision/verdict.py) are taken together:
   every pair): a strategy is in the best's group exactly when its printed interval holds 1, and among strategies
   of equal quality a split is declared in at most 5% of sweeps however many there are (bench/ranking_ties.py
   measures it through the real verdicts).
-- **recommended** when every metric measured is ``yes`` at the target (beyond the trained context that
-  includes the short-context checks), or when the strategy is tied with such a one and the primary metric's
-  interval against the unscaled model is all that is undecided (the answer says so: ``(tied; b inconclusive
-  against the unscaled model alone)``): equal strategies get the same answer. One ``NO`` anywhere fails it, and
-  the answer names where (``fails passkey``); where one eval says yes and another NO, the answer says they
-  disagree. Recommended ones first (by group), then undecided, not answered, failing.
+- **recommended** only when every metric measured is ``yes`` at the target (beyond the trained context that
+  includes the short-context checks): a tie is no evidence of a small loss, so a strategy tied with a recommended
+  one whose primary metric is undecided against the unscaled model is named beside it, not recommended (``dca ≈
+  self_extend (tied; self_extend undecided against the unscaled model alone: not recommended)``). One ``NO``
+  anywhere fails it, and the answer names where (``fails passkey``); where one eval says yes and another NO, the
+  answer says they disagree. Recommended ones first (by group), then undecided, not answered, failing.
 - Cost: the strategy's time relative to the unscaled jobs of the same evals, from their paired forwards with its
   95% interval, or not shown (evals/scoring/cost.py: one timing against one is noise on a shared machine), and its
   peak memory relative to theirs. Never part of the order.
@@ -313,20 +313,20 @@ def _rank_group(
                 r is leader or holds_one(simultaneous.get((r["strategy"], leader["strategy"])))
             ):
                 r["tie_group"] = group
-    # "recommended" follows from the groups: yes on every metric, or tied with a strategy that is, where the only
-    # metric it is not yet yes on is the primary one (the metric the tie is about) and nothing fails
+    # "recommended" stays the strategy's own: yes on every metric (a tie is no evidence of a small loss: a strategy
+    # at x1.15 tied with one at x1.00 would otherwise be recommended in ~10% of six-document sweeps,
+    # bench/ranking_ties.py). A strategy tied with a recommended one whose only undecided metric is the primary one
+    # is named beside it (``tied_with``): same group, its own verdict still undecided
     for r in rows:
         if r["recommended"] or r["tie_group"] is None or not r.pop("_primary_only", False):
             r.pop("_primary_only", None)
             continue
-        twin = next(
-            (o for o in rows if o["tie_group"] == r["tie_group"] and o["recommended"] and not o["tied_with"]), None
-        )
+        twin = next((o for o in rows if o["tie_group"] == r["tie_group"] and o["recommended"]), None)
         if twin is not None:
-            r["recommended"], r["tied_with"] = True, twin["strategy"]
+            r["tied_with"] = twin["strategy"]
     rows.sort(
         key=lambda r: (
-            not r["recommended"],
+            not (r["recommended"] or r["tied_with"]),
             CLASS[r["state"]],
             r["tie_group"] or len(rows) + 1,
             *_sort_key(r, lower)[1:],
