@@ -134,7 +134,7 @@ GEMMA3 = [  # a Gemma-3 of toy size (random weights, no GGUF): its engine path i
             hidden_size=64, intermediate_size=96, num_hidden_layers=2, head_dim=32, vocab_size=96, sliding_window=16
         ).items()
     ),
-    "model.architecture.layer_types=[sliding_attention,full_attention]",
+    "+model.architecture.layer_types=[sliding_attention,full_attention]",
     "logger=none",
 ]
 
