@@ -53,8 +53,18 @@ _NOT_SERVED = {
 }
 
 
+# engine model modules that read only rope_theta from the config and fix the rope type themselves
+_THETA_ONLY = {
+    ("SGLang", "gemma3_text"): "SGLang's Gemma-3 builds every layer's rotary with rope_type 'default' and the config's "
+    "rope_theta only (srt/models/gemma3_causal.py): only a changed base (ntk, base) reaches it",
+}
+
+
 def _served_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str, context) -> dict:
     """The rope parameters a vLLM-style engine reads from the HF config it is given."""
+    theta_only = _THETA_ONLY.get((engine, geo.model_type))
+    if theta_only and scaling.name not in ("none", "ntk", "base"):
+        raise Unsupported(theta_only)
     if scaling.name == "p_rope" and engine == "vLLM":
         return _proportional(scaling, geo, model_config)
     why = _NOT_SERVED.get((scaling.name, engine)) or _NOT_SERVED.get(scaling.name)
