@@ -123,27 +123,15 @@ def test_a_sweep_no_engine_method_of_which_can_be_served_is_one_line_and_exit_2(
     )
 
 
-GEMMA3 = [  # a Gemma-3 of toy size (random weights, no GGUF): its engine path is not checked in vLLM/SGLang
-    "model=gemma3",
-    "model.weights=random",
-    "model.gguf_file=null",
-    "model.original_max_position=256",
-    *(
-        f"model.architecture.{k}={v}"
-        for k, v in dict(
-            hidden_size=64, intermediate_size=96, num_hidden_layers=2, head_dim=32, vocab_size=96, sliding_window=16
-        ).items()
-    ),
-    "+model.architecture.layer_types=[sliding_attention,full_attention]",
-    "logger=none",
-]
+UNCHECKED = [*MODEL, "model.architecture.model_type=qwen3"]  # a Qwen3: its vLLM/SGLang module is not checked
 
 
 def test_the_per_engine_answer_keeps_not_verified_where_the_export_says_it(tmp_path, compose):
     from evals.core.decision.engines import engine_line, per_engine
+    from rope_ext.export.common import ENGINE_VERIFIED_NAMES
 
     configs = {}
-    for model, name in ((GEMMA3, "gemma3"), (MODEL, "llama")):
+    for model, name in ((UNCHECKED, "qwen3"), (MODEL, "llama")):
         out = tmp_path / name
         job = parse_job(compose(*model, "scaling=yarn", "target=2x", f"output_dir={out}"), out)
         configs[name] = json.loads(json.dumps(job.sections(), default=str))["config"]
@@ -152,11 +140,11 @@ def test_the_per_engine_answer_keeps_not_verified_where_the_export_says_it(tmp_p
         for entry in per_engine([{"strategy": "yarn", "recommended": True, "vs_best": None}], {"yarn": config}):
             lines[name, entry["engine"]] = engine_line(entry)
     for engine, label in (("vllm", "vLLM 0.33.0"), ("sglang", "SGLang 0.5.23")):
-        assert lines["gemma3", engine] == (
-            f"{engine}: yarn (the best; not verified against {label} for gemma3_text (checked: Llama, Qwen2, Mistral))"
+        assert lines["qwen3", engine] == (
+            f"{engine}: yarn (the best; not verified against {label} for qwen3 (checked: {ENGINE_VERIFIED_NAMES}))"
         )
         assert lines["llama", engine] == f"{engine}: yarn (the best)"  # tinyllama: a Llama, checked
-    assert lines["gemma3", "transformers"] == "transformers: yarn (the best)"
+    assert lines["qwen3", "transformers"] == "transformers: yarn (the best)"
 
 
 def test_an_export_resolves_a_local_checkpoint_as_its_preset_not_under_its_own_name(

@@ -14,7 +14,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import rope_ext
 from evals.setup.engines import fetched
-from rope_ext.export import VERIFIED, Unsupported, export, geometry
+from rope_ext.export import ENGINE_VERIFIED_MODELS, VERIFIED, Unsupported, export, geometry
 from tests.test_export import NATIVE
 from tests.tiny import ROOT
 
@@ -54,7 +54,10 @@ FAMILIES = {
 LAYER_TYPE = {"gemma3": "full_attention"}
 # what an engine's model module cannot take, by (engine, family): the export refuses it in one line
 NOT_TAKEN = {
-    ("sglang", "gemma3"): ("SGLang's Gemma-3 builds every layer's rotary with rope_type 'default'",),
+    ("sglang", "gemma3"): (
+        "SGLang's Gemma-3 builds every layer's rotary with rope_type 'default'",
+        "a per-layer-type truncate=false would be read as true",
+    ),
     ("vllm", "gemma3"): (
         "p-RoPE on a model with partial rotary or per-layer-type rope is not exported",
         "a per-layer-type truncate=false would be read as true",  # as transformers reads it: refused for all
@@ -225,3 +228,8 @@ def test_sglang_gets_explicit_values_for_the_models_own_rope_keys_and_top_level_
     rope = found["json_model_override_args"]["rope_scaling"]
     assert rope["rope_type"] == "default" and rope["factor"] == 1.0 and rope["mscale"] is None
     assert found["json_model_override_args"]["original_max_position_embeddings"] is None
+
+
+def test_every_family_an_export_calls_checked_is_checked_here():
+    """The exports drop "not verified" for ENGINE_VERIFIED_MODELS only: each of them is a family of this file."""
+    assert set(ENGINE_VERIFIED_MODELS) <= {spec["model_type"] for spec in FAMILIES.values()}

@@ -23,7 +23,9 @@
   ``original_max_position_embeddings`` and for non-llama3. Its YaRN reads ``attn_factor`` and multiplies it by
   0.1 ln s + 1 itself (``rotary_embedding/yarn.py``). Dynamic NTK is static there too; its LongRoPE switches to the
   long factors for a whole batch when any position passes the trained context; its Llama/Qwen2 pass get_rope a
-  rotary dim of their own, so p-RoPE's ``proportional`` rope would rotate every pair: none of these is exported. DCA
+  rotary dim of their own, so p-RoPE's ``proportional`` rope would rotate every pair: none of these is exported. Its
+  Gemma-3 (``srt/models/gemma3_causal.py``) builds every layer's rotary with rope_type ``default`` and the layer
+  type's ``rope_theta``: only a changed base (NTK-aware, ``base``) reaches it, every other rope type is refused. DCA
   with ``--attention-backend dual_chunk_flash_attn``.
 
 C is the context served (the length the job's verdict judged; else what the scaling covers, trained x factor).
