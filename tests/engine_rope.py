@@ -179,7 +179,7 @@ def main(engine: str, paths: str, cases_file: str, out_file: str) -> None:
     for case in torch.load(cases_file, weights_only=False):
         try:
             q, k = run(case)
-            results.append({"q": q, "k": k})
+            results.append({"q": q, "k": k, "transformers": sys.modules["transformers"].__version__})
         except Exception as err:  # the engine's start-up refusal, reported to the test
             results.append({"error": f"{type(err).__name__}: {err}"})
     torch.save(results, out_file)

@@ -1,8 +1,11 @@
 """Served = measured, checked by the engines themselves: each vLLM/SGLang export, given to vLLM 0.33.0's and SGLang
 0.5.23's own config loading, start-up length check and rotary embedding (their wheels' Python code, fetched by
 ``make setup-engines``, run on the CPU by tests/engine_rope.py), rotates q and k as the patched transformers model
-does at every position up to the exported context; every other strategy is refused in one line."""
+does at every position up to the exported context; every other strategy is refused in one line. The engine runs
+under the harness's transformers, or under the one in ``$ROPE_EXT_ENGINE_TRANSFORMERS`` (a folder, e.g. ``pip install
+--no-deps --target DIR transformers==5.19.0``: the version SGLang 0.5.23 pins, inside vLLM 0.33.0's range)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -108,6 +111,8 @@ def run_engine(engine, cases, tmp_path):
         pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
     torch.save(cases, tmp_path / "cases.pt")
     paths = f"{root / 'src'}:{root / 'deps'}"
+    if os.environ.get("ROPE_EXT_ENGINE_TRANSFORMERS"):  # a folder holding the transformers the engine version installs
+        paths = f"{os.environ['ROPE_EXT_ENGINE_TRANSFORMERS']}:{paths}"
     command = [sys.executable, str(ROOT / "tests" / "engine_rope.py"), engine, paths, str(tmp_path / "cases.pt")]
     result = subprocess.run([*command, str(tmp_path / "out.pt")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -156,7 +161,14 @@ def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exporte
                 continue
             cases.append(engine_case)
             expected.append((family, setting, ours))
-    for (family, setting, (q, k)), theirs in zip(expected, run_engine(engine, cases, tmp_path)):
+    results = run_engine(engine, cases, tmp_path)
+    folder = os.environ.get("ROPE_EXT_ENGINE_TRANSFORMERS")
+    if folder:  # the engine ran under the transformers given, not the harness's
+        from pathlib import Path
+
+        (info,) = Path(folder).glob("transformers-*.dist-info")
+        assert {r.get("transformers") for r in results if "q" in r} == {info.name.split("-")[1].removesuffix(".dist")}
+    for (family, setting, (q, k)), theirs in zip(expected, results):
         assert "error" not in theirs, f"{engine} refused {family} {setting} at start-up: {theirs.get('error')}"
         served_q, served_k = theirs["q"].reshape(q.shape), theirs["k"].reshape(k.shape)
         assert (served_q - q).abs().max() <= 1e-4 * q.abs().max(), (family, setting)
