@@ -10,8 +10,11 @@ A sweep exports the best of its recommended strategies (its ranked answer, repor
 serve, and says in one line (stderr) which and why: ``dca is best overall but vllm cannot serve it (...); exporting
 yarn-factor2, x1.021 [1.004, 1.038] of dca``; none of them: one line, exit 2.
 
-Every finished job also gets a ``deploy/`` folder (:func:`evals.core.run.deploy.write_deploy`): one file per engine, and README.md with
-what an engine cannot express. Bad input (an unfinished run, an unknown engine, a bad override) is one line and
+The context exported is the length the job's verdict judged (:func:`evals.core.run.deploy.judged`: the target, or
+the largest yes length where the target was not evaluated), said in one line (stderr) when it is not a yes; from
+overrides, the target (``target=4x``: 4 x the trained context, for every strategy). The commands name the model the
+job ran. Every finished job also gets a ``deploy/`` folder (:func:`evals.core.run.deploy.write_deploy`): one file per
+engine, and README.md opening with the verdict and saying what an engine cannot express. Bad input (an unfinished run, an unknown engine, a bad override) is one line and
 exit 2, before any model is read.
 """
 
@@ -24,10 +27,10 @@ import sys
 from pathlib import Path
 
 import rope_ext
-from rope_ext.export import ENGINES, Unsupported, export, geometry
+from rope_ext.export import ENGINES, Unsupported, geometry
 
-from .core.run.deploy import render
 from .core.decision.engines import ratio_text, reasons_text, setup
+from .core.run.deploy import export_for, judged, models_of, render
 from .core.errors import ConfigError, UserError
 
 
@@ -90,9 +93,9 @@ def sweep_choice(sweep: Path, engine: str):
     for row in recommended:
         if (row["model"], row["target"]) != (first["model"], first["target"]):
             continue  # the answer for the first model and target only
-        scaling, geo, model_config = from_run(_job_of(sweep, row["strategy"]))
+        scaling, geo, model_config, context, models, _ = from_run(_job_of(sweep, row["strategy"]))
         try:
-            found = export(scaling, geo, engine, model_config)
+            found = export_for(scaling, geo, engine, model_config, context, models)
         except Unsupported as err:
             skipped.append((row["strategy"], str(err)))
             continue
@@ -111,12 +114,17 @@ def sweep_choice(sweep: Path, engine: str):
 
 
 def from_run(run_dir: Path):
-    """(scaling, geometry, model config dict) of a finished job, its model's geometry read again (no weights)."""
-    return setup(_results(run_dir)["config"])
+    """(scaling, geometry, model config dict, context, models, verdict line) of a finished job, its model's geometry
+    read again (no weights): the context its verdict judged (:func:`evals.core.run.deploy.judged`), the model its
+    commands name."""
+    results = _results(run_dir)
+    context, said, yes = judged(results.get("verdict"))
+    return (*setup(results["config"]), context, models_of(results["config"].get("model")), None if yes else said)
 
 
 def from_overrides(overrides: list[str]):
-    """(scaling, geometry, model config dict) of the job ``python run.py <overrides>`` would run (``target=`` applied)."""
+    """(scaling, geometry, model config dict, context, models) of the job ``python run.py <overrides>`` would run
+    (``target=`` applied; the context: the target, else what the scaling covers)."""
     from hydra import compose, initialize_config_dir
 
     from . import load_evals
@@ -138,8 +146,13 @@ def from_overrides(overrides: list[str]):
         raise ConfigError(composition_error(err)) from None
     parse_target(cfg)
     model = resolve_model(cfg.model, geometry=True, weights=False)
-    scaling, _, _ = parse_scaling(cfg.scaling, model, None, parse_target(cfg, model.trained_context))
-    return scaling, geometry(model.config, scaling, model.slots, model.trained_context), model.config.to_dict()
+    target = parse_target(cfg, model.trained_context)
+    scaling, _, _ = parse_scaling(cfg.scaling, model, None, target)
+    geo = geometry(model.config, scaling, model.slots, model.trained_context)
+    from omegaconf import OmegaConf
+
+    models = models_of(OmegaConf.to_container(cfg.model, resolve=True))
+    return scaling, geo, model.config.to_dict(), target, models
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,11 +184,13 @@ def main(argv: list[str] | None = None) -> int:
                 found, why = sweep_choice(first, args.to)
                 print(why, file=sys.stderr)
             else:
-                scaling, geo, model_config = from_run(run_of(first))
-                found = export(scaling, geo, args.to, model_config)
+                scaling, geo, model_config, context, models, said = from_run(run_of(first))
+                found = export_for(scaling, geo, args.to, model_config, context, models)
+                if said:
+                    print(said, file=sys.stderr)
         else:
-            scaling, geo, model_config = from_overrides(args.source)
-            found = export(scaling, geo, args.to, model_config)
+            scaling, geo, model_config, context, models = from_overrides(args.source)
+            found = export_for(scaling, geo, args.to, model_config, context, models)
     except Unsupported as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,8 +8,11 @@ to rotate. The engine loads the config and applies the override its own way (vLL
 keys, ``ModelConfig._apply_dict_overrides`` with the dict ones; SGLang: ``get_config`` with
 ``model_override_args``), runs its start-up length check (vLLM ``_get_and_verify_max_len``, SGLang
 ``ModelConfig._derive_context_length``), builds the rotary embedding with its ``get_rope`` from the config as its
-Llama/Qwen2 module does (vllm/model_executor/models/llama.py ``_init_rotary_emb``; sglang/srt/models/llama.py
-``LlamaDecoderLayer.__init__``, qwen2.py ``get_rope_config``), and rotates q and k with ``forward_native`` (the
+Llama/Qwen2/Mistral module does (vllm/model_executor/models/llama.py ``_init_rotary_emb``, mistral.py subclasses it;
+sglang/srt/models/llama.py ``LlamaDecoderLayer.__init__``, qwen2.py ``get_rope_config``, mistral.py subclasses
+Llama) or its Gemma-3 module does for a ``full_attention`` layer (vllm gemma3.py ``Gemma3Attention.__init__``:
+``rope_parameters[layer_type]``; sglang gemma3_causal.py ``Gemma3Attention.__init__``: the layer type's
+``rope_theta`` with rope_type ``default``), and rotates q and k with ``forward_native`` (the
 PyTorch path; the CUDA kernels compute the same table lookup). The output per case: the rotated q/k, or the error
 the engine raised at start-up.
 
@@ -107,11 +110,14 @@ def _vllm(case):
     # a CustomOp reads the current config's compilation settings when built: custom ops off, i.e. the native path
     # that forward_native runs (a whole VllmConfig()
     # would import the structured-output stack)
+    rope_parameters = getattr(text, "rope_parameters", None)
+    if case.get("layer_type"):  # gemma3.py: config.rope_parameters[layer_type]
+        rope_parameters = rope_parameters[case["layer_type"]]
     with set_current_vllm_config(SimpleNamespace(compilation_config=CompilationConfig(custom_ops=["none"]))):
         rope = get_rope(
             case["head_dim"],
             max_position=text.max_position_embeddings,
-            rope_parameters=getattr(text, "rope_parameters", None),
+            rope_parameters=rope_parameters,
             is_neox_style=True,
         )
     return rope.forward_native(case["positions"], case["q"].clone(), case["k"].clone())
@@ -130,9 +136,12 @@ def _sglang(case):
     ModelConfig._derive_context_length(
         SimpleNamespace(is_draft_model=False, hf_text_config=text, hf_config=config), case["context"]
     )
-    rope_theta, rope_scaling = get_rope_config(text)
+    if case.get("layer_type"):  # gemma3_causal.py: the layer type's rope_theta, rope_type default, whatever the config
+        rope_theta, rope_scaling = text.rope_parameters[case["layer_type"]].get("rope_theta"), {"rope_type": "default"}
+    else:
+        rope_theta, rope_scaling = get_rope_config(text)
     if (
-        text.model_type == "llama"
+        text.model_type in ("llama", "mistral")  # sglang's Mistral is its Llama
         and rope_scaling is not None
         and getattr(text, "original_max_position_embeddings", None)
     ):
@@ -170,7 +179,7 @@ def main(engine: str, paths: str, cases_file: str, out_file: str) -> None:
     for case in torch.load(cases_file, weights_only=False):
         try:
             q, k = run(case)
-            results.append({"q": q, "k": k})
+            results.append({"q": q, "k": k, "transformers": sys.modules["transformers"].__version__})
         except Exception as err:  # the engine's start-up refusal, reported to the test
             results.append({"error": f"{type(err).__name__}: {err}"})
     torch.save(results, out_file)

@@ -121,3 +121,49 @@ def test_a_sweep_no_engine_method_of_which_can_be_served_is_one_line_and_exit_2(
     assert line.startswith(
         f"error: none of the recommended methods of {root} can be served by sglang: {dca}: SGLang runs"
     )
+
+
+UNCHECKED = [*MODEL, "model.architecture.model_type=qwen3"]  # a Qwen3: its vLLM/SGLang module is not checked
+
+
+def test_the_per_engine_answer_keeps_not_verified_where_the_export_says_it(tmp_path, compose):
+    from evals.core.decision.engines import engine_line, per_engine
+    from rope_ext.export.common import ENGINE_VERIFIED_NAMES
+
+    configs = {}
+    for model, name in ((UNCHECKED, "qwen3"), (MODEL, "llama")):
+        out = tmp_path / name
+        job = parse_job(compose(*model, "scaling=yarn", "target=2x", f"output_dir={out}"), out)
+        configs[name] = json.loads(json.dumps(job.sections(), default=str))["config"]
+    lines = {}
+    for name, config in configs.items():
+        for entry in per_engine([{"strategy": "yarn", "recommended": True, "vs_best": None}], {"yarn": config}):
+            lines[name, entry["engine"]] = engine_line(entry)
+    for engine, label in (("vllm", "vLLM 0.33.0"), ("sglang", "SGLang 0.5.23")):
+        assert lines["qwen3", engine] == (
+            f"{engine}: yarn (the best; not verified against {label} for qwen3 (checked: {ENGINE_VERIFIED_NAMES}))"
+        )
+        assert lines["llama", engine] == f"{engine}: yarn (the best)"  # tinyllama: a Llama, checked
+    assert lines["qwen3", "transformers"] == "transformers: yarn (the best)"
+
+
+def test_an_export_resolves_a_local_checkpoint_as_its_preset_not_under_its_own_name(
+    tmp_path, compose, tiny_llama, capsys, monkeypatch
+):
+    import evals.core.files
+    from evals.core.decision.engines import setup
+    from evals.core.inputs.loading import bundled_tokenizer
+    from tests.tiny import TINY
+
+    checkpoint = tmp_path / "mycheckpoint"
+    tiny_llama(vocab=49152, trained=256).save_pretrained(checkpoint)
+    bundled_tokenizer().save_pretrained(checkpoint)
+    out = tmp_path / "job"
+    cfg = compose(*TINY, "model.weights=pretrained", f"model.path={checkpoint}", "scaling=yarn", f"output_dir={out}")
+    config = json.loads(json.dumps(parse_job(cfg, out).sections(), default=str))["config"]
+    assert config["model"]["name"] == "mycheckpoint" and config["model"]["family"] == "tinyllama"
+    monkeypatch.setattr(evals.core.files, "_SAID", set())  # the note again, as a new process (python -m evals.export)
+    capsys.readouterr()
+    scaling, geo, _ = setup(config)
+    err = capsys.readouterr().err
+    assert geo.trained == 256 and "not the preset tinyllama's 2048" in err and "mycheckpoint's" not in err

@@ -4,7 +4,8 @@
 Whether an engine serves a strategy is :func:`rope_ext.export.export` itself (its :class:`Unsupported` says why
 not): the scaling and the model's geometry are rebuilt from what the finished job recorded in results.json
 (``config.scaling``, ``config.model``; the model's config read again, no weights), as ``python -m evals.export``
-rebuilds them.
+rebuilds them. Where the export says "not verified against <engine> <version> ..." (a model family or method whose
+engine code path the tests did not run: Gemma-3, MLA, dual chunk attention, ...), the engine's line says it too.
 """
 
 from __future__ import annotations
@@ -30,25 +31,31 @@ def _model(model_json: str):
 def setup(config: dict):
     """(scaling, geometry, model config dict) of a finished job from its recorded ``config``: the scaling resolved at
     the model's trained context, as the job resolved it."""
-    model = _model(json.dumps(config["model"], sort_keys=True))
+    recorded = dict(config["model"])
+    if recorded.get("family"):  # a local checkpoint recorded under its own name: resolved as its preset, as it ran
+        recorded["name"] = recorded["family"]
+    model = _model(json.dumps(recorded, sort_keys=True))
     scaling_cfg = {k: v for k, v in config["scaling"].items() if k not in ("label", "derived")}
     scaling = rope_ext.resolve(scaling_cfg, model.trained_context)
     return scaling, geometry(model.config, scaling, model.slots, model.trained_context), model.config.to_dict()
 
 
-def refusal(config: dict, engine: str) -> str | None:
-    """Why ``engine`` cannot serve the job's scaling (one line), None where it can."""
+def refusal(config: dict, engine: str) -> tuple[str | None, str | None]:
+    """(why ``engine`` cannot serve the job's scaling (one line), None where it can; the export's "not verified ..."
+    note, None where the tests checked the engine's code path for it)."""
     scaling, geo, model_config = setup(config)
     try:
-        export(scaling, geo, engine, model_config)
+        found = export(scaling, geo, engine, model_config)
     except Unsupported as err:
-        return str(err)
-    return None
+        return str(err), None
+    note = found.get("note") or ""
+    return None, note if note.startswith("not verified") else None
 
 
 def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
     """For each engine: ``{"engine", "strategy" (None: none can be served), "vs_best" (its ratio to the overall
-    best, the ranking's own comparison), "best", "skipped": [(strategy, why), ...]}`` over the recommended ``rows``
+    best, the ranking's own comparison), "best", "skipped": [(strategy, why), ...], "note" (the export's "not
+    verified ..." for the chosen one, else None)}`` over the recommended ``rows``
     in their ranked order; [] where nothing is recommended or a recommended strategy has no recorded config (entries
     that are not results.json)."""
     recommended = [r for r in rows if r["recommended"]]
@@ -56,13 +63,13 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
         return []
     found = []
     for engine in ENGINES:
-        skipped, chosen = [], None
+        skipped, chosen, note = [], None, None
         for r in recommended:
             try:
-                why = refusal(configs[r["strategy"]], engine)
+                why, note = refusal(configs[r["strategy"]], engine)
             except (UserError, rope_ext.ScalingError, KeyError, OSError, ValueError) as err:
                 # a model config that cannot be read again here (offline, moved): said, and the report goes on
-                why = f"cannot tell ({type(err).__name__}: {err})"
+                why, note = f"cannot tell ({type(err).__name__}: {err})", None
             if why is None:
                 chosen = r
                 break
@@ -74,6 +81,7 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
                 "vs_best": chosen["vs_best"] if chosen else None,
                 "best": recommended[0]["strategy"],
                 "skipped": skipped,
+                "note": note if chosen else None,
             }
         )
     return found
@@ -85,9 +93,10 @@ def engine_line(entry: dict) -> str:
     engine, reasons = entry["engine"], reasons_text(entry["skipped"])
     if entry["strategy"] is None:
         return f"{engine}: none of the recommended methods can be served by {engine}: {reasons}"
+    unverified = f"; {entry['note']}" if entry.get("note") else ""
     if not entry["skipped"]:
-        return f"{engine}: {entry['strategy']} (the best)"
-    return f"{engine}: {entry['strategy']}, {ratio_text(entry['vs_best'])} of {entry['best']} ({reasons})"
+        return f"{engine}: {entry['strategy']} (the best{unverified})"
+    return f"{engine}: {entry['strategy']}, {ratio_text(entry['vs_best'])} of {entry['best']} ({reasons}{unverified})"
 
 
 def reasons_text(skipped: list[tuple[str, str]]) -> str:

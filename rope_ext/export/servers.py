@@ -1,0 +1,198 @@
+"""A scaling as vLLM and SGLang take it: the HF config overrides and the context flag.
+
+- vLLM (its own code checked in tests/test_engines.py, :data:`~rope_ext.export.common.VERIFIED`): ``--hf-overrides
+  '{"rope_parameters": {...}, "max_position_embeddings": N}' --max-model-len C``. vLLM sets a dict override on the
+  config as it is (the model's own rope dict is replaced: its ``partial_rotary_factor`` is kept here) and a flat one
+  through the config loader (``vllm/config/model.py``); its start-up check (``_get_and_verify_max_len``) multiplies
+  ``max_position_embeddings`` by the factor only for ``linear``/``dynamic``, and its cos/sin table has
+  ``max_position_embeddings`` rows for ``default`` and ``llama3`` (``rotary_embedding/base.py``), so N >= C is passed
+  as ``max_position_embeddings`` too. Its YaRN reads ``attention_factor`` (``yarn_scaling_rope.py``). It reads
+  ``rope_parameters`` only since PR #28542 (2025-11): an older vLLM ignores the override and serves plain RoPE.
+  Its ``dynamic`` rope computes one NTK base at start-up from ``max_position_embeddings`` and
+  ``max_trained_positions`` (``dynamic_ntk_scaling_rope.py``): static, so dynamic NTK is not exported. Its
+  LongRoPE uses the long factors at every length once ``max_model_len`` exceeds the trained context
+  (``phi3_long_rope_scaled_rope.py``): not the measurement, not exported. p-RoPE as its ``proportional`` rope with
+  ``partial_rotary_factor`` = kept pairs / (d/2) (``gemma4_rope.py``), on models that rotate the whole head. DCA as
+  Qwen2.5-1M's ``dual_chunk_attention_config`` (``chunk_size``, ``local_size``, ``original_max_position_embeddings``)
+  with ``VLLM_ATTENTION_BACKEND=DUAL_CHUNK_FLASH_ATTN``, on the Qwen2 family only.
+- SGLang: ``--json-model-override-args '{"rope_scaling": {...}, "max_position_embeddings": N}' --context-length C``.
+  SGLang merges a rope override into the model's own dict (``{**current, **value}``,
+  ``srt/utils/hf_transformers/config.py``), so every key of the model's own rope dict the export does not set is
+  given explicitly (null; ``factor`` 1) and a top-level ``original_max_position_embeddings`` (which its Llama copies
+  over the rope dict's) is set too; its context check (``get_context_length``) multiplies by the factor only without
+  ``original_max_position_embeddings`` and for non-llama3. Its YaRN reads ``attn_factor`` and multiplies it by
+  0.1 ln s + 1 itself (``rotary_embedding/yarn.py``). Dynamic NTK is static there too; its LongRoPE switches to the
+  long factors for a whole batch when any position passes the trained context; its Llama/Qwen2 pass get_rope a
+  rotary dim of their own, so p-RoPE's ``proportional`` rope would rotate every pair: none of these is exported. Its
+  Gemma-3 (``srt/models/gemma3_causal.py``) builds every layer's rotary with rope_type ``default`` and the layer
+  type's ``rope_theta``: only a changed base (NTK-aware, ``base``) reaches it, every other rope type is refused. DCA
+  with ``--attention-backend dual_chunk_flash_attn``.
+
+C is the context served (the length the job's verdict judged; else what the scaling covers, trained x factor).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..frequency import yarn_mscale
+from ..scaling import Scaling
+from .common import MODEL, Geometry, Unsupported, note, served, shell, table
+from .hf_config import transformers_config
+
+QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
+
+# what vLLM's and SGLang's start-up would not give the measurement: one line each
+_NOT_SERVED = {
+    "dynamic_ntk": "{engine}'s 'dynamic' rope computes one NTK base at start-up, from max_position_embeddings and "
+    "max_trained_positions (static): it would not be the dynamic NTK measured here, whose base follows the length",
+    ("longrope", "vLLM"): "vLLM uses LongRoPE's long factors at every length once --max-model-len exceeds the "
+    "trained context; the measurement used the short factors up to it",
+    ("longrope", "SGLang"): "SGLang switches LongRoPE to the long factors for a whole batch once any position in "
+    "it passes the trained context; the measurement switched per sequence",
+    "p_rope": "{engine}'s Llama and Qwen2 build the 'proportional' rope (p-RoPE) from the rotary dim they compute "
+    "themselves, not from rope_parameters: not exported",
+}
+
+
+# engine model modules that read only rope_theta from the config and fix the rope type themselves
+_THETA_ONLY = {
+    ("SGLang", "gemma3_text"): "SGLang's Gemma-3 builds every layer's rotary with rope_type 'default' and the config's "
+    "rope_theta only (srt/models/gemma3_causal.py): only a changed base (ntk, base) reaches it",
+}
+
+
+def _served_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str, context) -> dict:
+    """The rope parameters a vLLM-style engine reads from the HF config it is given."""
+    theta_only = _THETA_ONLY.get((engine, geo.model_type))
+    if theta_only and scaling.name not in ("none", "ntk", "base"):
+        raise Unsupported(theta_only)
+    if scaling.name == "p_rope" and engine == "vLLM":
+        return _proportional(scaling, geo, model_config)
+    why = _NOT_SERVED.get((scaling.name, engine)) or _NOT_SERVED.get(scaling.name)
+    if why:
+        raise Unsupported(why.format(engine=engine))
+    try:
+        return transformers_config(scaling, geo, model_config, context)["rope_parameters"]
+    except Unsupported as err:
+        raise Unsupported(str(err).replace("transformers", engine, 1)) from None
+
+
+def _proportional(scaling: Scaling, geo: Geometry, model_config: dict | None) -> dict:
+    """vLLM's 'proportional' rope (Gemma-4's, ``rotary_embedding/gemma4_rope.py``): pairs i < rotary_dim/2 keep
+    b^(-2i/head_size), the rest do not rotate -- p-RoPE when the model rotates its whole head."""
+    from ..frequency import p_rope_pairs
+
+    config = model_config or {}
+    partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get("partial_rotary_factor")
+    if geo.layer_types is not None or (partial or 1.0) != 1.0:
+        raise Unsupported(
+            "vLLM's 'proportional' rope computes its frequencies over the whole head: p-RoPE on a model with partial "
+            "rotary or per-layer-type rope is not exported"
+        )
+    pairs = p_rope_pairs(scaling.params["fraction"], geo.dim)
+    factor = 2 * pairs / geo.dim
+    if int(geo.dim * factor) != 2 * pairs:  # vLLM's rotary_dim = int(head_size * partial_rotary_factor)
+        raise Unsupported(f"vLLM would round p-RoPE's {pairs} pairs of {geo.dim // 2} to another count")
+    return {"rope_type": "proportional", "rope_theta": geo.base, "partial_rotary_factor": factor}
+
+
+def _entries(rope: dict) -> list[dict]:
+    return [rope] if "rope_type" in rope else list(rope.values())
+
+
+def vllm(
+    scaling: Scaling, geo: Geometry, model_config: dict | None = None, context: int | None = None, model: str = MODEL
+) -> dict:
+    """``{"command", "hf_overrides", "env", "context", "note"}`` for ``vllm serve``."""
+    if scaling.name == "dca":
+        overrides, env, longest = (
+            _dca(scaling, geo, "vLLM", context),
+            {"VLLM_ATTENTION_BACKEND": "DUAL_CHUNK_FLASH_ATTN"},
+            context,
+        )
+    else:
+        rope, longest = _served_rope(scaling, geo, model_config, "vLLM", context), served(scaling, geo, context)
+        # vLLM's YaRN reads attention_factor itself; the table and the start-up check read max_position_embeddings
+        overrides, env = {"rope_parameters": rope, "max_position_embeddings": table(scaling, geo, context)}, {}
+    command = ["vllm", "serve", model, "--hf-overrides", json.dumps(overrides)]
+    if longest:
+        command += ["--max-model-len", str(longest)]
+    return {
+        "command": shell(command, env),
+        "hf_overrides": overrides,
+        "env": env,
+        "context": longest,
+        "note": note(geo, "vLLM", scaling),
+    }
+
+
+def _sglang_rope(rope: dict, own: dict) -> dict:
+    """SGLang's rope_scaling override: merged into the model's own dict, so the model's keys that ours lacks are
+    given explicitly; YaRN's attention factor as SGLang's attn_factor (it multiplies by 0.1 ln s + 1 itself)."""
+    entry = dict(rope)
+    if entry.get("rope_type") == "yarn":
+        entry["attn_factor"] = entry.pop("attention_factor") / yarn_mscale(entry["factor"])
+        entry["extrapolation_factor"] = 1.0
+    for key in own:
+        if key not in entry and key not in ("rope_theta", "partial_rotary_factor"):
+            entry[key] = 1.0 if key == "factor" else None  # get_context_length multiplies by factor
+    return entry
+
+
+def sglang(
+    scaling: Scaling, geo: Geometry, model_config: dict | None = None, context: int | None = None, model: str = MODEL
+) -> dict:
+    """``{"command", "json_model_override_args", "context", "note"}`` for ``python -m sglang.launch_server``."""
+    extra = []
+    if scaling.name == "dca":
+        overrides, longest = _dca(scaling, geo, "SGLang", context), context
+        extra = ["--attention-backend", "dual_chunk_flash_attn"]
+    else:
+        rope, longest = _served_rope(scaling, geo, model_config, "SGLang", context), served(scaling, geo, context)
+        own = dict((model_config or {}).get("rope_parameters") or {})
+        if scaling.name == "none" and own:
+            rope = {}  # the model's own rope, as it is
+        elif "rope_type" in rope:
+            rope = _sglang_rope(rope, own)
+        else:
+            rope = {t: _sglang_rope(entry, own.get(t) or {}) for t, entry in rope.items()}
+        overrides = {
+            **({"rope_scaling": rope} if rope else {}),
+            "max_position_embeddings": table(scaling, geo, context),
+        }
+        if rope and (model_config or {}).get("original_max_position_embeddings") is not None:
+            # SGLang's Llama copies a top-level original_max_position_embeddings over the rope dict's
+            overrides["original_max_position_embeddings"] = next(
+                (
+                    e["original_max_position_embeddings"]
+                    for e in _entries(rope)
+                    if e.get("original_max_position_embeddings")
+                ),
+                None,
+            )
+    command = ["python", "-m", "sglang.launch_server", "--model-path", model]
+    command += ["--json-model-override-args", json.dumps(overrides), *extra]
+    if longest:
+        command += ["--context-length", str(longest)]
+    return {
+        "command": shell(command, {}),
+        "json_model_override_args": overrides,
+        "context": longest,
+        "note": note(geo, "SGLang", scaling),
+    }
+
+
+def _dca(scaling: Scaling, geo: Geometry, engine: str, context: int | None) -> dict:
+    """Qwen2.5-1M's dual chunk attention; with a context to serve, ``max_position_embeddings`` set to it (else the
+    model's own bounds the engine's context)."""
+    from ..attention_methods import dca_sizes
+
+    if geo.model_type not in QWEN2_FAMILY:
+        raise Unsupported(
+            f"{engine} runs dual chunk attention on the Qwen2 family only ({', '.join(QWEN2_FAMILY)}), "
+            f"not {geo.model_type}"
+        )
+    chunk, local = dca_sizes(scaling.params)
+    config = {"chunk_size": chunk, "local_size": local, "original_max_position_embeddings": geo.trained}
+    return {"dual_chunk_attention_config": config, **({"max_position_embeddings": context} if context else {})}
