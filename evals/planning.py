@@ -8,17 +8,18 @@ its standard error se) it decided only 29-72% of the time when followed with few
 32-59% with prompts of independent outcomes: se rests on few degrees of freedom, and the inconclusive cases are the
 ones whose estimate is far from the truth. So it is planned on an upper 80% confidence bound of the standard error,
 se sqrt(df / chi2_0.2(df)) (df the interval's own, Bell-McCaffrey's for documents; none for prompts), and on a
-distance one standard error nearer the limit (at least a third of it): followed, it decides >= 80% of the time in
-every scenario of tests/test_calibration.py (numbers in docs/verdict.md). Where that is more than ``PLAIN`` times
-the units at hand, the line says plainly that these units cannot decide it.
+distance half a standard error nearer the limit (at least half of it). Followed (tests/test_calibration.py, slow
+set; docs/verdict.md): >= 80% in most scenarios of the suite, 73-78% with strongly skewed documents, one document
+carrying most of the weight, or prompts of independent outcomes near the limit. Where the plan is more than
+``PLAIN`` times the units at hand, the line says plainly that these units cannot decide it.
 """
 
 from __future__ import annotations
 
 POWER_Z = 1.2816  # z_0.9: 90% power on the planned spread
 SPREAD_LEVEL = 0.8  # plan on an upper 80% confidence bound of the standard error
-DISTANCE_Z = 1.0  # ... and on a distance this many standard errors nearer the limit
-DISTANCE_FLOOR = 1 / 3  # ... but no nearer than a third of it
+DISTANCE_Z = 0.5  # ... and on a distance half a standard error nearer the limit
+DISTANCE_FLOOR = 0.5  # ... but no nearer than half of it
 PLAIN = 20  # more than 20x the units at hand: "these units cannot decide it; about N would"
 
 

@@ -44,6 +44,7 @@ verdict_text.py):
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..config.structured import VerdictConfig
@@ -139,6 +140,9 @@ def _check(
             tail = f" straddles {limit:g}: one document cannot decide it at this length; more documents would"
         else:
             lever = paired.get("lever") or f"{check['unit']}s"
+            if paired["clustered"]:  # the cluster interval is symmetric in the log: plan there (evals/planning.py)
+                half = math.log(high / point) if limit > point else math.log(point / low)
+                distance = abs(math.log(point / limit))
             tail = f" straddles {limit:g}: " + _advice(paired, half, distance, point, limit, lever)
             more = paired.get("advice")
         check["more_units"] = more
