@@ -9,8 +9,8 @@ its standard error se) it decided only 29-72% of the time when followed with few
 ones whose estimate is far from the truth. So it is planned on an upper 80% confidence bound of the standard error,
 se sqrt(df / chi2_0.2(df)) (df the interval's own, Bell-McCaffrey's for documents; none for prompts), and on a
 distance half a standard error nearer the limit (at least half of it). Followed (tests/test_calibration.py, slow
-set; docs/verdict.md): >= 80% in most scenarios of the suite, 73-78% with strongly skewed documents, one document
-carrying most of the weight, or prompts of independent outcomes near the limit. Where the plan is more than
+set; docs/verdict.md): >= 80% in most scenarios of the suite, 73-77% with strongly skewed documents or one document
+carrying half the weight. Where the plan is more than
 ``PLAIN`` times the units at hand, the line says plainly that these units cannot decide it.
 """
 

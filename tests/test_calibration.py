@@ -235,7 +235,7 @@ def test_more_documents_followed_decide_it():
     rng = np.random.default_rng(11)
     truth, limit = np.log(1.06), np.log(1.1)
     decided = asked = 0
-    for _ in range(300):
+    for _ in range(150):
         d = truth + 0.05 * rng.standard_normal(6)
         estimate, u, h = influence(3 + d, np.ones(6), np.full(6, 3.0), np.ones(6))
         low, high, se, df = cluster_interval(u, h, estimate)
@@ -246,6 +246,7 @@ def test_more_documents_followed_decide_it():
         asked += 1
         if more is None:
             continue
+        more = min(more, 3000)  # the interval's O(n^2) memory; deciding with fewer than advised only lowers the rate
         d = np.concatenate([d, truth + 0.05 * rng.standard_normal(more)])
         m = len(d)
         estimate, u, h = influence(3 + d, np.ones(m), np.full(m, 3.0), np.ones(m))
@@ -373,6 +374,7 @@ def followed_documents(rng, weights, sigma: float, reps: int):
         more = more_units(n, float(half), float(abs(limit - estimate)), cluster_critical(df, n), float(df))
         if more is None:
             continue
+        more = min(more, 3000)  # the interval's O(n^2) memory; deciding with fewer than advised only lowers the rate
         w = np.concatenate([weights, np.resize(weights, more)])
         _, low, high, _ = interval(np.concatenate([d, draw(more)]), w)
         decided += bool(high <= limit or low > limit)
@@ -411,7 +413,7 @@ ADVICE = {  # scenario: (how it is drawn, the rate followed advice must reach)
     "6 documents, weights 10,1,1,1,1,1": (lambda rng, reps: followed_documents(rng, [10] + [1] * 5, 0, reps), 0.7),
     "6 documents, lognormal sigma 1": (lambda rng, reps: followed_documents(rng, [1] * 6, 1.0, reps), 0.7),
     "30 prompts, independent, 0.80 / 0.76": (lambda rng, reps: followed_prompts(rng, 30, 0.8, 0.76, reps), 0.8),
-    "30 prompts, independent, 0.90 / 0.80": (lambda rng, reps: followed_prompts(rng, 30, 0.9, 0.8, reps), 0.7),
+    "30 prompts, independent, 0.90 / 0.80": (lambda rng, reps: followed_prompts(rng, 30, 0.9, 0.8, reps), 0.8),
 }
 
 
