@@ -18,6 +18,8 @@ the limit and the interval excludes it on the passing side; nominal 2.5%). Monte
 import numpy as np
 import pytest
 
+from evals.planning import more_units
+
 from evals.stats import (
     MIN_BLOCKS,
     MIN_PROMPTS,
@@ -26,7 +28,6 @@ from evals.stats import (
     cluster_critical,
     hac_interval,
     influence,
-    more_units,
     one_document_interval,
     paired_log_ratio,
     paired_proportion_ratio,
@@ -234,16 +235,18 @@ def test_more_documents_followed_decide_it():
     rng = np.random.default_rng(11)
     truth, limit = np.log(1.06), np.log(1.1)
     decided = asked = 0
-    for _ in range(300):
+    for _ in range(150):
         d = truth + 0.05 * rng.standard_normal(6)
         estimate, u, h = influence(3 + d, np.ones(6), np.full(6, 3.0), np.ones(6))
         low, high, se, df = cluster_interval(u, h, estimate)
         if high[0] <= limit or low[0] > limit:
             continue
-        more = more_units(6, float(high[0] - estimate[0]), float(limit - estimate[0]), cluster_critical(df[0], 6))
+        half = high[0] - estimate[0] if limit > estimate[0] else estimate[0] - low[0]
+        more = more_units(6, float(half), float(abs(limit - estimate[0])), cluster_critical(df[0], 6), float(df[0]))
         asked += 1
         if more is None:
             continue
+        more = min(more, 3000)  # the interval's O(n^2) memory; deciding with fewer than advised only lowers the rate
         d = np.concatenate([d, truth + 0.05 * rng.standard_normal(more)])
         m = len(d)
         estimate, u, h = influence(3 + d, np.ones(m), np.full(m, 3.0), np.ones(m))
@@ -264,7 +267,7 @@ def test_more_prompts_followed_decide_it():
         if low >= 0.85 or high < 0.85:
             continue
         ratio = own.mean()
-        more = more_units(20, float(ratio - low), float(ratio - 0.85))
+        more = more_units(20, float(ratio - low) if ratio > 0.85 else float(high - ratio), float(abs(ratio - 0.85)))
         asked += 1
         if more is None:
             continue
@@ -273,3 +276,153 @@ def test_more_prompts_followed_decide_it():
         decided += bool(low >= 0.85 or high < 0.85)
     print(f"more prompts, followed: decided {decided}/{asked}")
     assert asked >= 50 and decided / asked >= 0.8
+
+
+def fgn(rng, reps: int, n: int, hurst: float) -> np.ndarray:
+    """Fractional Gaussian noise rows of unit variance (exact, by the Cholesky factor of its covariance)."""
+    k = np.arange(n)
+    gamma = 0.5 * (np.abs(k + 1) ** (2 * hurst) - 2 * k ** (2 * hurst) + np.abs(k - 1) ** (2 * hurst))
+    return rng.standard_normal((reps, n)) @ np.linalg.cholesky(gamma[np.abs(k[:, None] - k[None, :])]).T
+
+
+@pytest.mark.parametrize("hurst", [0.5, 0.7, 0.75])
+@pytest.mark.parametrize("blocks", [8, 32, 128])
+def test_one_document_at_1x_with_long_memory(blocks, hurst):
+    """Short-context retention on one document (every block on both sides): the per-block differences as fractional
+    Gaussian noise (H 0.7: a lag-1 correlation of 0.32, as real text's), the documents' own difficulty shared by
+    both sides. With Kiefer & Vogelsang's short-memory critical value it covered 0.80-0.92 at H 0.7-0.75."""
+    rng = np.random.default_rng(blocks * 100 + int(100 * hurst))
+    x = difficulty(rng, REPS, blocks)
+    a = x + DELTA + 0.05 * fgn(rng, REPS, blocks, hurst)
+    w = np.full((REPS, blocks), 256.0)
+    _, low, high, _, _, method = one_document_interval(256 * a, w, 256 * x, w)
+    coverage, below, above = rates(low, high, DELTA)
+    print(f"one document at 1x, {blocks} blocks, fGn H {hurst}: coverage {coverage:.3f}, false yes {below:.3f}")
+    assert method == "hac" and coverage >= 0.93 and below <= 0.04 and above <= 0.04
+
+
+def drifting_documents(rng, count: int, shared: int, shift: float):
+    """(strategy units at 2x, reference units at T) of ``count`` documents of 2 x ``shared`` blocks whose text gets
+    harder along the document: a ramp whose second half is ``shift`` nats harder on average; the strategy DELTA worse
+    everywhere."""
+    own, ref = {}, {}
+    n = 2 * shared
+    ramp = 2 * shift * ((np.arange(n) + 0.5) / n - 0.5)
+    x = 3 + difficulty(rng, count, n) + ramp
+    a = x + DELTA + 0.05 * ar(rng, count, n, 0.27)
+    for d in range(count):
+        for t in range(n):
+            own[f"doc{d}/{256 * t}"] = (256 * a[d, t], 256.0)
+            if t < shared:
+                ref[f"doc{d}/{256 * t}"] = (256 * x[d, t], 256.0)
+    return own, ref
+
+
+@pytest.mark.parametrize(
+    "count,shift,warned_at_least,warned_at_most",
+    [(20, 0.0, 0, 0.05), (1, 0.0, 0, 0.05), (20, np.log(1.3), 0.7, 1)],
+)
+def test_a_drift_with_position_is_warned_about(count, shift, warned_at_least, warned_at_most):
+    """The own-only half of every document harder than the shared one (a drift under way within T): read as the
+    strategy's loss by the 2x interval; the position check (evals/core/decision/positions.py) warns, and stays quiet
+    on stationary text."""
+    from evals.core.decision.positions import position_drift
+
+    rng = np.random.default_rng(count * 10 + int(100 * shift))
+    reps, shared = 60, 16
+    warned = covered = 0
+    for _ in range(reps):
+        own, ref = drifting_documents(rng, count, shared, shift)
+        found = position_drift(own, ref, 0.1, 2 * shared * 256, shared * 256)
+        warned += bool(found and found["warn"])
+        if shift:
+            interval = paired_log_ratio(own, ref)
+            covered += interval["low"] <= DELTA <= interval["high"]
+    print(
+        f"position drift, {count} documents, own-only half x{np.exp(shift):.2f} harder: warned {warned}/{reps}"
+        + (f", the 2x interval covered the strategy's own loss {covered}/{reps}" if shift else "")
+    )
+    assert warned_at_least <= warned / reps <= warned_at_most
+
+
+def followed_documents(rng, weights, sigma: float, reps: int):
+    """(decided, asked) of "about k more documents" followed: documents of ``weights`` (the added ones repeat the
+    pattern), paired differences log 1.06 against a limit of log 1.1, sd 0.05, normal or lognormal-skewed."""
+    weights = np.asarray(weights, float)
+    truth, limit = np.log(1.06), np.log(1.1)
+
+    def draw(k):
+        if not sigma:
+            return truth + 0.05 * rng.standard_normal(k)
+        raw = rng.lognormal(0, sigma, k)
+        return truth + 0.05 * (raw - np.exp(sigma**2 / 2)) / np.sqrt((np.exp(sigma**2) - 1) * np.exp(sigma**2))
+
+    def interval(d, w):
+        estimate, u, h = influence((3 + d) * w, w, 3.0 * w, w)
+        low, high, _, df = cluster_interval(u, h, estimate)
+        return estimate[0], low[0], high[0], df[0]
+
+    decided = asked = 0
+    for _ in range(reps):
+        d = draw(len(weights))
+        estimate, low, high, df = interval(d, weights)
+        if high <= limit or low > limit:
+            continue
+        asked += 1
+        half = high - estimate if limit > estimate else estimate - low
+        n = len(weights)
+        more = more_units(n, float(half), float(abs(limit - estimate)), cluster_critical(df, n), float(df))
+        if more is None:
+            continue
+        more = min(more, 3000)  # the interval's O(n^2) memory; deciding with fewer than advised only lowers the rate
+        w = np.concatenate([weights, np.resize(weights, more)])
+        _, low, high, _ = interval(np.concatenate([d, draw(more)]), w)
+        decided += bool(high <= limit or low > limit)
+    return decided, asked
+
+
+def followed_prompts(rng, n: int, p_ref: float, p_own: float, reps: int):
+    """(decided, asked) of "about k more prompts" followed: the strategy right independently of the reference."""
+    decided = asked = 0
+
+    def table(ref, own):
+        return (own & ref).sum(), (own & ~ref).sum(), (~own & ref).sum(), (~own & ~ref).sum()
+
+    for _ in range(reps):
+        ref, own = rng.random(n) < p_ref, rng.random(n) < p_own
+        counts = table(ref, own)
+        low, high = (float(x) for x in tang_interval(*counts))
+        if low >= 0.85 or high < 0.85:
+            continue
+        asked += 1
+        ratio = (counts[0] + counts[1]) / (counts[0] + counts[2])
+        more = more_units(n, ratio - low if ratio > 0.85 else high - ratio, abs(ratio - 0.85))
+        if more is None:
+            continue
+        ref, own = np.concatenate([ref, rng.random(more) < p_ref]), np.concatenate([own, rng.random(more) < p_own])
+        low, high = (float(x) for x in tang_interval(*table(ref, own)))
+        decided += bool(low >= 0.85 or high < 0.85)
+    return decided, asked
+
+
+ADVICE = {  # scenario: (how it is drawn, the rate followed advice must reach)
+    "2 documents": (lambda rng, reps: followed_documents(rng, [1, 1], 0, reps), 0.8),
+    "3 documents": (lambda rng, reps: followed_documents(rng, [1, 1, 1], 0, reps), 0.8),
+    "6 documents, weights 4,4,1,1,1,1": (lambda rng, reps: followed_documents(rng, [4, 4, 1, 1, 1, 1], 0, reps), 0.8),
+    "6 documents, weights 1..6": (lambda rng, reps: followed_documents(rng, [1, 2, 3, 4, 5, 6], 0, reps), 0.8),
+    "6 documents, weights 10,1,1,1,1,1": (lambda rng, reps: followed_documents(rng, [10] + [1] * 5, 0, reps), 0.7),
+    "6 documents, lognormal sigma 1": (lambda rng, reps: followed_documents(rng, [1] * 6, 1.0, reps), 0.7),
+    "30 prompts, independent, 0.80 / 0.76": (lambda rng, reps: followed_prompts(rng, 30, 0.8, 0.76, reps), 0.8),
+    "30 prompts, independent, 0.90 / 0.80": (lambda rng, reps: followed_prompts(rng, 30, 0.9, 0.8, reps), 0.8),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", list(ADVICE))
+def test_more_units_followed_decide_it_in_every_scenario(scenario):
+    """Followed, "about k more ..." decides >= 80% of the time (the point plan of the earlier code: 29-72% in these
+    scenarios); the two marked lower are the measured floors docs/verdict.md states."""
+    draw, floor = ADVICE[scenario]
+    decided, asked = draw(np.random.default_rng(1), 100)
+    print(f"more units followed, {scenario}: decided {decided}/{asked} ({decided / asked:.2f})")
+    assert asked >= 50 and decided / asked >= floor

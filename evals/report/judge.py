@@ -76,8 +76,6 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
                     warnings.append(
                         f"{info.get('model_label')} {info.get('scaling')} ({info.get('eval')}, {job['dir']}): {missing}"
                     )
-        for note in reference.notes if reference is not None else []:
-            warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): {note}")
         verdicts[index] = judge(
             measured,
             declared,
@@ -87,6 +85,8 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
             criteria,
             missing,
         )
+        for note in (verdicts[index].get("reference") or {}).get("notes", []):  # the reference's and the verdict's
+            warnings.append(f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): {note}")
         references[index] = reference
     return verdicts, references, warnings
 

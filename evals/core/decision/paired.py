@@ -88,6 +88,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
                 method=f"Hall-corrected t over paired {what} (CR2 variance, Bell-McCaffrey df)",
                 lever=what,
                 critical=interval["critical"],
+                df=interval["df"],
             )
         else:
             found.update(method=interval["description"], lever=None)

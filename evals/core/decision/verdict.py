@@ -20,8 +20,11 @@ verdict_text.py):
   the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
   limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
-  it: about how many more documents or prompts (aimed at 90% power; followed, it decides >= 80% of the time in
-  the simulations), or that one document cannot decide it at this length. Below the fewest units a method is
+  it: about how many more documents or prompts (evals/planning.py: planned on an upper bound of the spread; the
+  rate at which followed advice decides is measured per scenario in docs/verdict.md), that the units at hand cannot
+  decide it (more than 20x would be needed), or that one document cannot decide it at this length. Past T, a drift
+  of the reference's NLL with position within T large enough to bias the comparison is warned about in one line
+  (evals/core/decision/positions.py; ``notes``, ``verdict_notes``), the verdict unchanged. Below the fewest units a method is
   calibrated for (``MIN_BLOCKS`` of one document, ``MIN_DOCUMENTS``, ``MIN_PROMPTS``; evals/stats.py) nothing
   is decided, and the line says so. Metrics declared without ``verdict`` (the answer NLL of needle and passkey)
   are compared the same way and shown beside the decision as a second, continuous look.
@@ -44,11 +47,13 @@ verdict_text.py):
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..config.structured import VerdictConfig
 from ..measure import by_metric, measured_value
 from .paired import paired_ratio, same_units, units_of
+from .positions import position_drift
 from .reference import Reference
 from .verdict_text import lever as more_of
 
@@ -134,21 +139,43 @@ def _check(
         point = ratio if ratio is not None else (low + high) / 2
         half = (high - point) if limit > point else (point - low)  # the side of the interval facing the limit
         distance = abs(point - limit)
-        from ...stats import more_units
-
         if blocks_of_one:  # more blocks would need another length: the lever is more documents
             more = None
             tail = f" straddles {limit:g}: one document cannot decide it at this length; more documents would"
         else:
-            more = more_units(paired["n"], half, distance, paired.get("critical"))
             lever = paired.get("lever") or f"{check['unit']}s"
-            tail = f" straddles {limit:g}: " + (
-                f"about {more} more {lever} would likely decide it" if more else "the estimate sits on the limit"
-            )
+            if paired["clustered"]:  # the cluster interval is symmetric in the log: plan there (evals/planning.py)
+                half = math.log(high / point) if limit > point else math.log(point / low)
+                distance = abs(math.log(point / limit))
+            tail = f" straddles {limit:g}: " + _advice(paired, half, distance, point, limit, lever)
+            more = paired.get("advice")
         check["more_units"] = more
     check["state"] = state
     check["why"] = head + interval + tail
     return check
+
+
+def _advice(paired: dict, half: float, distance: float, point: float, limit: float, lever: str) -> str:
+    """What more units would decide an inconclusive check (evals/planning.py): about how many, planned so that
+    followed it decides >= 80% of the time; "these units cannot decide it" when more than PLAIN times the units at
+    hand would be needed; "sits on the limit" only when the estimate prints as the limit. Sets ``paired["advice"]``
+    (the number, or None)."""
+    from ...planning import PLAIN, more_units
+
+    n = paired["n"]
+    paired["advice"] = None
+    if f"{point:.4g}" == f"{limit:.4g}":
+        return f"the estimate sits on the limit (x{point:.4g}): no number of {lever} can be promised to decide it"
+    more = more_units(n, half, distance, paired.get("critical"), paired.get("df"))
+    question = f"a x{point:.3g} vs x{limit:g} question"
+    if more is None:
+        return f"{n} {lever} cannot decide {question}; even 10^6 times as many might not"
+    if more > PLAIN * n:
+        return f"{n} {lever} cannot decide {question}; about {n + more} would"
+    paired["advice"] = more
+    low = more_units(n, half, distance, paired.get("critical"), paired.get("df"), cautious=False)
+    spread = f" (at least {low} on the current spread)" if low and low < more else ""
+    return f"about {more} more {lever} would likely decide it{spread}"
 
 
 def _decide(checks: list[dict]) -> tuple[str, str]:
@@ -194,7 +221,7 @@ def judge(
             "missing": None,
         }
     summary: dict = {}
-    rows = []
+    rows, notes = [], []  # notes: position-effect warnings (evals/core/decision/positions.py)
     for L in lengths:
         checks = []
         for name, metric in metrics.items():
@@ -205,17 +232,13 @@ def judge(
             ref = reference.get(name, ref_length) if reference is not None else None
             if measured_value(own) is None and measured_value(ref) is None and not own.get("note") == "out of memory":
                 continue  # measured on neither side (LongPPL where no token is a key token): nothing to judge
-            checks.append(
-                _check(
-                    metric,
-                    own,
-                    ref,
-                    criteria,
-                    ref_length,
-                    second_look=not metric.get("verdict"),
-                    itself=reference is not None and reference.sources == ["itself"] and L == ref_length,
-                )
-            )
+            itself = reference is not None and reference.sources == ["itself"] and L == ref_length
+            checks.append(_check(metric, own, ref, criteria, ref_length, not metric.get("verdict"), itself))
+            if L > trained and metric.get("nll") and metric.get("verdict") and ref and not itself:
+                drift = position_drift(units_of(own), units_of(ref), criteria["tolerance"], L, trained)
+                if drift and drift["warn"]:  # the verdict stays; the warning travels with it
+                    checks[-1]["position_drift"] = drift
+                    notes.append(f"{name}: {drift['note']}")
         rows.append({"length": L, "checks": checks})
     if reference is None:
         why = missing or "no unscaled reference on the same tokens"
@@ -275,13 +298,16 @@ def judge(
         own = {L: v for L, v in values.get(name, {}).items() if v is not None}
         if metric["lower_is_better"] and own:
             summary[f"{name}_stable_length"] = _stable(own, trained, criteria["tolerance"])
+    if notes:  # with the verdict wherever it goes: results.json and W&B (summary), the printed and report notes
+        summary["verdict_notes"] = "; ".join(notes)
     return {
         "summary": summary,
         "lengths": rows,
         "criteria": criteria,
         "target": target,
         "trained": trained,
-        "reference": None if reference is None else {"sources": reference.sources, "notes": reference.notes},
+        "notes": notes,
+        "reference": None if reference is None else {"sources": reference.sources, "notes": reference.notes + notes},
         "missing": missing if reference is None else None,
     }
 
