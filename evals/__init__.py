@@ -31,7 +31,17 @@ from .core.errors import UserError
 from .core.measure import Measurement, token_blocks
 from .core.registry import EVALS, Metric, register_eval
 
-APP = ("cli", "report", "lm_eval_tasks", "core", "search", "setup")  # not evals: nothing of theirs registers
+APP = (
+    "cli",
+    "report",
+    "lm_eval_tasks",
+    "core",
+    "search",
+    "setup",
+    "families",
+    "models",
+    "planning",
+)  # not evals: nothing of theirs registers
 
 __all__ = ["EVALS", "Measurement", "Metric", "UserError", "load_evals", "register_eval", "token_blocks"]
 

@@ -301,5 +301,5 @@ def _making_hydra_dir(err: OSError) -> bool:
 
     frames = traceback.extract_tb(err.__traceback__)
     in_hydra = any("/hydra/" in f.filename and f.name in ("run_job", "launch", "sweep", "run") for f in frames)
-    ours = any("/evals/" in f.filename and f.name not in ("main", "app") for f in frames)
+    ours = any("/evals/" in f.filename and f.name not in ("main", "_main", "app") for f in frames)
     return bool(err.filename) and in_hydra and not ours and frames[-1].name in ("mkdir", "makedirs")

@@ -117,7 +117,8 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
     assert groups == {f"sweep-{tmp_path.name}_sweep"}
     assert names == {"tinyllama[random]-none-perplexity", "tinyllama[random]-yarn-factor2-perplexity"}
     report = (sweep_dir / "report.md").read_text()  # written by the Hydra callback at the end of the multirun
-    assert "| yarn-factor2 |" in report and report.index("| none |") < report.index(
+    jobs_table = report.split("## Jobs", 1)[1]  # the ranked answer above it orders by the answer
+    assert "| yarn-factor2 |" in jobs_table and jobs_table.index("| none |") < jobs_table.index(
         "| yarn-factor2 |"
     )  # baseline first
     assert (sweep_dir / "report_ppl_by_length.png").stat().st_size > 0
