@@ -72,9 +72,10 @@ def _job_of(sweep: Path, strategy: str) -> Path:
 
 
 def _ratio(row: dict) -> str:
-    """``x1.021 [1.004, 1.038]`` from a report_ranking.csv row (the interval simultaneous, as the ranking gives it)."""
+    """``x1.021 [1.004, 1.038]`` from a report_ranking.csv row: against the best recommended strategy (the interval
+    simultaneous, as the ranking gives it)."""
     value = lambda key: float(row[key]) if row.get(key) not in (None, "") else None  # noqa: E731
-    return ratio_text({"ratio": value("vs_best"), "low": value("vs_best_ci95_low"), "high": value("vs_best_ci95_high")})
+    return ratio_text({"ratio": value("vs_top"), "low": value("vs_top_ci95_low"), "high": value("vs_top_ci95_high")})
 
 
 def sweep_choice(sweep: Path, engine: str):

@@ -338,3 +338,31 @@ def test_below_the_fewest_units_the_line_names_the_lever_and_keeps_the_ratio():
     assert row["reason"].endswith(
         "; more documents (eval.documents=null takes every document of the data) or longer text"
     ), row["reason"]
+
+
+def test_a_ratio_said_of_the_first_recommended_strategy_is_against_it_and_the_answer_opens_with_it():
+    """The best by value may be undecided while another is recommended: the per-engine line and the export say
+    "x.. of <the first recommended>", so that ratio (``vs_top``) is against it, not against the best by value; and
+    the answer line opens with a recommended strategy, not with one only tied with it."""
+    from bench.ranking_ties import sweep
+
+    rng = np.random.default_rng(1)
+    differ = 0
+    for _ in range(8):
+        jobs = sweep(rng, {"a": 1.0, "b": 1.0, "c": 1.0})
+        verdicts, _, _ = judge_all(jobs, dict(DEFAULTS))
+        (group,) = rank(jobs, verdicts)
+        rows = group["rows"]
+        recommended = [r for r in rows if r["recommended"]]
+        if not recommended:
+            continue
+        top = recommended[0]
+        assert top["vs_top"]["ratio"] == pytest.approx(1.0)
+        assert group["answer"].split(": ", 1)[1].startswith(top["strategy"]), group["answer"]
+        best = min((r for r in rows if r["state"] in ("yes", "inconclusive")), key=lambda r: r["value"])
+        differ += best is not top
+        for r in rows:
+            if r["vs_top"] is not None:
+                assert r["vs_top"]["ratio"] == pytest.approx(r["value"] / top["value"], rel=0.02), r["strategy"]
+                assert r["vs_top"]["low"] <= r["vs_top"]["ratio"] <= r["vs_top"]["high"]
+    assert differ, "no sweep where the best by value is not recommended: the test would not test it"

@@ -19,6 +19,7 @@ def _tiers(chosen: list[dict]) -> str:
 
     def tier(members: list[dict]) -> str:
         alone = [r["strategy"] for r in members if r.get("tied_with")]
+        members = sorted(members, key=lambda r: not r["recommended"])  # the recommended ones named first
         names = " ≈ ".join(r["strategy"] for r in members)
         if len(members) == 1:
             return names
@@ -102,6 +103,9 @@ def table(group: dict) -> list[dict]:
                 "vs_best": versus.get("ratio"),
                 "vs_best_ci95_low": versus.get("low"),
                 "vs_best_ci95_high": versus.get("high"),
+                "vs_top": (r.get("vs_top") or {}).get("ratio"),  # against the best recommended (deploy's choice)
+                "vs_top_ci95_low": (r.get("vs_top") or {}).get("low"),
+                "vs_top_ci95_high": (r.get("vs_top") or {}).get("high"),
                 "tied_with": r.get("tied_with"),
                 "evals": ", ".join(f"{e}: {s}" for e, s in r["evals"].items()),
                 "time_vs_unscaled": (r["time"] or {}).get("ratio"),

@@ -78,7 +78,7 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
             {
                 "engine": engine,
                 "strategy": chosen["strategy"] if chosen else None,
-                "vs_best": chosen["vs_best"] if chosen else None,
+                "vs_best": chosen.get("vs_top") if chosen else None,  # against recommended[0], the one named
                 "best": recommended[0]["strategy"],
                 "skipped": skipped,
                 "note": note if chosen else None,

@@ -332,6 +332,11 @@ def _rank_group(
             *_sort_key(r, lower)[1:],
         )
     )
+    # against the first recommended strategy (the one the per-engine answer and the export name): the best by value
+    # may be an undecided one, and a ratio printed "of dca" must be against dca
+    top = next((r for r in rows if r["recommended"] and r["value"] is not None), None)
+    for r in rows:
+        r["vs_top"] = _against(primary, r, top, simultaneous) if top and r["value"] is not None else None
     unjudged = {m: why for r in rows if r["strategy"] != "none" for m, why in r["unjudged"].items()}
     configs = {s: next((j["config"] for j, _ in jobs if j.get("config")), None) for s, jobs in members.items()}
     engines = per_engine(rows, {s: c for s, c in configs.items() if c})
@@ -351,6 +356,19 @@ def _rank_group(
         "engine_lines": [engine_line(e) for e in engines],
         "rows": rows,
     }
+
+
+def _against(primary, r: dict, other: dict, simultaneous: dict) -> dict | None:
+    """``r`` against ``other`` at the simultaneous level, whichever order the pair was compared in."""
+    if r is other:
+        return _versus(primary, r, r)
+    if (r["strategy"], other["strategy"]) in simultaneous:
+        return simultaneous[(r["strategy"], other["strategy"])]
+    found = simultaneous.get((other["strategy"], r["strategy"]))
+    if not found:
+        return found
+    flip = lambda x: None if x in (None, 0) else 1 / x  # noqa: E731 -- a/b from b/a: the interval's ends swap
+    return {**found, "ratio": flip(found["ratio"]), "low": flip(found.get("high")), "high": flip(found.get("low"))}
 
 
 def _versus(primary, row: dict, other: dict | None) -> dict | None:

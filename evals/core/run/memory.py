@@ -165,6 +165,10 @@ def check(model, eval_parts, lengths, attention_level: bool = False, have: int |
         if free is None:
             return [f"memory: {found.text()}; what {model.device.type} has cannot be told here"]
         have = free + held_by_cache(model.device)
+        if model.device.type == "cuda":  # blocks torch's caching allocator keeps from an earlier job are ours to reuse
+            import torch
+
+            have += torch.cuda.memory_reserved(model.device) - torch.cuda.memory_allocated(model.device)
     need = found.weights + found.forward  # the process's own resident memory is already not available
     where = f"{have / GIB:.1f} GiB available on {model.device.type}"
     if need > have:
