@@ -79,3 +79,24 @@ def test_a_job_close_to_the_limit_warns_and_the_budget_says_the_estimate(compose
     assert memory.check(model, parts, [512], have=int(need / 0.9))[0].startswith("warning: memory: this job needs")
     assert memory.check(model, parts, [512], have=need * 2)[0].startswith("memory: about ")
     assert 6.7e9 * 4 < found.weights < 6.8e9 * 4  # Llama-2-7B: 6.74e9 parameters in fp32
+
+
+def test_a_job_whose_longest_lengths_do_not_fit_runs_the_others_and_only_a_job_with_none_that_fits_stops(compose):
+    """Only some lengths over the memory: one warning naming them (they are tried and recorded as out of memory at
+    run time, tests/test_runner.py), the job goes on; not even the shortest fits: one line, exit 2."""
+    import pytest
+
+    from evals.core.errors import ConfigError
+    from evals.core.inputs.models import resolve_model
+
+    cfg = compose("model=llama", "model.weights=random")
+    model = resolve_model(cfg.model, geometry=False, weights=True)
+    parts = [("perplexity", {"lengths": [512, 32768], "chunk_tokens": 2048}), ("needle", {"lengths": [512, 32768]})]
+    found = memory.estimate(model, parts, [512, 32768])
+    small = memory.estimate(model, [(n, {**p, "lengths": [512]}) for n, p in parts], [512])
+    between = (small.weights + small.forward + found.weights + found.forward) // 2
+    line = memory.check(model, parts, [512, 32768], have=between)[0]
+    assert line.startswith("warning: memory: this job needs") and "needle at 32768" in line
+    assert "at 512" not in line and "shorter lengths are measured" in line
+    with pytest.raises(ConfigError, match="it would run out of memory; levers"):
+        memory.check(model, parts, [512, 32768], have=found.weights)  # no room for any forward

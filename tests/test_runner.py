@@ -277,11 +277,6 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
-@pytest.mark.xfail(
-    reason="open (issue 55): the memory check before the model is built now refuses the whole job in one line when "
-    "its longest length exceeds the memory; per-length out-of-memory recording is to be reconciled with it",
-    strict=False,
-)
 def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin, run_cli):
     """Under a 3 GiB process memory limit, eager attention at 32768 tokens (17 GiB of scores) cannot be
     allocated: that length is OOM, the shorter ones are measured, in both protocols and the needle grid."""

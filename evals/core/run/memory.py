@@ -95,23 +95,30 @@ def forward_bytes(
     return int(max(layer + scores, head) + kv_cache)
 
 
+def part_forward(config, name: str, part, length: int, width: int, eager: bool, attention_level: bool) -> int:
+    """Bytes of the forward eval ``name`` (its config ``part``) runs at ``length`` tokens."""
+    if name in RETRIEVAL:  # the first prompt of a length: one prefill of it, its cache kept; the last logits
+        return forward_bytes(config, length, width, head_tokens=64, cache=True, eager=eager,
+                             attention_level=attention_level)  # fmt: skip
+    chunk = part.get("chunk_tokens") if name == "perplexity" else None  # any other eval (lm-eval): every logit
+    return forward_bytes(config, length, width, head_tokens=chunk, eager=eager, attention_level=attention_level)
+
+
+def job_forwards(config, eval_parts, width: int, eager: bool, attention_level: bool) -> list[tuple[int, int, str]]:
+    """(bytes, length, eval name) of every forward length of the job, most demanding first: ``eval_parts`` [(eval
+    name, its config)]."""
+    found = [
+        (part_forward(config, name, part, int(L), width, eager, attention_level), int(L), name)
+        for name, part in eval_parts
+        for L in part.get("lengths") or []
+    ]
+    return sorted(found, reverse=True)
+
+
 def job_forward(config, eval_parts, lengths, width: int, eager: bool, attention_level: bool) -> tuple[int, int]:
     """(bytes, length) of the job's most demanding forward: ``eval_parts`` [(eval name, its config)]."""
-    found = (0, max(lengths, default=0))
-    for name, part in eval_parts:
-        longest = max((int(L) for L in part.get("lengths") or []), default=0)
-        if not longest:
-            continue
-        if name in RETRIEVAL:  # the first prompt of a length: one prefill of it, its cache kept; the last logits
-            need = forward_bytes(config, longest, width, head_tokens=64, cache=True, eager=eager,
-                                 attention_level=attention_level)  # fmt: skip
-        else:  # perplexity chunks its head; any other eval (lm-eval) counted with every position's logits
-            chunk = part.get("chunk_tokens") if name == "perplexity" else None
-            need = forward_bytes(
-                config, longest, width, head_tokens=chunk, eager=eager, attention_level=attention_level
-            )
-        found = max(found, (need, longest))
-    return found
+    forwards = job_forwards(config, eval_parts, width, eager, attention_level)
+    return forwards[0][:2] if forwards else (0, max(lengths, default=0))
 
 
 def held_by_cache(device) -> int:
@@ -152,8 +159,10 @@ def levers(found: MemoryEstimate, device_type: str) -> str:
 
 
 def check(model, eval_parts, lengths, attention_level: bool = False, have: int | None = None) -> list[str]:
-    """Before the model is built: a ConfigError (one line, exit 2) when the job's estimated peak exceeds what the
-    device has; a warning line when it is close (above :data:`CLOSE` of it); otherwise the estimate, said."""
+    """Before the model is built: a ConfigError (one line, exit 2) when not even the job's smallest forward fits
+    what the device has (nothing could be measured); a warning line naming the lengths that will not fit when only
+    some do (they are tried and recorded as out of memory, the others measured), or when the peak is close (above
+    :data:`CLOSE` of it); otherwise the estimate, said."""
     from ..errors import ConfigError
     from ...scoring.cost import available_bytes
 
@@ -171,14 +180,24 @@ def check(model, eval_parts, lengths, attention_level: bool = False, have: int |
             have += torch.cuda.memory_reserved(model.device) - torch.cuda.memory_allocated(model.device)
     need = found.weights + found.forward  # the process's own resident memory is already not available
     where = f"{have / GIB:.1f} GiB available on {model.device.type}"
-    if need > have:
+    if need <= have:
+        if need > CLOSE * have:
+            return [f"warning: memory: this job needs {found.text()}, close to the {where}; it may run out"]
+        return [f"memory: {found.text()}; {where}"]
+    eager = (model.cfg.get("attn_implementation") or "") == "eager"
+    forwards = job_forwards(model.config, eval_parts, model.dtype.itemsize, eager, attention_level)
+    over = [(L, name) for size, L, name in forwards if found.weights + size > have]
+    if len(over) == len(forwards):  # not even the smallest forward fits: nothing would be measured
         raise ConfigError(
             f"memory: this job needs {found.text()}, {where}: it would run out of memory; levers: "
             f"{levers(found, model.device.type)}"
         )
-    if need > CLOSE * have:
-        return [f"warning: memory: this job needs {found.text()}, close to the {where}; it may run out"]
-    return [f"memory: {found.text()}; {where}"]
+    named = ", ".join(f"{name} at {L}" for L, name in sorted(over, key=lambda x: (x[1], x[0])))
+    return [
+        f"warning: memory: this job needs {found.text()}, {where}: {named} tokens will likely run out of memory "
+        f"(tried, and recorded as out of memory if they do), the shorter lengths are measured; levers: "
+        f"{levers(found, model.device.type)}"
+    ]
 
 
 def budget_line(model_cfg, config, eval_cfg, work) -> str:
