@@ -42,6 +42,24 @@ def pytest_configure(config):
 # --- composing and running jobs -----------------------------------------------------------------------------
 
 
+# CI's time limit (.ci/run sets ROPE_EXT_TESTS_UNTIL, seconds since the epoch): a test that would start past it is
+# skipped, saying so, and the summary counts them -- a run that reports what it ran, not one killed at the limit
+UNTIL = float(os.environ.get("ROPE_EXT_TESTS_UNTIL") or "inf")
+OUT_OF_TIME = "not run: CI's time budget (ROPE_EXT_TESTS_UNTIL) was spent before it started"
+
+
+def pytest_runtest_setup(item):
+    if time.time() > UNTIL:
+        pytest.skip(OUT_OF_TIME)
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = terminalreporter.stats.get("skipped", [])
+    late = [report.nodeid for report in skipped if OUT_OF_TIME in str(report.longrepr)]
+    if late:
+        terminalreporter.write_line(f"{len(late)} tests {OUT_OF_TIME}: {', '.join(late)}", yellow=True)
+
+
 @pytest.fixture(scope="session")
 def compose():
     """``compose(*overrides, searchpath=None, return_hydra_config=False)``: the config ``python run.py <overrides>``
