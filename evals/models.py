@@ -3,8 +3,10 @@
 MODEL is a local checkpoint directory, a Hub id already in the local cache, or a transformers model type (a tiny
 config of it). Printed: the rotary slots rope_ext found (rotary dim, base, layer type), the trained context and
 the shipped scaling it reads (:func:`rope_ext.trained_context`, :func:`rope_ext.shipped_parameters`), what each
-frequency strategy does with the shipped scaling (:func:`rope_ext.inherit_shipped`: inherits or replaces), and the
-family's line of docs/models.md (the compatibility suite, tests/test_families.py). Bad input: one line, exit 2.
+frequency strategy (every one the registry holds) does with the shipped scaling (:func:`rope_ext.inherit_shipped`:
+inherits or replaces), in how many attention layers the query-scaling and attention-level methods act or why they are
+refused (:func:`attention_lines`), and the family's line of docs/models.md (the compatibility suite,
+tests/test_families.py). Bad input: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -32,6 +34,30 @@ def _config(name: str):
         ) from None
 
 
+KINDS = ("frequencies", "query", "attention")  # rope_ext.registry: how each kind of strategy reaches the model
+
+
+def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
+    """What the strategies that act inside attention (``query``: a factor on the query; ``attention``: the relative
+    positions each pair sees) do on ``model`` (a meta instance): a forward with rope_ext's attention hook attached
+    (:func:`rope_ext.probe`) finds the layers that call transformers' attention interface and those that receive the
+    rotation the attention-level methods re-rotate (the check a run makes before it loads the weights)."""
+    try:
+        found = rope_ext.probe(model)
+    except Exception as err:  # AttentionHookError, or a forward the meta device cannot run: said, never raised
+        why = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        return [f"  {', '.join(query + attention)}: refused: {why}"]
+    lines = [f"  {', '.join(query)}: query scaled in the {len(found.called)} attention layers that call the interface"]
+    if found.with_rotation:
+        lines.append(
+            f"  {', '.join(attention)}: attention re-assembled in {len(found.with_rotation)} of "
+            f"{len(found.called)} attention layers (those that receive the rotation)"
+        )
+    else:
+        lines.append(f"  {', '.join(attention)}: refused: no attention layer receives position_embeddings to re-rotate")
+    return lines
+
+
 def describe(name: str) -> list[str]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -52,9 +78,16 @@ def describe(name: str) -> list[str]:
         f"{'ships ' + str(shipped.get('rope_type')) + ' x' + str(shipped.get('factor')) if shipped else 'plain RoPE'}",
         *(f"  rotary {s.module_name} {s.layer_type or ''}: dim {s.dim}, base {s.base:g}" for s in slots),
     ]
-    for strategy in ("linear", "ntk", "dynamic_ntk", "yarn", "ntk_by_parts", "llama3", "longrope", "p_rope"):
+    kinds = {kind: sorted(n for n, s in rope_ext.STRATEGIES.items() if s.kind == kind) for kind in KINDS}
+    chosen = rope_ext.select_slots(slots, "auto")  # the default layer_types (sliding-window layers left alone)
+    where = ", ".join(f"{s.module_name}{' ' + s.layer_type if s.layer_type else ''}" for s in chosen)
+    frequency = [n for n in kinds["frequencies"] if n != "none"]
+    lines.append(f"  {', '.join(frequency)}: patched on {where} (scaling.layer_types=auto; =all for every slot)")
+    for strategy in frequency:
         _, said = rope_ext.inherit_shipped({"name": strategy}, config)
-        lines.append(f"  {strategy}: patched on every slot above{'; ' + said if said else ''}")
+        if said:
+            lines.append(f"  {said}")
+    lines += attention_lines(model, kinds["query"], kinds["attention"])
     docs = Path(__file__).resolve().parent.parent / "docs" / "models.md"
     row = (
         next((r for r in docs.read_text().splitlines() if r.startswith(f"| {config.model_type} |")), None)

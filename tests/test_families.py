@@ -150,11 +150,17 @@ def test_evals_models_says_what_applies_to_a_users_checkpoint_before_any_run(cap
     assert main(["gpt_oss"]) == 0
     out = capsys.readouterr().out
     assert "gpt_oss (gpt_oss): trained context 4096; ships yarn x32.0" in out
-    assert "yarn: patched on every slot above; yarn inherits the shipped yarn x32's truncate=False" in out
-    assert "linear replaces the shipped yarn x32 scaling" in out
+    assert "\n  yarn inherits the shipped yarn x32's truncate=False" in out
+    assert "\n  linear replaces the shipped yarn x32 scaling" in out
+    assert ", yarn: patched on model.rotary_emb (scaling.layer_types=auto" in out  # every frequency strategy
+    assert "dca, leaky_rerope, lm_infinite, rerope, self_extend, string: attention re-assembled in" in out
     assert "compatibility suite (docs/models.md): this family is not in the suite" in out  # not built tiny
     assert main(["llama"]) == 0
     assert "compatibility suite (docs/models.md): | llama | exact | exact |" in capsys.readouterr().out
+    assert main(["falcon"]) == 0  # its attention does not call transformers' interface: refused, saying why
+    assert "logn, dca, leaky_rerope, lm_infinite, rerope, self_extend, string: refused: FalconForCausalLM: its " in (
+        capsys.readouterr().out
+    )
     assert main([str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is neither a checkpoint directory" in err
