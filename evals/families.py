@@ -8,7 +8,11 @@ natively (:data:`NATIVE`: linear/PI, dynamic NTK, YaRN, Llama-3, LongRoPE): rope
 against the same weights natively configured through ``rope_parameters`` -- "exact" when the logits agree to 1e-5;
 "supported" where transformers has no native path for that family (its rotary or config rejects it) and the patch is
 verified by rope_ext itself (each rotary's cos/sin equal the strategy's frequencies, rope_ext.rotary_output) and
-moves the logits; "refused" with rope_ext's one-line reason. The compatibility suite (tests/test_families.py) runs
+moves the logits -- and, on a family with no ``rope_parameters`` at all (GPT-J, CodeGen: a sin/cos table rotary,
+rope_ext.tables), the patched logits equal the same weights with the table built here from transformers' own
+frequencies for the strategy (``ROPE_INIT_FUNCTIONS``, :func:`_table_reference`) to 1e-5; "refused" with rope_ext's
+one-line reason. The unpatched model runs under rope_ext's ``none`` (a table rotary's table grown past its end with
+its own RoPE; nothing changes on the others), so every family is compared at the same length. The compatibility suite (tests/test_families.py) runs
 every cell and writes docs/models.md from them (:func:`markdown`).
 """
 
@@ -59,6 +63,8 @@ SPECIAL: dict[str, dict] = {
     "deepseek_v3": MLA,
     "falcon": {"head_dim": DROP},
     "phi3": {"original_max_position_embeddings": TRAINED},  # Phi-3 keeps its trained context at the top level
+    "gptj": {"rotary_dim": 8},  # partial rotary, as GPT-J 6B's 64 of 256 (the default 64 exceeds the tiny head)
+    "codegen": {"rotary_dim": 8},
 }
 
 
@@ -112,6 +118,13 @@ def ids() -> torch.Tensor:
 def logits(model) -> torch.Tensor:
     with torch.no_grad():
         return model(input_ids=ids(), use_cache=False).logits.float()
+
+
+def plain_logits(model) -> torch.Tensor:
+    """The unpatched model's logits under rope_ext's ``none``: a sin/cos table rotary's table (it ends at the trained
+    context) grown with its own RoPE; no other model changes."""
+    with rope_ext.patch(model, {"name": "none"}, TRAINED):
+        return logits(model)
 
 
 def _long_factors(pairs: int) -> list[float]:
@@ -169,7 +182,7 @@ def _one_line(err: BaseException) -> str:
 def cell(model_type: str, strategy: str, plain=None, before=None, check_restore: bool = True) -> dict:
     """One family x strategy: ``{"status": exact|supported|refused|mismatch|silent|not restored, "detail": ...}``."""
     plain = plain if plain is not None else build(model_type)
-    before = before if before is not None else logits(plain)
+    before = before if before is not None else plain_logits(plain)
     slots = rope_ext.find_rotary_slots(plain)
     ours, theirs = NATIVE[strategy]
     setting = ours(slots[0].dim // 2)
@@ -182,11 +195,20 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
         scaled = {s.layer_type for s in patch.slots}
     finally:
         patch.restore()
-    if check_restore and not torch.equal(logits(plain), before):
+    if check_restore and not torch.equal(plain_logits(plain), before):
         return {"status": "not restored", "detail": "the logits after restore() differ from the plain model's"}
     moved = float((patched - before).abs().max())
     if not moved > 1e-6:  # tiny random models move little; a silent patch moves nothing
         return {"status": "silent", "detail": f"the logits moved by {moved:.1e} only"}
+    if not hasattr(plain.config.get_text_config(), "rope_parameters"):  # no native RoPE parameters at all
+        gap = float((patched - _table_reference(model_type, plain, slots, theirs(slots[0].dim // 2))).abs().max())
+        if gap > 1e-5:
+            return {"status": "mismatch", "detail": f"patched vs the table of transformers' {strategy}: gap {gap:.1e}"}
+        return {
+            "status": "supported",
+            "detail": f"no rope_parameters in transformers here; the patched logits equal the sin/cos table built from "
+            f"transformers' own {strategy} frequencies (max logit gap {gap:.0e})",
+        }
     own = dict(plain.config.get_text_config().rope_parameters or {})
     try:
         native = logits(_with_weights(model_type, _native_parameters(own, theirs(slots[0].dim // 2), scaled), plain))
@@ -210,6 +232,39 @@ def _with_weights(model_type: str, rope_parameters: dict, plain):
     return native
 
 
+def _table_reference(model_type: str, plain, slots, native: dict) -> torch.Tensor:
+    """The logits of ``plain``'s weights with each sin/cos table slot's buffer built here, from transformers' own
+    frequencies and attention factor for ``native`` (``ROPE_INIT_FUNCTIONS`` at the survey's length, on a stand-in
+    config of the slot's rotary dim and base): sin(p * theta) * a in the table's sine columns (row 0's zeros),
+    cos(p * theta) * a in the others, for p < LENGTH."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as hf_logging
+
+    other = _with_weights(model_type, None, plain)
+    for slot in slots:
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # its notes on the native parameters' keys (the survey's settings, on purpose)
+        try:
+            stand_in = LlamaConfig(
+                hidden_size=slot.dim,
+                num_attention_heads=1,
+                head_dim=slot.dim,
+                max_position_embeddings=TRAINED,
+                rope_parameters={**native, "rope_theta": slot.base},
+            )
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        inv_freq, attention = ROPE_INIT_FUNCTIONS[native["rope_type"]](stand_in, "cpu", seq_len=LENGTH)
+        module = other.get_submodule(slot.module_name)
+        old = getattr(module, slot.table)
+        angles = torch.arange(LENGTH).float()[:, None] * inv_freq.float()[None, :]
+        table = torch.empty(LENGTH, old.shape[1])
+        table[:, old[0] == 0], table[:, old[0] != 0] = angles.sin() * attention, angles.cos() * attention
+        module.register_buffer(slot.table, table.to(old.dtype), persistent=False)
+    return logits(other)
+
+
 def survey(families=None, strategies=None) -> dict:
     """{family: {"built": ..., "cells": {strategy: cell}, "seconds": ...}} over every (or the given) family."""
     out = {}
@@ -217,7 +272,7 @@ def survey(families=None, strategies=None) -> dict:
         start = time.perf_counter()
         try:
             plain = build(model_type)
-            before = logits(plain)
+            before = plain_logits(plain)
         except Exception as err:
             out[model_type] = {"built": False, "detail": _one_line(err)}
             continue
@@ -227,7 +282,7 @@ def survey(families=None, strategies=None) -> dict:
             out[model_type] = {"built": True, "refused": _one_line(err), "cells": {}}
             continue
         cells = {s: cell(model_type, s, plain, before, check_restore=False) for s in strategies or NATIVE}
-        if not torch.equal(logits(plain), before):  # every patch restored: the plain model computes what it did
+        if not torch.equal(plain_logits(plain), before):  # every patch restored: the plain model computes what it did
             cells = {s: {"status": "not restored", "detail": "logits after restore() differ"} for s in cells}
         out[model_type] = {"built": True, "cells": cells, "seconds": time.perf_counter() - start}
     return out
@@ -280,8 +335,10 @@ def markdown(found: dict) -> str:
         "frequency strategy transformers implements natively; **exact**: the patched logits equal the same weights "
         "natively configured through `rope_parameters` to 1e-5 (the logits moved; restore() gave the plain model back "
         "bit for bit); **supported**: transformers has no native path for that strategy on that family, and rope_ext's "
-        "own check (each rotary's cos/sin equal the strategy's frequencies) passed; **refused**: rope_ext says why in one "
-        "line.",
+        "own check (each rotary's cos/sin equal the strategy's frequencies) passed -- on a family with no "
+        "`rope_parameters` at all (a sin/cos table rotary: GPT-J, CodeGen), the patched logits also equal the same "
+        "weights with the table built from transformers' own frequencies for the strategy (1e-5); **refused**: rope_ext "
+        "says why in one line.",
         "",
         f"Families: **{count['exact']} exact**, **{count['supported']} supported**, **{count['refused']} refused**, "
         f"**{count['failing']} with open cells** (silent or mismatch: issue 51), {count['not built']} not built tiny (listed at the end, with the reason).",

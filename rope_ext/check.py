@@ -23,7 +23,7 @@ from .attention import hook_attention, text_config
 from .patch import RopePatch
 from .slots import RotarySlot, find_rotary_slots
 from .rotary_output import SilentPatchError
-from .scaling import Scaling
+from .scaling import Scaling, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -94,7 +94,10 @@ def patch_checked(
     trained = trained or int(scaling.params.get("original_max_position") or 0) or 4096
     positions = probe_positions(trained)
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
-    before = _observe(model, positions) if scaling.scales_frequencies else None
+    before = None
+    if scaling.scales_frequencies:  # under ``none``: a sin/cos table rotary grown past its end with its own RoPE
+        with RopePatch(model, resolve({"name": "none"})):
+            before = _observe(model, positions)
     own = {slot: tuple(slot.frequencies(model)) for slot in (slots if slots is not None else find_rotary_slots(model))}
     try:
         patch = RopePatch(model, scaling, slots=slots)

@@ -14,6 +14,11 @@ sequence in one forward, as the evals here do, is exact.
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
+A sin/cos *table* rotary (GPT-J, CodeGen: :mod:`rope_ext.tables`) gets a table rebuilt from the strategy's
+frequencies and attention factor, grown in a forward pre-hook to every position a forward asks (its own table ends at
+max_position_embeddings); under a strategy that changes no frequency (``none``, query scaling, attention-level) it
+is grown with its own RoPE, its rows kept. Dynamic strategies rebuild it from the current length.
+
 Query-scaling strategies (``logn``, alone or in a ``compose``) change no frequency: the patcher attaches a
 query transform to rope_ext's attention hook (:mod:`rope_ext.attention`) that multiplies the query at
 each position by the strategy's factor, in the layers whose rotary slot is selected (``layer_types=auto``
@@ -31,6 +36,7 @@ from .attention_call import assemble_call, require_hooked
 from .rotary_output import call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
 from .rotary_output import SilentPatchError
 from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
+from .tables import build_table, find_table_slots, grown, own_table
 from .registry import ScalingError
 from .scaling import Scaling, resolve
 from .shipped import inherit_shipped
@@ -71,8 +77,17 @@ class RopePatch:
         self.applied: list[dict] = []
         self._routed: list[tuple] = []  # rope_init_fn routed to the patched buffer (rotary_output.route_init_fn)
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
+        self._rows: dict[RotarySlot, int] = {}  # a table slot's rows now
+        self._freqs: dict[RotarySlot, tuple] = {}  # the frequencies a table slot was built from
+        # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.tables)
+        self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
         if scaling.scales_frequencies:
             self._apply()
+        for slot in self._own_tables:
+            module = slot.module(model)
+            self._saved.append((module, slot.table, None, getattr(module, slot.table)))
+            self._rows[slot] = slot.rows
+            self._hooks.append(module.register_forward_pre_hook(self._position_hook, with_kwargs=True))
         if scaling.scales_query or scaling.scales_attention:
             every = find_rotary_slots(model)
             # only the selected layers' attention (None: every layer, the model has no other slot)
@@ -109,10 +124,23 @@ class RopePatch:
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 
     def _apply(self) -> None:
+        odd = [s.module_name for s in self.slots if s.table and not s.base > 1]
+        if odd:
+            raise ScalingError(
+                f"scaling '{self.scaling.label}': the sin/cos table of {', '.join(odd)} is not RoPE's "
+                "theta_i = b^(-2i/d) (patched already?): rope_ext reads no base to scale from"
+            )
         modules = {slot.module_name: slot.module(self.model) for slot in self.slots}
         trained = int(self.scaling.params.get("original_max_position") or 0) or trained_context(self.model)
         positions = probe_positions(trained)
-        before = {slot: call_rotary(modules[slot.module_name], slot, positions) for slot in self.slots}
+        before = {}
+        for slot in self.slots:
+            module = modules[slot.module_name]
+            if slot.table:  # its output past the table, its own RoPE grown: what the patched one is compared with
+                with grown(module, slot, int(positions.max()) + 1):
+                    before[slot] = call_rotary(module, slot, positions)
+            else:
+                before[slot] = call_rotary(module, slot, positions)
         own = {slot: tuple(slot.frequencies(self.model)) for slot in self.slots}
         self._set_all(modules)
         try:
@@ -140,13 +168,18 @@ class RopePatch:
                 module.rope_type = {k: "default" for k in rope_type}
             elif rope_type is not None:
                 module.rope_type = "default"
-            if self.dynamic:
-                self._hooks.append(module.register_forward_pre_hook(self._dynamic_hook, with_kwargs=True))
+        for name, module in modules.items():
+            if self.dynamic or any(s.table for s in self.slots if s.module_name == name):
+                self._hooks.append(module.register_forward_pre_hook(self._position_hook, with_kwargs=True))
         for slot in self.slots:
             module = modules[slot.module_name]
-            buffer_name, scaling_name = f"{slot.prefix}inv_freq", f"{slot.prefix}attention_scaling"
-            self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
-            self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
+            if slot.table:
+                self._saved.append((module, slot.table, None, getattr(module, slot.table)))
+                self._rows[slot] = slot.rows
+            else:
+                buffer_name, scaling_name = f"{slot.prefix}inv_freq", f"{slot.prefix}attention_scaling"
+                self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
+                self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
             inv_freq, attention = self._set(slot, module, seq_len=None)
             self.applied.append(
                 {**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())}
@@ -158,20 +191,39 @@ class RopePatch:
 
     def _set(self, slot: RotarySlot, module: nn.Module, seq_len: int | None):
         inv_freq, attention = self.scaling.frequencies(slot.dim, slot.base, seq_len)
+        self.seq_len[slot] = seq_len
+        if slot.table:  # sin(p * theta') * a, cos(p * theta') * a for every position up to the length asked
+            self._freqs[slot] = inv_freq, attention
+            self._rows[slot] = max(self._rows[slot], seq_len or 0)
+            _put(module, slot.table, build_table(inv_freq, attention, self._rows[slot], getattr(module, slot.table)))
+            return inv_freq, attention
         old = getattr(module, f"{slot.prefix}inv_freq")
         module.register_buffer(f"{slot.prefix}inv_freq", inv_freq.to(old.device), persistent=False)
         setattr(module, f"{slot.prefix}attention_scaling", attention)
-        self.seq_len[slot] = seq_len
         return inv_freq, attention
 
-    def _dynamic_hook(self, module, args, kwargs):
+    def _position_hook(self, module, args, kwargs):
+        """Before a rotary's forward: dynamic frequencies for the current length n = max(position_ids) + 1; a table
+        grown to n rows (at least doubled, so a generation adding one token at a time rebuilds it rarely)."""
         position_ids = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
         if position_ids is None:
-            raise ScalingError(f"dynamic scaling '{self.name}': the rotary module was called without position_ids")
+            if self.dynamic:
+                raise ScalingError(f"dynamic scaling '{self.name}': the rotary module was called without position_ids")
+            return
         seq_len = int(position_ids.max()) + 1
-        for slot in self.slots:
-            if slot.module(self.model) is module and self.seq_len.get(slot) != seq_len:
+        for slot in [*self.slots, *self._own_tables]:
+            if slot.module(self.model) is not module:
+                continue
+            if self.dynamic and slot in self.seq_len and self.seq_len[slot] != seq_len:
                 self._set(slot, module, seq_len)
+            elif slot.table and seq_len > self._rows[slot]:
+                self._rows[slot] = max(seq_len, 2 * self._rows[slot])
+                table = getattr(module, slot.table)
+                if slot in self._freqs:
+                    _put(module, slot.table, build_table(*self._freqs[slot], self._rows[slot], table))
+                else:  # a table at its own RoPE: its original rows kept
+                    original = next(v for m, n, _, v in self._saved if m is module and n == slot.table)
+                    _put(module, slot.table, own_table(slot, original, self._rows[slot]))
 
     def restore(self) -> None:
         """Put back the exact tensors and attributes the model had before patching."""
@@ -181,7 +233,7 @@ class RopePatch:
             unroute(routed)
         for module, buffer_name, attr_name, value in reversed(self._saved):
             if buffer_name is not None:
-                module.register_buffer(buffer_name, value, persistent=False)
+                _put(module, buffer_name, value)
             elif value is not None or hasattr(module, attr_name):
                 setattr(module, attr_name, value)
         self._saved, self._hooks, self._routed = [], [], []
@@ -191,6 +243,11 @@ class RopePatch:
 
     def __exit__(self, *exc) -> None:
         self.restore()
+
+
+def _put(module: nn.Module, name: str, tensor) -> None:
+    """Set the buffer ``name`` of ``module``, keeping whether it is saved in the state dict."""
+    module.register_buffer(name, tensor, persistent=name not in module._non_persistent_buffers_set)
 
 
 def patch(

@@ -5,7 +5,8 @@ returns (cos, sin). :func:`verify` is run by the patcher (:mod:`rope_ext.patch`)
 every caller: the output must (1) differ from the module's output before the patch wherever the strategy changed
 the frequencies or the attention factor, and (2) be the patched frequencies, cos(p * theta_i) * a and
 sin(p * theta_i) * a at each probe position p -- compared layout-agnostically (each position's values sorted, so
-halves-concatenated and interleaved layouts are both read). A module whose forward recomputes its frequencies
+halves-concatenated and interleaved layouts are both read), in the order the module returned them before the patch
+((sin, cos) for GPT-J's table rotary, :mod:`rope_ext.tables`, whose frequencies are read from its table). A module whose forward recomputes its frequencies
 from the config (PhiMoE calls ``self.rope_init_fn(self.config)`` in every forward) is patched through what it
 reads: :func:`route_init_fn` makes its ``rope_init_fn`` return the patched buffer and, where the output still
 differs because the forward branches on the config's ``rope_type``, :func:`route_config` sets that to ``default``
@@ -19,6 +20,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 from .registry import ScalingError
+from .slots import held
 
 if TYPE_CHECKING:
     import torch
@@ -45,7 +47,7 @@ def call_rotary(module: nn.Module, slot: RotarySlot, positions: torch.Tensor):
     ``module(x, position_ids[, layer_type])``; None too on the meta device."""
     import torch
 
-    buffer = getattr(module, f"{slot.prefix}inv_freq")
+    buffer = getattr(module, slot.buffer)
     if buffer.is_meta:
         return None
     x = torch.zeros(1, positions.shape[-1], 1, dtype=torch.float32, device=buffer.device)
@@ -62,11 +64,15 @@ def call_rotary(module: nn.Module, slot: RotarySlot, positions: torch.Tensor):
     return tuple(t.detach().float().clone() for t in out)
 
 
-def expected_mismatch(out, inv_freq: torch.Tensor, attention: float, positions: torch.Tensor) -> float:
-    """Largest difference between the module's (cos, sin) and cos/sin(p * theta) * a, each position's values
-    sorted (any layout: halves concatenated or interleaved, one or two copies of each pair)."""
+def expected_mismatch(
+    out, inv_freq: torch.Tensor, attention: float, positions: torch.Tensor, sin_first: bool = False
+) -> float:
+    """Largest difference between the module's (cos, sin) -- (sin, cos) when ``sin_first`` -- and cos/sin(p * theta)
+    * a, each position's values sorted (any layout: halves concatenated or interleaved, one or two copies of each
+    pair)."""
     import torch
 
+    out = tuple(reversed(out)) if sin_first else out
     angles = positions.reshape(-1, 1).double().to(inv_freq.device) * inv_freq.double().reshape(1, -1)
     worst = 0.0
     for got, fn in zip(out, (torch.cos, torch.sin)):
@@ -125,9 +131,10 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     after = call_rotary(module, slot, positions)
     if after is None or before is None:
         return "not callable alone: checked through the model's forward only (rope_ext.check)"
-    inv_freq, attention = (
-        getattr(module, f"{slot.prefix}inv_freq"),
-        float(getattr(module, f"{slot.prefix}attention_scaling")),
+    inv_freq, attention = held(module, slot)
+    # the order the module returned (cos, sin) in before the patch: (sin, cos) for GPT-J's table rotary
+    sin_first = bool(slot.table) and expected_mismatch(before, *own, positions, True) < expected_mismatch(
+        before, *own, positions
     )
     where = f"{slot.module_name} ({type(module).__name__}{', ' + slot.layer_type if slot.layer_type else ''})"
     identity = torch.equal(inv_freq.cpu(), own[0].cpu()) and attention == own[1]
@@ -136,7 +143,7 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
             f"scaling '{label}' changed nothing in {where}: its forward does not read the patched inv_freq/"
             "attention_scaling (it recomputes cos/sin from elsewhere), so rope_ext refuses to patch it"
         )
-    gap = expected_mismatch(after, inv_freq, attention, positions)
+    gap = expected_mismatch(after, inv_freq, attention, positions, sin_first)
     # the module computes p * theta in float32: its angle is off by up to ~1 ulp of the largest angle (2e-3 at 4L =
     # 16384), far below what a wrong frequency or attention factor moves (a factor 2, or mscale's 1.14)
     largest = float(positions.max()) * float(inv_freq.abs().max())

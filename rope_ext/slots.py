@@ -7,14 +7,18 @@ which covers partial rotary models: GPT-NeoX ``rotary_pct``, Phi ``partial_rotar
 the model config. A :class:`RotarySlot` is a description (module name, prefix, dim, base), so slots found
 on a ``meta``-device instance -- shapes only, no weights -- name the same places in the loaded model: a
 harness finds and selects them once, before anything loads, and hands them to the patcher.
+
+A rotary that holds a sin/cos table instead (GPT-J, CodeGen) is a *table slot*: ``table`` names its buffer, ``rows``
+its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; not on ``meta``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .registry import ScalingError
+from .tables import find_table_slots
 
 if TYPE_CHECKING:
     from torch import nn
@@ -28,12 +32,21 @@ class RotaryNotFoundError(ScalingError):
 @dataclass(frozen=True)
 class RotarySlot:
     """One set of rotary frequencies in a model: the module's qualified name, the buffer prefix, rotary dim
-    and base."""
+    and base; for a sin/cos table rotary, the table buffer's name and its number of rows. A slot is a place: two
+    are equal when they name the same buffer, whatever base and rows it held when each was found (a table patched
+    to other frequencies is the same slot; its base is NaN where the table is not of RoPE's form)."""
 
     module_name: str
     prefix: str
     dim: int
-    base: float
+    base: float = field(compare=False)  # what the place held when found (a patched table reads otherwise)
+    table: str = ""
+    rows: int = field(default=0, compare=False)
+
+    @property
+    def buffer(self) -> str:
+        """The name of the buffer that holds this slot's frequencies (``<prefix>inv_freq``, or the table)."""
+        return self.table or f"{self.prefix}inv_freq"
 
     @property
     def layer_type(self) -> str | None:
@@ -45,11 +58,20 @@ class RotarySlot:
 
     def frequencies(self, model: nn.Module) -> tuple[torch.Tensor, float]:
         """(the inverse frequencies, the attention factor) ``model`` holds in this slot now."""
-        module = self.module(model)
-        return getattr(module, f"{self.prefix}inv_freq"), float(getattr(module, f"{self.prefix}attention_scaling"))
+        return held(self.module(model), self)
 
     def describe(self) -> dict:
-        return {"module": self.module_name, "layer_type": self.layer_type, "rotary_dim": self.dim, "base": self.base}
+        found = {"module": self.module_name, "layer_type": self.layer_type, "rotary_dim": self.dim, "base": self.base}
+        return {**found, "table": self.table, "table_rows": self.rows} if self.table else found
+
+
+def held(module: nn.Module, slot: RotarySlot) -> tuple[torch.Tensor, float]:
+    """(the inverse frequencies, the attention factor) ``module`` holds in ``slot`` now (a table's: read from it)."""
+    if slot.table:
+        from .tables import held as table_held
+
+        return table_held(module, slot)
+    return getattr(module, f"{slot.prefix}inv_freq"), float(getattr(module, f"{slot.prefix}attention_scaling"))
 
 
 def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None) -> dict:
@@ -86,10 +108,11 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
             params = _rope_parameters(module, model, prefix[:-1] if prefix else None)
             base = params.get("rope_theta") or _infer_base(buffer, module_name)
             slots.append(RotarySlot(module_name, prefix, 2 * buffer.numel(), float(base)))
+    slots += find_table_slots(model)
     if not slots:
         raise RotaryNotFoundError(
             f"{type(model).__name__} has no rotary embedding module (no `inv_freq` buffer with "
-            "`attention_scaling`): rope_ext patches models that use RoPE only"
+            "`attention_scaling`, no sin/cos table its rotary indexes): rope_ext patches models that use RoPE only"
         )
     return slots
 
