@@ -178,11 +178,9 @@ def test_one_large_document_among_tiny_ones_counts_as_about_one(sigma):
     assert float(np.median(df)) < 2 and coverage >= 0.94 and below <= 0.03
 
 
-def test_different_documents_on_each_side_are_compared_on_the_shared_ones():
-    """Six documents each, three in common: the old pooled bootstrap covered 25-32%."""
-    rng = np.random.default_rng(9)
+def different_document_sets(rng, reps: int) -> tuple[float, float]:
+    """(coverage, false yes) of ``reps`` comparisons of six documents a side, three in common."""
     covered = below = 0
-    reps = 400
     for _ in range(reps):
         base = rng.normal(3, 0.3, (9, 16))
         effect = DELTA + rng.normal(0, 0.03, (9, 1))
@@ -193,8 +191,14 @@ def test_different_documents_on_each_side_are_compared_on_the_shared_ones():
         assert found["documents"] == 3 and found["clustered"]
         covered += found["low"] <= DELTA <= found["high"]
         below += found["high"] < DELTA
-    print(f"different document sets, 3 shared: coverage {covered / reps:.3f}, false yes {below / reps:.3f}")
-    assert covered / reps >= 0.94 and below / reps <= 0.03
+    return covered / reps, below / reps
+
+
+def test_different_documents_on_each_side_are_compared_on_the_shared_ones():
+    """Six documents each, three in common: the old pooled bootstrap covered 25-32%."""
+    coverage, below = different_document_sets(np.random.default_rng(9), 400)
+    print(f"different document sets, 3 shared: coverage {coverage:.3f}, false yes {below:.3f}")
+    assert coverage >= 0.94 and below <= 0.03
     assert paired_log_ratio({"x/0": (1.0, 1.0), "x/1": (2.0, 1.0)}, {"y/0": (1.0, 1.0), "y/1": (2.0, 1.0)}) is None
 
 
@@ -426,3 +430,20 @@ def test_more_units_followed_decide_it_in_every_scenario(scenario):
     decided, asked = draw(np.random.default_rng(1), 100)
     print(f"more units followed, {scenario}: decided {decided}/{asked} ({decided / asked:.2f})")
     assert asked >= 50 and decided / asked >= floor
+
+
+@pytest.mark.parametrize("table", ["accuracies", "several_documents"])
+def test_docs_verdict_md_has_the_tables_the_simulations_give(table):
+    """docs/verdict.md's calibration tables are written by bench/calibration_tables.py --write from the functions
+    above; the two cheap ones are recomputed here (the others take 20 s to minutes: regenerate them with it)."""
+    import importlib.util
+
+    from tests.tiny import ROOT
+
+    spec = importlib.util.spec_from_file_location("calibration_tables", ROOT / "bench" / "calibration_tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    text = tables.DOC.read_text()
+    assert tables.replace(text, table, tables.TABLES[table]()) == text, (
+        f"docs/verdict.md's {table} table is stale: python bench/calibration_tables.py {table} --write"
+    )
