@@ -9,7 +9,8 @@ on a ``meta``-device instance -- shapes only, no weights -- name the same places
 harness finds and selects them once, before anything loads, and hands them to the patcher.
 
 A rotary that holds a sin/cos table instead (GPT-J, CodeGen) is a *table slot*: ``table`` names its buffer, ``rows``
-its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; not on ``meta``).
+its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; on ``meta``, from the values
+the model's own initialiser writes into a CPU copy of the module, as loading does).
 """
 
 from __future__ import annotations
