@@ -18,7 +18,8 @@ Tables are read from their values. On a ``meta``-device model (no values: how a 
 before its weights load) a buffer of that shape, in a module without parameters whose forward on ``meta`` returns two
 tensors, is read from the values loading will give it: transformers 5 fills a model's non-persistent buffers, which no
 checkpoint holds, with the model's own ``_init_weights`` (``PreTrainedModel._init_weights``; GPT-J's writes
-``create_sinusoidal_positions``), so that is run on a CPU copy of the module (:func:`as_loaded`). While patched (:mod:`rope_ext.patch`) the
+``create_sinusoidal_positions``), so that is run on a CPU copy of the module (:func:`as_loaded`,
+:func:`rope_ext.slots.loaded_copy`). While patched (:mod:`rope_ext.patch`) the
 buffer is replaced by :func:`build_table` of the strategy's frequencies theta' and attention factor a,
 sin(p * theta'_i) * a and cos(p * theta'_i) * a in the same layout and dtype, with rows for every position a forward
 asks (grown in a forward pre-hook: extension past the table is the point); restore() puts the original buffer back.
@@ -153,17 +154,15 @@ def grown(module: nn.Module, slot: RotarySlot, rows: int):
 
 
 def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | None:
-    """A CPU copy of the ``meta``-device ``module`` holding the values loading gives its buffers -- the model's own
-    ``_init_weights`` run on it, every buffer NaN before (a buffer it does not write is no table) -- or None where
+    """The ``meta``-device ``module`` as loading will give it (:func:`rope_ext.slots.loaded_copy`), or None where
     ``name`` cannot be a table rotary's: not of a table's shape, in a module with parameters, or a forward on ``meta``
     at three positions that does not return two tensors of d/2 columns."""
-    import copy
-
     import torch
 
+    from .slots import loaded_copy
+
     buffer = getattr(module, name)
-    init = getattr(model, "_init_weights", None)
-    if not (table_shaped(buffer) and callable(init)) or next(module.parameters(), None) is not None:
+    if not table_shaped(buffer) or next(module.parameters(), None) is not None:
         return None
     x = torch.zeros(1, 3, 1, device="meta")
     try:
@@ -175,16 +174,7 @@ def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | Non
         return None
     if any(t.shape[-1] != buffer.shape[1] // 2 for t in out):
         return None
-    loaded = copy.deepcopy(module).to_empty(device="cpu")
-    for tensor in loaded.buffers():
-        if tensor.is_floating_point():
-            tensor.fill_(math.nan)
-    try:
-        with torch.no_grad():
-            init(loaded)
-    except Exception:  # an initialiser that cannot run on the module alone: its values are not known before loading
-        return None
-    return loaded
+    return loaded_copy(model, module)
 
 
 def find_table_slots(model: nn.Module) -> list[RotarySlot]:
