@@ -76,7 +76,11 @@ def describe(name: str) -> list[str]:
     lines = [
         f"{name} ({config.model_type}): trained context {trained}; "
         f"{'ships ' + str(shipped.get('rope_type')) + ' x' + str(shipped.get('factor')) if shipped else 'plain RoPE'}",
-        *(f"  rotary {s.module_name} {s.layer_type or ''}: dim {s.dim}, base {s.base:g}" for s in slots),
+        *(
+            f"  rotary {s.module_name} {s.layer_type or ''}: dim {s.dim}, base {s.base:g}"
+            + (f" (sin/cos table {s.table}, {s.rows} rows)" if s.table else "")
+            for s in slots
+        ),
     ]
     kinds = {kind: sorted(n for n, s in rope_ext.STRATEGIES.items() if s.kind == kind) for kind in KINDS}
     chosen = rope_ext.select_slots(slots, "auto")  # the default layer_types (sliding-window layers left alone)

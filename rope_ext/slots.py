@@ -9,7 +9,8 @@ on a ``meta``-device instance -- shapes only, no weights -- name the same places
 harness finds and selects them once, before anything loads, and hands them to the patcher.
 
 A rotary that holds a sin/cos table instead (GPT-J, CodeGen) is a *table slot*: ``table`` names its buffer, ``rows``
-its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; not on ``meta``).
+its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; on ``meta``, from the values
+the model's own initialiser writes into a CPU copy of the module, as loading does).
 """
 
 from __future__ import annotations
@@ -84,6 +85,50 @@ def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None
     return dict(params)
 
 
+def loaded_copy(model: nn.Module, module: nn.Module) -> nn.Module | None:
+    """A CPU copy of a ``meta``-device ``module`` (no parameters of its own: a rotary) holding the values loading
+    gives its buffers: transformers 5 fills the non-persistent buffers no checkpoint holds with the model's own
+    ``_init_weights`` (``PreTrainedModel._init_weights``), run here on the copy, every float buffer NaN before (one it
+    does not write stays NaN); None where the initialiser cannot run on the module alone."""
+    import copy
+    import math
+
+    import torch
+
+    init = getattr(model, "_init_weights", None)
+    if not callable(init) or next(module.parameters(), None) is not None:
+        return None
+    loaded = copy.deepcopy(module).to_empty(device="cpu")
+    for tensor in loaded.buffers():
+        if tensor.is_floating_point():
+            tensor.fill_(math.nan)
+    try:
+        with torch.no_grad():
+            init(loaded)
+    except Exception:  # its values are not known before loading
+        return None
+    return loaded
+
+
+def held_base(inv_freq: torch.Tensor | None, base: float) -> float:
+    """The base of the frequencies a slot holds, given the config's ``base``: itself, except where they are
+    transformers' RoPE for an odd rotary dim d' (``int(head_dim * partial_rotary_factor)``: MiMo-V2-Flash's 0.334 of
+    a 16-wide head is 5), theta_i = b^(-2i/d') for i < n = (d'+1)/2 -- RoPE of dim d = 2n at the base b^(d/d'), which
+    is the slot's base then, so every strategy starts from the frequencies the model holds, not b^(-2i/d)."""
+    import torch
+
+    from .rope import default_inv_freq
+
+    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
+        return base
+    held, pairs = inv_freq.detach().float().cpu(), inv_freq.numel()
+    if torch.allclose(held, default_inv_freq(2 * pairs, base), rtol=1e-5, atol=0):
+        return base
+    if torch.allclose(held, default_inv_freq(2 * pairs - 1, base), rtol=1e-5, atol=0):
+        return base ** (2 * pairs / (2 * pairs - 1))  # theta_i = b^(-2i/d') = (b^(d/d'))^(-2i/d)
+    return base
+
+
 def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
     # inv_freq[1] = b^(-2/d)  =>  b = inv_freq[1]^(-d/2)
     if inv_freq.is_meta or inv_freq.numel() < 2:
@@ -97,7 +142,7 @@ def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
 def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
     """Every rotary slot of ``model``; raises RotaryNotFoundError naming the class when there is none. Works on
     a model built on the ``meta`` device too: that is how the geometry a model will have is read before it loads."""
-    slots = []
+    slots, loaded = [], {}
     for module_name, module in model.named_modules():
         for buffer_name, buffer in module.named_buffers(recurse=False):
             if not buffer_name.endswith("inv_freq") or buffer_name.endswith(("original_inv_freq", "long_inv_freq")):
@@ -107,7 +152,12 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
                 continue
             params = _rope_parameters(module, model, prefix[:-1] if prefix else None)
             base = params.get("rope_theta") or _infer_base(buffer, module_name)
-            slots.append(RotarySlot(module_name, prefix, 2 * buffer.numel(), float(base)))
+            values = buffer
+            if buffer.is_meta:  # the values loading gives it (one copy per module)
+                if module_name not in loaded:
+                    loaded[module_name] = loaded_copy(model, module)
+                values = getattr(loaded[module_name], buffer_name, None)
+            slots.append(RotarySlot(module_name, prefix, 2 * buffer.numel(), held_base(values, float(base))))
     slots += find_table_slots(model)
     if not slots:
         raise RotaryNotFoundError(

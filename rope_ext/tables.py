@@ -14,7 +14,12 @@ frequencies are not a buffer the patcher could replace. A *table slot* (:class:`
 - the module's forward returns that table's sin and cos rows at the position ids it is given (a pair of tensors, in
   either order), so an absolute sinusoidal position embedding (one tensor out) is not one.
 
-Tables are read from their values, so a ``meta``-device model has none. While patched (:mod:`rope_ext.patch`) the
+Tables are read from their values. On a ``meta``-device model (no values: how a harness reads a model's geometry
+before its weights load) a buffer of that shape, in a module without parameters whose forward on ``meta`` returns two
+tensors, is read from the values loading will give it: transformers 5 fills a model's non-persistent buffers, which no
+checkpoint holds, with the model's own ``_init_weights`` (``PreTrainedModel._init_weights``; GPT-J's writes
+``create_sinusoidal_positions``), so that is run on a CPU copy of the module (:func:`as_loaded`,
+:func:`rope_ext.slots.loaded_copy`). While patched (:mod:`rope_ext.patch`) the
 buffer is replaced by :func:`build_table` of the strategy's frequencies theta' and attention factor a,
 sin(p * theta'_i) * a and cos(p * theta'_i) * a in the same layout and dtype, with rows for every position a forward
 asks (grown in a forward pre-hook: extension past the table is the point); restore() puts the original buffer back.
@@ -37,15 +42,24 @@ if TYPE_CHECKING:
 TOLERANCE = 1e-3  # a table within this of RoPE's sin/cos at the read base is one (float32 tables: ~1e-6 off)
 
 
+def table_shaped(table: torch.Tensor) -> bool:
+    """A 2-D float tensor of >= 2 rows and an even number >= 4 of columns: the shape of a sin/cos table."""
+    return (
+        table.dim() == 2
+        and table.is_floating_point()
+        and table.shape[0] >= 2
+        and table.shape[1] >= 4
+        and not (table.shape[1] % 2)
+    )
+
+
 def layout(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float] | None:
     """(sine columns, cosine columns, attention factor a) of a sin/cos table, read from row 0, or None when
     ``table`` is not one (not a 2-D float tensor of >= 2 rows and an even number >= 4 of columns, or row 0 not
     d/2 zeros and d/2 equal positive values)."""
-    if table.dim() != 2 or not table.is_floating_point() or table.is_meta:
+    if not table_shaped(table) or table.is_meta:
         return None
-    rows, width = table.shape
-    if rows < 2 or width < 4 or width % 2:
-        return None
+    width = table.shape[1]
     row = table[0].detach().double().cpu()
     zero = row == 0  # sin(0) * a
     if int(zero.sum()) != width // 2:
@@ -139,9 +153,33 @@ def grown(module: nn.Module, slot: RotarySlot, rows: int):
         module.register_buffer(slot.table, original, persistent=persistent)
 
 
+def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | None:
+    """The ``meta``-device ``module`` as loading will give it (:func:`rope_ext.slots.loaded_copy`), or None where
+    ``name`` cannot be a table rotary's: not of a table's shape, in a module with parameters, or a forward on ``meta``
+    at three positions that does not return two tensors of d/2 columns."""
+    import torch
+
+    from .slots import loaded_copy
+
+    buffer = getattr(module, name)
+    if not table_shaped(buffer) or next(module.parameters(), None) is not None:
+        return None
+    x = torch.zeros(1, 3, 1, device="meta")
+    try:
+        with torch.no_grad():
+            out = module(x, torch.zeros(1, 3, dtype=torch.int64, device="meta"))
+    except Exception:  # called otherwise: not a rotary this reads
+        return None
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(torch.is_tensor(t) for t in out)):
+        return None
+    if any(t.shape[-1] != buffer.shape[1] // 2 for t in out):
+        return None
+    return loaded_copy(model, module)
+
+
 def find_table_slots(model: nn.Module) -> list[RotarySlot]:
-    """Every table slot of ``model`` (none on the ``meta`` device): a buffer that is a RoPE table and that its
-    module's forward returns at the position ids it is called with."""
+    """Every table slot of ``model``: a buffer that is a RoPE table and that its module's forward returns at the
+    position ids it is called with (on the ``meta`` device: read from the values loading gives it, :func:`as_loaded`)."""
     from .rotary_output import call_rotary, expected_mismatch
     from .slots import RotarySlot
 
@@ -150,14 +188,15 @@ def find_table_slots(model: nn.Module) -> list[RotarySlot]:
     slots = []
     for module_name, module in model.named_modules():
         for name, buffer in module.named_buffers(recurse=False):
-            if layout(buffer) is None:
+            source = as_loaded(model, module, name) if buffer.is_meta else module
+            if source is None or layout(buffer := getattr(source, name)) is None:
                 continue
             base = table_base(buffer)  # NaN: not RoPE's form (a table patched already): found, not scaled again
             base = math.nan if base is None else base
             slot = RotarySlot(module_name, "", int(buffer.shape[1]), base, table=name, rows=int(buffer.shape[0]))
             positions = torch.tensor([[0, 1, buffer.shape[0] - 1]])
-            out = call_rotary(module, slot, positions)
-            theta, a = held(module, slot)
+            out = call_rotary(source, slot, positions)
+            theta, a = held(source, slot)
             if out is not None and any(
                 expected_mismatch(out, theta, a, positions, sin_first) <= 1e-4 * max(1.0, a) for sin_first in (0, 1)
             ):

@@ -216,3 +216,65 @@ def test_a_patched_table_is_the_same_slot_and_is_not_scaled_again(model):
         assert rope_ext.find_rotary_slots(model) == [slot]  # the same place, its base no longer RoPE's form
         with pytest.raises(rope_ext.ScalingError, match=r"is not RoPE's theta_i = b\^\(-2i/d\) \(patched already"):
             rope_ext.patch(model, {"name": "linear", "factor": 2}, TRAINED)
+
+
+def test_the_table_rotary_is_found_on_the_meta_device_as_it_will_load(model):
+    """A harness reads the slots on a ``meta`` instance before the weights load: the table slot is found there too
+    (the values the model's own initialiser writes), the same place, dim, base and rows as on the loaded model."""
+    with torch.device("meta"):
+        meta = AutoModelForCausalLM.from_config(model.config)
+    (found,) = rope_ext.find_rotary_slots(meta)
+    (loaded,) = rope_ext.find_rotary_slots(model)
+    assert found == loaded and (found.dim, found.base, found.rows) == (DIM, BASE, TRAINED)
+    assert meta.transformer.rotary_emb.embed_positions.is_meta  # read from a copy: the meta model is left as it was
+
+
+def test_a_gptj_checkpoint_runs_through_the_harness_past_its_table(tmp_path, run_job):
+    """A local GPT-J checkpoint (its table ends at 32 positions) scored at 64 tokens by ``run.py``'s job: the slots are
+    found on the meta model before loading, YaRN x2 is patched into the table, ``none`` grows it with its own RoPE.
+    Cheap: a word-level tokenizer of the text's own words (no GGUF to parse), one text file."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = [f"w{i}" for i in range(VOCAB - 2)]
+    (tmp_path / "text.txt").write_text(" ".join(words[(i * 7 + 3) % len(words)] for i in range(400)))
+    tokenizer = Tokenizer(models.WordLevel({"<s>": 0, "</s>": 1, **{w: i + 2 for i, w in enumerate(words)}}, "</s>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    checkpoint = tmp_path / "gptj"
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(checkpoint)
+    config = AutoConfig.for_model(
+        "gptj",
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        rotary_dim=DIM,
+        n_positions=TRAINED,
+        vocab_size=VOCAB,
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(checkpoint)
+    ppl = {}
+    for name, scaling in (("yarn", ["scaling=yarn", "scaling.factor=2"]), ("none", ["scaling=none"])):
+        summary, results = run_job(
+            tmp_path / name,
+            "model.weights=pretrained",
+            f"model.path={checkpoint}",
+            "data=text_files",
+            f"data.glob={tmp_path / 'text.txt'}",
+            "eval.lengths=[64]",
+            *scaling,
+        )
+        assert results["job"]["trained_context"] == TRAINED and (tmp_path / name / "results.json").is_file()
+        ppl[name] = summary["ppl@64"]
+    assert all(math.isfinite(v) and v > 1 for v in ppl.values()) and ppl["yarn"] != ppl["none"], ppl
+
+
+def test_evals_models_lists_the_table_slot(capsys):
+    from evals.models import main
+
+    assert main(["gptj"]) == 0
+    out = capsys.readouterr().out
+    assert "  rotary transformer.rotary_emb : dim 8, base 10000 (sin/cos table embed_positions, 32 rows)" in out
+    assert ", yarn: patched on transformer.rotary_emb (scaling.layer_types=auto" in out
