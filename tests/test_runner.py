@@ -278,7 +278,7 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 
 @pytest.mark.slow  # heavy: subprocess runs; CI runs it after the default suite
 def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(tmp_path, plugin, run_cli):
-    """Under a 3 GiB process memory limit, eager attention at 32768 tokens (17 GiB of scores) cannot be
+    """Under a 3 GiB process memory limit, eager attention at 16384 tokens (4.3 GiB of scores a layer) cannot be
     allocated: that length is OOM, the shorter ones are measured, in both protocols and the needle grid."""
     plug, env = plugin
     env = {**env, "TEST_MEMORY_LIMIT_GIB": "3"}
@@ -287,8 +287,8 @@ def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(
         *common,
         "eval=suite",
         "eval.run=[perplexity,needle]",
-        "eval.perplexity.lengths=[256,1024,32768]",
-        "eval.needle.lengths=[256,32768]",
+        "eval.perplexity.lengths=[256,1024,16384]",
+        "eval.needle.lengths=[256,16384]",
         "eval.needle.depths=[0.5]",
         "eval.needle.trials=1",
         "eval.needle.prefix_sharing=false",  # shared prefixes prefill in 1024-token chunks: they fit
@@ -296,27 +296,27 @@ def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(
         env=env,
     )
     assert suite.returncode == 0, suite.stderr[-3000:]
-    assert "memory: perplexity at 32768 tokens needs about" in suite.stdout  # said before it is tried
+    assert "memory: perplexity at 16384 tokens needs about" in suite.stdout  # said before it is tried
     assert "memory: perplexity at 1024 tokens" not in suite.stdout
     results = read(tmp_path / "suite" / "results.json")
     rows = {r["length"]: r for r in results["metrics"]["perplexity"]["by_length"]}
-    assert rows[32768]["oom"] and rows[32768]["ppl"] is None
+    assert rows[16384]["oom"] and rows[16384]["ppl"] is None
     assert not rows[1024]["oom"] and rows[1024]["ppl"] > 1 and rows[256]["ppl"] > 1
     needle = {r["length"]: r for r in results["metrics"]["needle"]["by_length"]}
-    assert needle[32768]["oom"] and needle[32768]["accuracy"] is None and needle[256]["accuracy"] is not None
+    assert needle[16384]["oom"] and needle[16384]["accuracy"] is None and needle[256]["accuracy"] is not None
     sliding = run_cli(
         *common,
         "eval.protocol=sliding",
         "eval.stride=256",
-        "eval.lengths=[256,32768]",
+        "eval.lengths=[256,16384]",
         f"output_dir={tmp_path / 'sliding'}",
         env=env,
     )
     assert sliding.returncode == 0, sliding.stderr[-3000:]
     rows = {r["length"]: r for r in read(tmp_path / "sliding" / "results.json")["metrics"]["perplexity"]["by_length"]}
-    assert rows[32768]["oom"] and rows[256]["ppl"] > 1
+    assert rows[16384]["oom"] and rows[256]["ppl"] > 1
     assert (
-        rows[256]["tokens"] == 32768 - 32768 // 256
+        rows[256]["tokens"] == 16384 - 16384 // 256
     )  # max_tokens: the longest length; no BOS: each window's first unscored
 
 

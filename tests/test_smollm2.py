@@ -101,19 +101,20 @@ def test_default_run_shows_failure_past_8k_and_yarn_fixes_it(tmp_path, compose):
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["passkey", "needle"])
 def test_retrieval_works_within_the_trained_context(tmp_path, task, compose):
-    """Passkey and needle accuracy >= 0.9 at lengths <= 4096 without scaling."""
+    """Passkey and needle accuracy >= 0.9 within the trained context (8192) without scaling: at 1024 and at 2048
+    (two 1024-token chunks of the shared prefix)."""
     cfg = compose(
         f"eval={task}",
         "logger=none",
         "force=true",
         f"output_dir={tmp_path}",
-        "eval.lengths=[1024,4096]",
+        "eval.lengths=[1024,2048]",
         "eval.depths=[0.1,0.5,0.9]",
         "eval.trials=2",
         "data.books=[persuasion]",
     )
     summary = rope_run.run(cfg)
-    assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@4096"] >= 0.9, summary
+    assert summary[f"{task}_acc@1024"] >= 0.9 and summary[f"{task}_acc@2048"] >= 0.9, summary
     assert summary[f"{task}_prefix_sharing"] is True
 
 
