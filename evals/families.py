@@ -241,6 +241,7 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     slots = rope_ext.find_rotary_slots(plain)
     ours, theirs = NATIVE[strategy]
     setting = ours(slots[0].dim // 2)
+    held = {s: s.frequencies(plain)[0].detach().clone() for s in slots}  # what the model holds, before the patch
     try:
         patch = rope_ext.patch(plain, setting, TRAINED)
     except rope_ext.ScalingError as err:
@@ -248,6 +249,7 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     try:
         patched = logits(plain)
         scaled = {s.layer_type for s in patch.slots}
+        now = {s: tuple(s.frequencies(plain)) for s in patch.slots}  # dynamic ones: at this length
     finally:
         patch.restore()
     if check_restore and not torch.equal(plain_logits(plain), before):
@@ -268,7 +270,10 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     try:
         native = logits(_with_weights(model_type, _native_parameters(own, theirs(slots[0].dim // 2), scaled), plain))
     except Exception as err:  # transformers has no native path for this strategy on this family
-        return {"status": "supported", "detail": f"no native {strategy} in transformers here ({_one_line(err)})"}
+        still = _still_check(held, now, theirs(slots[0].dim // 2))
+        if still.startswith("mismatch"):
+            return {"status": "mismatch", "detail": still}
+        return {"status": "supported", "detail": f"no native {strategy} in transformers here ({_one_line(err)}){still}"}
     gap = float((patched - native).abs().max())
     if gap > 1e-5 and (model_type, strategy) in NOT_IMITATED:
         return {"status": "differs", "detail": f"{NOT_IMITATED[model_type, strategy]} (max logit gap {gap:.1e})"}
@@ -287,6 +292,51 @@ def _with_weights(model_type: str, rope_parameters: dict, plain):
         native = build(model_type, rope_parameters)
     native.load_state_dict(plain.state_dict())
     return native
+
+
+def _still_check(held: dict, now: dict, native: dict) -> str:
+    """Where a patched slot holds pairs at frequency 0 (transformers' proportional RoPE): that they are still 0, and
+    that the rotating pairs' frequencies and attention factor equal transformers' own for the strategy
+    (``ROPE_INIT_FUNCTIONS`` at the survey's length) on RoPE of their wavelengths: a stand-in config of dim 2a and base
+    b' = theta_1^(-a), read from the frequencies the model held (theta_i = b'^(-2i/(2a))). "" where none holds still
+    pairs; "mismatch: ..." where a check fails; else the line saying what was checked."""
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.utils import logging as hf_logging
+
+    said = []
+    for slot, (inv_freq, attention) in now.items():
+        theta = held[slot]
+        still = theta == 0
+        if not still.any():
+            continue
+        if bool((inv_freq[still] != 0).any()):
+            return f"mismatch: {int((inv_freq[still] != 0).sum())} pairs {slot.buffer} held at frequency 0 rotate"
+        rotating = theta[~still].double()
+        a = rotating.numel()
+        base = float(rotating[1] ** -a)  # theta_1 = b'^(-2/(2a))
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        try:
+            stand_in = LlamaConfig(
+                hidden_size=2 * a,
+                num_attention_heads=1,
+                head_dim=2 * a,
+                max_position_embeddings=TRAINED,
+                rope_parameters={**native, "rope_theta": base},
+            )
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        want, want_attention = ROPE_INIT_FUNCTIONS[native["rope_type"]](stand_in, "cpu", seq_len=LENGTH)
+        gap = float(((inv_freq[~still].double() - want.double()) / want.double()).abs().max())
+        if gap > 1e-5 or abs(attention - want_attention) > 1e-6:
+            return f"mismatch: {slot.buffer}'s rotating pairs vs transformers' {native['rope_type']}: gap {gap:.1e}"
+        said.append(
+            f"; {slot.buffer}'s {still.numel() - a} pairs held at frequency 0 stay 0, its {a} rotating ones equal "
+            f"transformers' own {native['rope_type']} on RoPE of their wavelengths (dim {2 * a}, base {base:.4g}; "
+            f"max relative gap {gap:.0e})"
+        )
+    return "".join(said)
 
 
 def _table_reference(model_type: str, plain, slots, native: dict) -> torch.Tensor:
@@ -393,7 +443,9 @@ def markdown(found: dict) -> str:
         "frequency strategy transformers implements natively; **exact**: the patched logits equal the same weights "
         "natively configured through `rope_parameters` to 1e-5 (the logits moved; restore() gave the plain model back "
         "bit for bit); **supported**: transformers has no native path for that strategy on that family, and rope_ext's "
-        "own check (each rotary's cos/sin equal the strategy's frequencies) passed -- on a family with no "
+        "own check (each rotary's cos/sin equal the strategy's frequencies) passed -- where a rotary holds pairs at "
+        "frequency 0 (proportional RoPE), those stayed 0 and the rotating ones equal transformers' own strategy on RoPE "
+        "of their wavelengths; on a family with no "
         "`rope_parameters` at all (a sin/cos table rotary: GPT-J, CodeGen), the patched logits also equal the same "
         "weights with the table built from transformers' own frequencies for the strategy (1e-5); **differs**: "
         "transformers' native computation is one rope_ext does not imitate, and why (the family counts as supported); "

@@ -58,6 +58,12 @@ def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
     return lines
 
 
+def _ships(shipped: dict) -> str:
+    """``ships yarn x32.0``; ``ships proportional`` for a shipped RoPE without a factor."""
+    factor = shipped.get("factor")
+    return f"ships {shipped.get('rope_type')}" + (f" x{factor}" if factor is not None else "")
+
+
 def describe(name: str) -> list[str]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -74,8 +80,7 @@ def describe(name: str) -> list[str]:
     trained = rope_ext.trained_context(config)
     shipped = rope_ext.shipped_parameters(config)
     lines = [
-        f"{name} ({config.model_type}): trained context {trained}; "
-        f"{'ships ' + str(shipped.get('rope_type')) + ' x' + str(shipped.get('factor')) if shipped else 'plain RoPE'}",
+        f"{name} ({config.model_type}): trained context {trained}; {_ships(shipped) if shipped else 'plain RoPE'}",
         *(
             f"  rotary {s.module_name} {s.layer_type or ''}: dim {s.dim}, base {s.base:g}"
             + (f" (sin/cos table {s.table}, {s.rows} rows)" if s.table else "")

@@ -279,7 +279,7 @@ class AttentionHooks:
             positions = call.positions.to(cos.device).float()
             errors = []
             for slot in self.slots:
-                if slot.dim != cos.shape[-1]:
+                if slot.width != cos.shape[-1]:  # the rotating dim and the still pairs
                     continue
                 inv_freq, scale = slot.frequencies(self.model)
                 inv_freq = inv_freq.to(cos.device).float()

@@ -11,6 +11,12 @@ at one length were rotated with that length's frequencies and are reused unchang
 tokens arrive with another length's frequencies (transformers issue #25104); scoring a whole
 sequence in one forward, as the evals here do, is exact.
 
+Pairs whose held frequency is exactly zero do not rotate, before or after a patch (transformers' ``proportional``
+RoPE, Gemma-4 / LFM3: the pairs past ``partial_rotary_factor`` hold 0): the strategy's frequencies are computed for the
+rotating pairs only, on the dim and base they have (:func:`rope_ext.slots.held_geometry`: theta_i = b^(-2i/D) over a
+pairs is RoPE of dim 2a at the base b^(2a/D), the same wavelengths), and the still pairs are put back at zero -- for
+dynamic strategies at every length too.
+
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
@@ -35,7 +41,7 @@ from .attention import hook_attention
 from .attention_call import assemble_call, require_hooked
 from .rotary_output import call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
 from .rotary_output import SilentPatchError
-from .slots import RotarySlot, find_rotary_slots, select_slots, trained_context
+from .slots import RotarySlot, find_rotary_slots, held_geometry, select_slots, trained_context
 from .tables import build_table, find_table_slots, grown, own_table
 from .registry import ScalingError
 from .scaling import Scaling, resolve
@@ -79,6 +85,7 @@ class RopePatch:
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         self._rows: dict[RotarySlot, int] = {}  # a table slot's rows now
         self._freqs: dict[RotarySlot, tuple] = {}  # the frequencies a table slot was built from
+        self._rotating: dict[RotarySlot, tuple] = {}  # (dim, base, still mask) of a slot holding zero frequencies
         # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.tables)
         self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
         if scaling.scales_frequencies:
@@ -142,8 +149,8 @@ class RopePatch:
             else:
                 before[slot] = call_rotary(module, slot, positions)
         own = {slot: tuple(slot.frequencies(self.model)) for slot in self.slots}
-        self._set_all(modules)
         try:
+            self._set_all(modules)
             for slot in self.slots:
                 module = modules[slot.module_name]
                 try:
@@ -178,8 +185,14 @@ class RopePatch:
                 self._rows[slot] = slot.rows
             else:
                 buffer_name, scaling_name = f"{slot.prefix}inv_freq", f"{slot.prefix}attention_scaling"
-                self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
+                held = getattr(module, buffer_name)
+                self._saved.append((module, buffer_name, None, held))
                 self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
+                still = (held == 0).cpu()
+                if bool(still.any()):  # the slot's geometry, read from the values now where it was found without
+                    known = slot.still == int(still.sum())
+                    dim, base, _ = (slot.dim, slot.base, 0) if known else held_geometry(held, slot.base)
+                    self._rotating[slot] = dim, base, still
             inv_freq, attention = self._set(slot, module, seq_len=None)
             self.applied.append(
                 {**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())}
@@ -190,17 +203,32 @@ class RopePatch:
                 self._routed.append(routed)
 
     def _set(self, slot: RotarySlot, module: nn.Module, seq_len: int | None):
-        inv_freq, attention = self.scaling.frequencies(slot.dim, slot.base, seq_len)
+        """Set ``slot`` to the strategy's frequencies at ``seq_len``; returns them (the rotating pairs') and the
+        attention factor."""
+        import torch
+
+        dim, base, still = self._rotating.get(slot, (slot.dim, slot.base, None))
+        if still is not None and not dim:
+            raise ScalingError(f"{slot.module_name}: every pair of {slot.buffer} holds frequency 0: nothing rotates")
+        try:
+            inv_freq, attention = self.scaling.frequencies(dim, base, seq_len)
+        except ScalingError as err:
+            if still is None:
+                raise
+            rotates = f"{slot.buffer} rotates {dim // 2} of its {still.numel()} pairs (the rest hold frequency 0)"
+            raise ScalingError(f"{err}; {rotates}") from None
         self.seq_len[slot] = seq_len
         if slot.table:  # sin(p * theta') * a, cos(p * theta') * a for every position up to the length asked
             self._freqs[slot] = inv_freq, attention
             self._rows[slot] = max(self._rows[slot], seq_len or 0)
             _put(module, slot.table, build_table(inv_freq, attention, self._rows[slot], getattr(module, slot.table)))
             return inv_freq, attention
-        old = getattr(module, f"{slot.prefix}inv_freq")
+        old, rotating = getattr(module, f"{slot.prefix}inv_freq"), inv_freq
+        if still is not None:  # the still pairs put back at zero, the strategy's frequencies in the rotating ones
+            inv_freq = torch.zeros(still.shape, dtype=rotating.dtype).masked_scatter(~still, rotating)
         module.register_buffer(f"{slot.prefix}inv_freq", inv_freq.to(old.device), persistent=False)
         setattr(module, f"{slot.prefix}attention_scaling", attention)
-        return inv_freq, attention
+        return rotating, attention
 
     def _position_hook(self, module, args, kwargs):
         """Before a rotary's forward: dynamic frequencies for the current length n = max(position_ids) + 1; a table

@@ -2,7 +2,8 @@
 
 A rotary module (transformers' ``*RotaryEmbedding``) is called with a dummy ``x`` and probe position ids and
 returns (cos, sin). :func:`verify` is run by the patcher (:mod:`rope_ext.patch`) on every slot it patched, for
-every caller: the output must (1) differ from the module's output before the patch wherever the strategy changed
+every caller: no pair the model held at frequency zero may rotate after it (proportional RoPE's still pairs, kept by the
+patcher), and the output must (1) differ from the module's output before the patch wherever the strategy changed
 the frequencies or the attention factor, and (2) be the patched frequencies, cos(p * theta_i) * a and
 sin(p * theta_i) * a at each probe position p -- compared layout-agnostically (each position's values sorted, so
 halves-concatenated and interleaved layouts are both read), in the order the module returned them before the patch
@@ -137,6 +138,12 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
         before, *own, positions
     )
     where = f"{slot.module_name} ({type(module).__name__}{', ' + slot.layer_type if slot.layer_type else ''})"
+    moved = (own[0].cpu() == 0) & (inv_freq.cpu() != 0) if inv_freq.shape == own[0].shape else own[0].cpu() == 0
+    if bool(moved.any()):  # a pair the model holds still (frequency 0: proportional RoPE) must not start to rotate
+        raise ScalingError(
+            f"scaling '{label}': {where} rotates {int(moved.sum())} pairs the model holds at frequency 0 "
+            "(pairs that carry no position): the patch would change what the model is, so rope_ext refuses it"
+        )
     identity = torch.equal(inv_freq.cpu(), own[0].cpu()) and attention == own[1]
     if not identity and all(torch.equal(a, b) for a, b in zip(after, before)):
         raise SilentPatchError(

@@ -9,7 +9,10 @@ the export use the same value):
   registered default (a Hydra config always carries the defaults) (``truncate``,
   ``mscale``, ``mscale_all_dim``, ``beta_fast``/``beta_slow``, ``low_freq_factor``/``high_freq_factor``, LongRoPE's
   factor lists), so ``yarn`` on gpt-oss is gpt-oss's YaRN at the requested factor; ``factor`` is always the request's;
-- **another** strategy replaces the shipped one (its frequencies are rebuilt from ``rope_theta``);
+- **another** strategy replaces the shipped one (its frequencies are rebuilt from ``rope_theta``); where the shipped
+  RoPE holds frequency 0 for the pairs it does not rotate (transformers' ``proportional``: Gemma-4, LFM3's
+  full-attention layers), the strategy scales the rotating pairs only and the others stay still (the patcher's rule,
+  :mod:`rope_ext.patch`), and the line says so;
 - the trained context is the shipped ``original_max_position_embeddings`` wherever the family keeps it (in the rope
   parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.slots.trained_context`.
 
@@ -24,6 +27,9 @@ from .registry import STRATEGIES, resolve_name
 
 # transformers' rope_type -> the rope_ext strategy of the same method
 SAME = {"linear": "linear", "dynamic": "dynamic_ntk", "yarn": "yarn", "llama3": "llama3", "longrope": "longrope"}
+# transformers' rope_types that hold frequency 0 for the pairs they do not rotate (modeling_rope_utils.py
+# _compute_proportional_rope_parameters: the pairs past int(partial_rotary_factor * head_dim / 2))
+STILL_PAIRS = {"proportional"}
 NEVER_INHERITED = {"factor", "original_max_position", "dynamic"}  # the request's own, or the trained context's
 
 
@@ -60,6 +66,12 @@ def inherit_shipped(setting: Mapping, config) -> tuple[dict, str | None]:
     if SAME.get(kind) != name:
         if name == "none" or STRATEGIES[name].kind != "frequencies":
             return setting, None
+        if kind in STILL_PAIRS:
+            fraction = shipped.get("partial_rotary_factor", 1.0)
+            return setting, (
+                f"{name} scales the rotating pairs of the shipped {label} RoPE (partial_rotary_factor {fraction:g}: "
+                "the other pairs hold frequency 0 and stay still; the rotating ones rebuilt from rope_theta)"
+            )
         return setting, f"{name} replaces the shipped {label} scaling (its frequencies are rebuilt from rope_theta)"
     declared = set(STRATEGIES[name].params) - NEVER_INHERITED
     params = STRATEGIES[name].params

@@ -4,7 +4,10 @@ A slot is a module buffer named ``<prefix>inv_freq`` (prefix ``""``, or ``"<laye
 per-layer-type RoPE such as Gemma-3) next to an attribute ``<prefix>attention_scaling`` -- the contract every
 transformers 5 rotary module follows. The rotary dimension is read from the buffer (d = 2 * len(inv_freq),
 which covers partial rotary models: GPT-NeoX ``rotary_pct``, Phi ``partial_rotary_factor``), the base from
-the model config. A :class:`RotarySlot` is a description (module name, prefix, dim, base), so slots found
+the model config. Pairs the buffer holds at frequency exactly zero do not rotate (transformers' ``proportional`` RoPE:
+Gemma-4, LFM3's full-attention layers; p-RoPE): a slot's dim and base are those of its rotating pairs, its ``still``
+pairs stay zero under every strategy (:func:`held_geometry`). A :class:`RotarySlot` is a description (module name,
+prefix, dim, base), so slots found
 on a ``meta``-device instance -- shapes only, no weights -- name the same places in the loaded model: a
 harness finds and selects them once, before anything loads, and hands them to the patcher.
 
@@ -33,16 +36,24 @@ class RotaryNotFoundError(ScalingError):
 @dataclass(frozen=True)
 class RotarySlot:
     """One set of rotary frequencies in a model: the module's qualified name, the buffer prefix, rotary dim
-    and base; for a sin/cos table rotary, the table buffer's name and its number of rows. A slot is a place: two
-    are equal when they name the same buffer, whatever base and rows it held when each was found (a table patched
-    to other frequencies is the same slot; its base is NaN where the table is not of RoPE's form)."""
+    and base (of the rotating pairs); for a sin/cos table rotary, the table buffer's name and its number of rows; the
+    number of ``still`` pairs the buffer holds at frequency zero after the rotating ones. A slot is a place: two are
+    equal when they name the same buffer, whatever dim, base, rows and still pairs it held when each was found (a
+    table patched to other frequencies is the same slot; its base is NaN where the table is not of RoPE's form; a
+    buffer patched with p-RoPE holds more zeros)."""
 
     module_name: str
     prefix: str
-    dim: int
+    dim: int = field(compare=False)  # of the rotating pairs: 2 * (pairs held) - 2 * still
     base: float = field(compare=False)  # what the place held when found (a patched table reads otherwise)
     table: str = ""
     rows: int = field(default=0, compare=False)
+    still: int = field(default=0, compare=False)  # pairs held at frequency 0 (proportional RoPE): never rotated
+
+    @property
+    def width(self) -> int:
+        """2 x the pairs the buffer holds: the rotating dim plus 2 x the still pairs (the cos/sin width)."""
+        return self.dim + 2 * self.still
 
     @property
     def buffer(self) -> str:
@@ -63,6 +74,7 @@ class RotarySlot:
 
     def describe(self) -> dict:
         found = {"module": self.module_name, "layer_type": self.layer_type, "rotary_dim": self.dim, "base": self.base}
+        found.update({"still_pairs": self.still} if self.still else {})
         return {**found, "table": self.table, "table_rows": self.rows} if self.table else found
 
 
@@ -129,6 +141,34 @@ def held_base(inv_freq: torch.Tensor | None, base: float) -> float:
     return base
 
 
+def held_geometry(inv_freq: torch.Tensor | None, base: float, pairs: int | None = None) -> tuple[int, float, int]:
+    """(dim, base, still) of the frequencies a slot holds, given the config's ``base``: pairs held at exactly zero do
+    not rotate (transformers' ``proportional`` RoPE, ``modeling_rope_utils._compute_proportional_rope_parameters``:
+    theta_i = b^(-2i/D) for the first a = int(partial_rotary_factor * D/2) of D/2 pairs, D the head dim, 0 for the
+    rest). The a rotating pairs are RoPE of dim 2a at the base b^(2a/D) -- the same wavelengths, so a strategy that
+    works by wavelength (YaRN's ramp, Llama-3's bands) sees the true ones -- and the still ones are appended back
+    unchanged by the patcher. D is read from the values (the head's 2n, an odd 2n - 1 as in :func:`held_base`, or
+    the rotating 2a); frequencies of no such form (a shipped factor) are rebuilt from rope_theta over the head, D = 2n,
+    as transformers' proportional RoPE is. Without zeros: (2n, :func:`held_base`, 0); without values: (2 * pairs,
+    base, 0)."""
+    import torch
+
+    from .rope import default_inv_freq
+
+    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
+        return 2 * (pairs if pairs is not None else 0 if inv_freq is None else inv_freq.numel()), base, 0
+    held = inv_freq.detach().float().cpu()
+    pairs = held.numel()
+    rotating = held[held != 0]
+    a = rotating.numel()
+    if a == pairs:
+        return 2 * pairs, held_base(held, base), 0
+    for full in (2 * pairs, 2 * pairs - 1, 2 * a, 2 * a - 1):
+        if full >= 2 and torch.allclose(rotating, default_inv_freq(full, base)[:a], rtol=1e-5, atol=0):
+            return 2 * a, base ** (2 * a / full), pairs - a  # b^(-2i/D) = (b^(2a/D))^(-2i/(2a))
+    return 2 * a, base ** (a / pairs), pairs - a  # rebuilt from rope_theta over the head: b^(-2i/(2n)), i < a
+
+
 def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
     # inv_freq[1] = b^(-2/d)  =>  b = inv_freq[1]^(-d/2)
     if inv_freq.is_meta or inv_freq.numel() < 2:
@@ -157,7 +197,8 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
                 if module_name not in loaded:
                     loaded[module_name] = loaded_copy(model, module)
                 values = getattr(loaded[module_name], buffer_name, None)
-            slots.append(RotarySlot(module_name, prefix, 2 * buffer.numel(), held_base(values, float(base))))
+            dim, base, still = held_geometry(values, float(base), buffer.numel())
+            slots.append(RotarySlot(module_name, prefix, dim, base, still=still))
     slots += find_table_slots(model)
     if not slots:
         raise RotaryNotFoundError(
