@@ -95,16 +95,17 @@ lint: setup
 format: setup
 	$(BIN)/python -m ruff format $(LINTED)
 
-# the default suite in TEST_WORKERS processes (pytest-xdist, whole files per process; one torch thread each, so two
-# workers share two cores instead of four threads fighting over them): ~1.6x faster on 2 cores. TEST_WORKERS=0: one
-# process. The slow set stays in one process: its concurrency and interruption tests time themselves.
+# the default suite and the slow set in TEST_WORKERS processes (pytest-xdist, whole files per process; one torch
+# thread each, so two workers share two cores instead of four threads fighting over them): ~1.6x faster on 2 cores
+# (most of a test's time is single-threaded: subprocesses starting Python, tokenizing, waiting on one another).
+# TEST_WORKERS=0: one process. No test times itself: the interruption tests wait for states, not for seconds.
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL) lint
 	$(if $(XDIST),OMP_NUM_THREADS=1 )$(PYTEST) -m "not slow" $(XDIST) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-slow: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL)
-	$(PYTEST) -m slow $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(if $(XDIST),OMP_NUM_THREADS=1 )$(PYTEST) -m slow $(XDIST) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-all: test test-slow
 
