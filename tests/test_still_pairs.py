@@ -10,6 +10,7 @@ move and restore() gives the model back bit for bit. Before the rule, linear x2 
 5e-4 .. 2.8e-6 (the head's RoPE at b = 1e6, divided by 2): a silently different model."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -152,4 +153,25 @@ def test_a_model_shipping_proportional_rope_is_scaled_on_its_rotating_pairs_and_
     assert said == (
         "yarn scales the rotating pairs of the shipped proportional RoPE (partial_rotary_factor 0.5: the other pairs "
         "hold frequency 0 and stay still; the rotating ones rebuilt from rope_theta)"
+    )
+
+
+def test_no_engine_config_is_exported_for_pairs_held_still_or_a_sin_cos_table(models):
+    """Neither can be said in rope_parameters (a partial_rotary_factor rotates other pairs; GPT-J's table reads none):
+    every engine refuses in one line, never a config that serves another model."""
+    from rope_ext.export import ENGINES, Unsupported, export, geometry
+
+    cases = [(model_of(models, "llama"), "pairs still (proportional RoPE)"), (families.build("gptj"), "sin/cos table")]
+    for model, why in cases:
+        scaling = rope_ext.resolve({"name": "yarn", "factor": 2}, TRAINED)
+        geo = geometry(model, scaling)
+        for engine in ENGINES:
+            with pytest.raises(Unsupported, match=f"not exported: its rotary .*{re.escape(why)}") as err:
+                export(scaling, geo, engine)
+            assert "\n" not in str(err.value)
+    plain = tiny_llama(trained=TRAINED)
+    export(
+        rope_ext.resolve({"name": "yarn", "factor": 2}, TRAINED),
+        geometry(plain, rope_ext.resolve({"name": "yarn", "factor": 2}, TRAINED)),
+        "vllm",
     )

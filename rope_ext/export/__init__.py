@@ -63,6 +63,8 @@ def export(
     """The settings ``engine`` needs for ``scaling`` on a model of geometry ``geo``, serving ``context`` tokens (None:
     what the scaling covers) of ``model`` (a path or hub id; None: a placeholder); every answer but transformers' has
     ``"context"``; Unsupported (one line) where the engine cannot express them."""
+    if engine in ENGINES and geo.unexportable:
+        raise Unsupported(geo.unexportable)
     if engine == "transformers":
         return {"config": transformers_config(scaling, geo, model_config, context)}
     if engine == "vllm":

@@ -62,6 +62,7 @@ class Geometry:
     base: float
     layer_types: tuple[str, ...] | None = None
     scaled_types: tuple[str, ...] | None = None
+    unexportable: str | None = None  # why no engine config can describe the scaled rotary (:func:`unexportable`)
 
 
 def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None = None, scaled=None) -> Geometry:
@@ -84,7 +85,29 @@ def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None 
         float(scaled[0].base),
         tuple(types) if types else None,
         tuple(scaled_types) if scaled_types else None,
+        unexportable(scaled, config),
     )
+
+
+def unexportable(scaled, config) -> str | None:
+    """Why an engine's config cannot describe the scaled slots (one line; None where it can): a sin/cos table (GPT-J, CodeGen: their
+    rotary reads no rope_parameters), pairs held still (proportional RoPE: a partial_rotary_factor would rotate other
+    pairs), or frequencies of another base than the config's rope_theta (an odd rotary dim: the engine recomputes over
+    its own)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    theta = parameters.get("rope_theta") if isinstance(parameters, dict) else None
+    theta = theta or getattr(config, "rope_theta", None)
+    for slot in scaled:
+        if slot.table:
+            why = f"its rotary is a sin/cos table ({slot.table}) that reads no rope_parameters"
+        elif slot.still:
+            why = f"its rotary holds {slot.still} pairs still (proportional RoPE), which rope_parameters cannot say"
+        elif theta and abs(float(slot.base) / float(theta) - 1) > 1e-6:
+            why = f"its frequencies have base {float(slot.base):.6g}, not the config's rope_theta {float(theta):g}"
+        else:
+            continue
+        return f"{config.model_type}: not exported: {why}; the measured model is rope_ext's patch alone"
+    return None
 
 
 def covered(scaling: Scaling, trained: int) -> int:

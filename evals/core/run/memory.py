@@ -193,10 +193,14 @@ def check(model, eval_parts, lengths, attention_level: bool = False, have: int |
             f"{levers(found, model.device.type)}"
         )
     named = ", ".join(f"{name} at {L}" for L, name in sorted(over, key=lambda x: (x[1], x[0])))
+    # on CPU without an address-space limit the kernel may kill the process rather than fail the allocation
+    killed = (
+        ", or the kernel may stop the job: the lengths finished before are kept" if model.device.type == "cpu" else ""
+    )
     return [
         f"warning: memory: this job needs {found.text()}, {where}: {named} tokens will likely run out of memory "
-        f"(tried, and recorded as out of memory if they do), the shorter lengths are measured; levers: "
-        f"{levers(found, model.device.type)}"
+        f"(tried, and recorded as out of memory if the allocation fails{killed}), the shorter lengths are measured; "
+        f"levers: {levers(found, model.device.type)}"
     ]
 
 
