@@ -175,3 +175,18 @@ def test_no_engine_config_is_exported_for_pairs_held_still_or_a_sin_cos_table(mo
         geometry(plain, rope_ext.resolve({"name": "yarn", "factor": 2}, TRAINED)),
         "vllm",
     )
+
+
+def test_the_qk_study_compares_the_rotating_pairs_and_keeps_the_still_ones_still(models):
+    """The q/k study's own and strategy frequencies (evals/qk_study/measure.py) are the patcher's: the strategy on
+    the rotating pairs, the pairs held at 0 still -- never rebuilt over the whole head from the rotating base."""
+    from evals.qk_study.measure import _changed, slot_frequencies
+
+    (slot,) = rope_ext.find_rotary_slots(model_of(models, "llama"))
+    own, _ = slot_frequencies(slot, slot.width)
+    held = slot.frequencies(model_of(models, "llama"))[0]
+    torch.testing.assert_close(own, held.to(own.dtype), rtol=1e-6, atol=0)
+    scaled, _ = slot_frequencies(slot, slot.width, rope_ext.resolve({"name": "linear", "factor": 2}, TRAINED))
+    assert torch.equal(scaled[slot.dim // 2 :], torch.zeros(slot.still, dtype=scaled.dtype))
+    torch.testing.assert_close(scaled[: slot.dim // 2], own[: slot.dim // 2] / 2)
+    assert _changed(own, scaled).tolist() == [True] * (slot.dim // 2) + [False] * slot.still

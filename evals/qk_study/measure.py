@@ -47,13 +47,27 @@ class Layer:
     changed: torch.Tensor  # (P,) bool: pairs the job's scaling changes
 
 
+def slot_frequencies(slot, width: int, scaling: rope_ext.Scaling | None = None, seq_len: int | None = None):
+    """(theta over all ``width`` / 2 pairs, factor) of ``slot``: the model's own RoPE (``scaling`` None) or the
+    strategy's, on the slot's rotating pairs (its dim and base) with the pairs it holds at frequency 0 (proportional
+    RoPE) appended still, as the patcher keeps them (rope_ext.patch)."""
+    import torch
+
+    if scaling is None:
+        theta, factor = rope_ext.default_inv_freq(slot.dim, slot.base), 1.0
+    else:
+        theta, factor = scaling.frequencies(slot.dim, slot.base, seq_len=seq_len)
+    still = width // 2 - len(theta)
+    return (torch.cat([theta, theta.new_zeros(still)]) if still > 0 else theta), factor
+
+
 def _frequency_sets(cap, scaling: rope_ext.Scaling, scaled: set, max_distance: int):
     """(model's theta, factor) and (the strategy's theta, factor) for this layer's slot."""
-    slot, dim = cap.slot, 2 * len(cap.inv_freq)
+    slot, width = cap.slot, 2 * len(cap.inv_freq)
     is_scaled = slot in scaled
     if is_scaled and scaling.scales_frequencies:
-        own = (rope_ext.default_inv_freq(dim, slot.base), 1.0)
-        strategy = scaling.frequencies(dim, slot.base, seq_len=max_distance)
+        own = slot_frequencies(slot, width)
+        strategy = slot_frequencies(slot, width, scaling, max_distance)
     else:
         own = strategy = (cap.inv_freq, cap.attention_factor)
     return own, strategy, is_scaled
@@ -397,10 +411,10 @@ def strategy_rows(layers: list[Layer], job_scaling, compare: list, scaled: set, 
     for scaling in [job_scaling, *compare]:
         chosen = scaled if scaling is job_scaling else set(rope_ext.select_slots(slots, scaling.layer_types))
         for layer in layers:
-            dim = 2 * len(layer.wavelength)
-            own = rope_ext.default_inv_freq(dim, layer.base)
+            width = 2 * len(layer.wavelength)
+            own = slot_frequencies(layer.slot, width)[0]
             inv_freq = (
-                scaling.frequencies(dim, layer.base, seq_len=max_distance)[0]
+                slot_frequencies(layer.slot, width, scaling, max_distance)[0]
                 if (layer.slot in chosen and scaling.scales_frequencies)
                 else own
             )
@@ -427,7 +441,7 @@ def dimension_rows(layers: list[Layer], scaling, trained: int, max_distance: int
     for (layer_type, base), members in {
         (l.layer_type, l.base): [m for m in layers if (m.layer_type, m.base) == (l.layer_type, l.base)] for l in layers
     }.items():
-        dim = 2 * len(members[0].wavelength)
+        dim = members[0].slot.dim  # the rotating pairs (those held at frequency 0 have no wavelength to scale)
         table = analysis.dimension_table(scaling.frequencies(dim, base, seq_len=max_distance)[0], base, trained)
         share = torch.stack([m.usage.mean(0) for m in members]).mean(0)
         rows += [
