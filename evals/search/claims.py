@@ -14,6 +14,7 @@ live process is running from one that a killed process left running.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
 from ..core.run.rundir import is_alive, this_process
@@ -52,3 +53,20 @@ def recover(study, grace: float = CLAIM_GRACE) -> list[int]:
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
         recovered.append(trial.number)
     return recovered
+
+
+@contextlib.contextmanager
+def opening(storage: str):
+    """Hold an exclusive lock on ``<the SQLite file>.lock`` (other storages: nothing) while the study is opened: its
+    tables are created by one process at a time (SQLAlchemy's create_all checks, then creates)."""
+    if not storage.startswith("sqlite:///"):
+        yield
+        return
+    import fcntl
+
+    with open(f"{storage.removeprefix('sqlite:///')}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -236,15 +236,18 @@ class Search:
         storage = self.conf.storage or f"sqlite:///{(self.sweep_dir / 'optuna.db').resolve()}"
         directions = [t.direction for t in self.objectives]
         try:
-            # several processes write one SQLite file: wait for its lock (pysqlite gives up after 5 s by default)
-            store = (
-                optuna.storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 120}})
-                if storage.startswith("sqlite:///")
-                else storage
-            )
-            study = optuna.create_study(
-                study_name=self.conf.study_name, storage=store, directions=directions, load_if_exists=True
-            )
+            # several processes write one SQLite file: wait for its lock (pysqlite gives up after 5 s by default),
+            # and create its tables one process at a time (SQLAlchemy's create_all checks, then creates: two processes
+            # starting together both create, and the second fails "table ... already exists")
+            with claims.opening(storage):
+                store = (
+                    optuna.storages.RDBStorage(storage, engine_kwargs={"connect_args": {"timeout": 120}})
+                    if storage.startswith("sqlite:///")
+                    else storage
+                )
+                study = optuna.create_study(
+                    study_name=self.conf.study_name, storage=store, directions=directions, load_if_exists=True
+                )
         except Exception as err:  # noqa: BLE001 -- SQLAlchemy's DatabaseError on a truncated or foreign file
             if "DatabaseError" not in type(err).__name__ and "database" not in str(err).lower():
                 raise
