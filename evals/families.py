@@ -300,10 +300,6 @@ def _still_check(held: dict, now: dict, native: dict) -> str:
     (``ROPE_INIT_FUNCTIONS`` at the survey's length) on RoPE of their wavelengths: a stand-in config of dim 2a and base
     b' = theta_1^(-a), read from the frequencies the model held (theta_i = b'^(-2i/(2a))). "" where none holds still
     pairs; "mismatch: ..." where a check fails; else the line saying what was checked."""
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-    from transformers.utils import logging as hf_logging
-
     said = []
     for slot, (inv_freq, attention) in now.items():
         theta = held[slot]
@@ -314,20 +310,14 @@ def _still_check(held: dict, now: dict, native: dict) -> str:
             return f"mismatch: {int((inv_freq[still] != 0).sum())} pairs {slot.buffer} held at frequency 0 rotate"
         rotating = theta[~still].double()
         a = rotating.numel()
-        base = float(rotating[1] ** -a)  # theta_1 = b'^(-2/(2a))
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()
-        try:
-            stand_in = LlamaConfig(
-                hidden_size=2 * a,
-                num_attention_heads=1,
-                head_dim=2 * a,
-                max_position_embeddings=TRAINED,
-                rope_parameters={**native, "rope_theta": base},
+        if a < 2:  # one rotating pair (theta_0 = 1 at every base): no base to read, its frequency not compared
+            said.append(
+                f"; {slot.buffer}'s {still.numel() - a} pairs held at frequency 0 stay 0 (one pair rotates: no base to "
+                "read from it, its frequency not compared)"
             )
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        want, want_attention = ROPE_INIT_FUNCTIONS[native["rope_type"]](stand_in, "cpu", seq_len=LENGTH)
+            continue
+        base = float(rotating[1] ** -a)  # theta_1 = b'^(-2/(2a))
+        want, want_attention = _native_frequencies(2 * a, base, native)
         gap = float(((inv_freq[~still].double() - want.double()) / want.double()).abs().max())
         if gap > 1e-5 or abs(attention - want_attention) > 1e-6:
             return f"mismatch: {slot.buffer}'s rotating pairs vs transformers' {native['rope_type']}: gap {gap:.1e}"
@@ -339,31 +329,54 @@ def _still_check(held: dict, now: dict, native: dict) -> str:
     return "".join(said)
 
 
-def _table_reference(model_type: str, plain, slots, native: dict) -> torch.Tensor:
-    """The logits of ``plain``'s weights with each sin/cos table slot's buffer built here, from transformers' own
-    frequencies and attention factor for ``native`` (``ROPE_INIT_FUNCTIONS`` at the survey's length, on a stand-in
-    config of the slot's rotary dim and base): sin(p * theta) * a in the table's sine columns (row 0's zeros),
-    cos(p * theta) * a in the others, for p < LENGTH."""
+def _native_frequencies(dim: int, base: float, native: dict) -> tuple[torch.Tensor, float]:
+    """transformers' own frequencies and attention factor for ``native`` (``ROPE_INIT_FUNCTIONS`` at the survey's
+    length) on RoPE of ``dim`` and ``base``: a Llama stand-in config of that head dim (its notes on the native
+    parameters' keys silenced: the survey's settings, on purpose)."""
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     from transformers.utils import logging as hf_logging
 
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        stand_in = LlamaConfig(
+            hidden_size=dim,
+            num_attention_heads=1,
+            head_dim=dim,
+            max_position_embeddings=TRAINED,
+            rope_parameters={**native, "rope_theta": base},
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return ROPE_INIT_FUNCTIONS[native["rope_type"]](stand_in, "cpu", seq_len=LENGTH)
+
+
+def family_table_base(module, dim: int) -> float:
+    """The base the family's own modeling code builds its sin/cos table at, independently of rope_ext: its module's
+    ``create_sinusoidal_positions`` (GPT-J's, CodeGen's: b = 10000 written in it) at 2 rows, theta_1 = atan2 of row 1
+    (an angle < pi), b = theta_1^(-d/2), to the whole number it is (float32 reads it to ~d/2 x 1e-7)."""
+    import math
+    import sys
+
+    build = getattr(sys.modules[type(module).__module__], "create_sinusoidal_positions", None)
+    if build is None:
+        raise LookupError(f"{type(module).__module__} has no create_sinusoidal_positions: no base of its own to read")
+    row = build(2, dim)[1].double()
+    theta_1 = math.atan2(float(row[1]), float(row[dim // 2 + 1]))  # its sines, then its cosines
+    base = theta_1 ** (-dim / 2)
+    return float(round(base)) if abs(base - round(base)) < 1e-3 * base else base
+
+
+def _table_reference(model_type: str, plain, slots, native: dict) -> torch.Tensor:
+    """The logits of ``plain``'s weights with each sin/cos table slot's buffer built here, from transformers' own
+    frequencies and attention factor for ``native`` (:func:`_native_frequencies`) at the base the family's own code
+    writes (:func:`family_table_base`, not rope_ext's read of it): sin(p * theta) * a in the table's sine columns
+    (row 0's zeros), cos(p * theta) * a in the others, for p < LENGTH."""
     other = _with_weights(model_type, None, plain)
     for slot in slots:
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # its notes on the native parameters' keys (the survey's settings, on purpose)
-        try:
-            stand_in = LlamaConfig(
-                hidden_size=slot.dim,
-                num_attention_heads=1,
-                head_dim=slot.dim,
-                max_position_embeddings=TRAINED,
-                rope_parameters={**native, "rope_theta": slot.base},
-            )
-        finally:
-            hf_logging.set_verbosity(verbosity)
-        inv_freq, attention = ROPE_INIT_FUNCTIONS[native["rope_type"]](stand_in, "cpu", seq_len=LENGTH)
         module = other.get_submodule(slot.module_name)
+        inv_freq, attention = _native_frequencies(slot.dim, family_table_base(module, slot.dim), native)
         old = getattr(module, slot.table)
         angles = torch.arange(LENGTH).float()[:, None] * inv_freq.float()[None, :]
         table = torch.empty(LENGTH, old.shape[1])

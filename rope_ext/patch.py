@@ -41,8 +41,8 @@ from .attention import hook_attention
 from .attention_call import assemble_call, require_hooked
 from .rotary_output import call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
 from .rotary_output import SilentPatchError
-from .slots import RotarySlot, find_rotary_slots, held_geometry, select_slots, trained_context
-from .tables import build_table, find_table_slots, grown, own_table
+from .slots import RotarySlot, find_rotary_slots, held_base, held_geometry, select_slots, trained_context
+from .tables import build_table, find_table_slots, grown, own_base, own_table, put
 from .registry import ScalingError
 from .scaling import Scaling, resolve
 from .shipped import inherit_shipped
@@ -85,7 +85,9 @@ class RopePatch:
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         self._rows: dict[RotarySlot, int] = {}  # a table slot's rows now
         self._freqs: dict[RotarySlot, tuple] = {}  # the frequencies a table slot was built from
-        self._rotating: dict[RotarySlot, tuple] = {}  # (dim, base, still mask) of a slot holding zero frequencies
+        # (dim, base, still mask or None) of each slot as its live buffer holds it (_geometry); a table's base
+        self._geometry: dict[RotarySlot, tuple] = {}
+        self._own_bases: dict[RotarySlot, float] = {}
         # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.tables)
         self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
         try:
@@ -101,6 +103,7 @@ class RopePatch:
             self._apply()
         for slot in self._own_tables:
             module = slot.module(model)
+            self._own_bases[slot] = own_base(slot, getattr(module, slot.table), scaling.label)  # refused: NaN rows
             self._saved.append((module, slot.table, None, getattr(module, slot.table)))
             self._rows[slot] = slot.rows
             self._hooks.append(module.register_forward_pre_hook(self._position_hook, with_kwargs=True))
@@ -139,21 +142,36 @@ class RopePatch:
         factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 
-    def _apply(self) -> None:
-        odd = [s.module_name for s in self.slots if s.table and not s.base > 1]
-        if odd:
+    def _geometry_of(self, slot: RotarySlot, module: nn.Module) -> tuple:
+        """(dim, base, still mask or None) of ``slot`` read from the buffer ``module`` holds now, not from the slot
+        (found on ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')): a table's
+        base from its values (:func:`rope_ext.tables.own_base`, refused where it is none), frequencies' base as
+        :func:`rope_ext.slots.held_base` or, with pairs held at 0, :func:`rope_ext.slots.held_geometry` reads it."""
+        if slot.table:
+            return slot.dim, own_base(slot, getattr(module, slot.table), self.scaling.label), None
+        held = getattr(module, f"{slot.prefix}inv_freq")
+        if held.is_meta:
             raise ScalingError(
-                f"scaling '{self.scaling.label}': the sin/cos table of {', '.join(odd)} is not RoPE's "
-                "theta_i = b^(-2i/d) (patched already?): rope_ext reads no base to scale from"
+                f"{slot.module_name}: its {slot.buffer} holds no values here (meta device, or offloaded)"
             )
+        still = (held == 0).cpu()
+        if not bool(still.any()):
+            return held.numel() * 2, held_base(held, slot.base), None
+        if slot.still == int(still.sum()):  # found with values: the slot's (held_geometry's fallback is no fixpoint)
+            return slot.dim, slot.base, still
+        dim, base, _ = held_geometry(held, slot.base)
+        return dim, base, still
+
+    def _apply(self) -> None:
         modules = {slot.module_name: slot.module(self.model) for slot in self.slots}
+        self._geometry = {slot: self._geometry_of(slot, modules[slot.module_name]) for slot in self.slots}
         trained = int(self.scaling.params.get("original_max_position") or 0) or trained_context(self.model)
         positions = probe_positions(trained)
         before = {}
         for slot in self.slots:
             module = modules[slot.module_name]
             if slot.table:  # its output past the table, its own RoPE grown: what the patched one is compared with
-                with grown(module, slot, int(positions.max()) + 1):
+                with grown(module, slot, int(positions.max()) + 1, self._geometry[slot][1]):
                     before[slot] = call_rotary(module, slot, positions)
             else:
                 before[slot] = call_rotary(module, slot, positions)
@@ -194,17 +212,18 @@ class RopePatch:
                 self._rows[slot] = slot.rows
             else:
                 buffer_name, scaling_name = f"{slot.prefix}inv_freq", f"{slot.prefix}attention_scaling"
-                held = getattr(module, buffer_name)
-                self._saved.append((module, buffer_name, None, held))
+                self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
                 self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
-                still = (held == 0).cpu()
-                if bool(still.any()):  # the slot's geometry, read from the values now where it was found without
-                    known = slot.still == int(still.sum())
-                    dim, base, _ = (slot.dim, slot.base, 0) if known else held_geometry(held, slot.base)
-                    self._rotating[slot] = dim, base, still
             inv_freq, attention = self._set(slot, module, seq_len=None)
+            dim, base, _ = self._geometry[slot]  # as the buffer holds it (the slot's, unless found without values)
             self.applied.append(
-                {**slot.describe(), "attention_factor": attention, "inv_freq_min": float(inv_freq.min())}
+                {
+                    **slot.describe(),
+                    "rotary_dim": dim,
+                    "base": base,
+                    "attention_factor": attention,
+                    "inv_freq_min": float(inv_freq.min()),
+                }
             )
         for name, module in modules.items():
             routed = route_init_fn(module, [s.prefix for s in self.slots if s.module_name == name])
@@ -216,7 +235,7 @@ class RopePatch:
         attention factor."""
         import torch
 
-        dim, base, still = self._rotating.get(slot, (slot.dim, slot.base, None))
+        dim, base, still = self._geometry[slot]
         if still is not None and not dim:
             raise ScalingError(f"{slot.module_name}: every pair of {slot.buffer} holds frequency 0: nothing rotates")
         try:
@@ -230,7 +249,8 @@ class RopePatch:
         if slot.table:  # sin(p * theta') * a, cos(p * theta') * a for every position up to the length asked
             self._freqs[slot] = inv_freq, attention
             self._rows[slot] = max(self._rows[slot], seq_len or 0)
-            _put(module, slot.table, build_table(inv_freq, attention, self._rows[slot], getattr(module, slot.table)))
+            table = build_table(inv_freq, attention, self._rows[slot], getattr(module, slot.table), slot.module_name)
+            put(module, slot.table, table)
             return inv_freq, attention
         old, rotating = getattr(module, f"{slot.prefix}inv_freq"), inv_freq
         if still is not None:  # the still pairs put back at zero, the strategy's frequencies in the rotating ones
@@ -257,10 +277,10 @@ class RopePatch:
                 self._rows[slot] = max(seq_len, 2 * self._rows[slot])
                 table = getattr(module, slot.table)
                 if slot in self._freqs:
-                    _put(module, slot.table, build_table(*self._freqs[slot], self._rows[slot], table))
+                    put(module, slot.table, build_table(*self._freqs[slot], self._rows[slot], table, slot.module_name))
                 else:  # a table at its own RoPE: its original rows kept
                     original = next(v for m, n, _, v in self._saved if m is module and n == slot.table)
-                    _put(module, slot.table, own_table(slot, original, self._rows[slot]))
+                    put(module, slot.table, own_table(slot, original, self._rows[slot], self._own_bases[slot]))
 
     def restore(self) -> None:
         """Put back the exact tensors and attributes the model had before patching."""
@@ -270,7 +290,7 @@ class RopePatch:
             unroute(routed)
         for module, buffer_name, attr_name, value in reversed(self._saved):
             if buffer_name is not None:
-                _put(module, buffer_name, value)
+                put(module, buffer_name, value)
             elif value is not None or hasattr(module, attr_name):
                 setattr(module, attr_name, value)
         self._saved, self._hooks, self._routed = [], [], []
@@ -280,11 +300,6 @@ class RopePatch:
 
     def __exit__(self, *exc) -> None:
         self.restore()
-
-
-def _put(module: nn.Module, name: str, tensor) -> None:
-    """Set the buffer ``name`` of ``module``, keeping whether it is saved in the state dict."""
-    module.register_buffer(name, tensor, persistent=name not in module._non_persistent_buffers_set)
 
 
 def patch(

@@ -154,7 +154,12 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     # the module computes p * theta in float32: its angle is off by up to ~1 ulp of the largest angle (2e-3 at 4L =
     # 16384), far below what a wrong frequency or attention factor moves (a factor 2, or mscale's 1.14)
     largest = float(positions.max()) * float(inv_freq.abs().max())
-    if not gap <= (1e-4 + 4 * largest * 2.0**-24) * max(1.0, abs(attention)):
+    near = (1e-4 + 4 * largest * 2.0**-24) * max(1.0, abs(attention))
+    if slot.table:  # a table holds its values in its dtype: rounded to 2^-8 relative in bfloat16 (model.half() too)
+        from .tables import tolerance
+
+        near = max(near, tolerance(getattr(module, slot.table), 0.0, attention))
+    if not gap <= near:
         raise SilentPatchError(
             f"scaling '{label}': {where} outputs cos/sin that are not the patched frequencies (max gap {gap:.2g}): "
             "its forward reads something else (e.g. the config's rope_type or mscale), so rope_ext refuses to patch it"

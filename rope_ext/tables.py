@@ -23,6 +23,11 @@ checkpoint holds, with the model's own ``_init_weights`` (``PreTrainedModel._ini
 buffer is replaced by :func:`build_table` of the strategy's frequencies theta' and attention factor a,
 sin(p * theta'_i) * a and cos(p * theta'_i) * a in the same layout and dtype, with rows for every position a forward
 asks (grown in a forward pre-hook: extension past the table is the point); restore() puts the original buffer back.
+The patcher reads the base from the live buffer when it patches (:func:`own_base`), not from the slot it was handed,
+and refuses in one line a table with no values here (``meta``, offloaded) or not of RoPE's form (patched already).
+
+A table held in half precision (``model.half()``, bfloat16) is read within its rounding: every comparison allows
+4 ulps of the table's dtype where that is more than its float32 tolerance (:func:`tolerance`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,31 @@ if TYPE_CHECKING:
     from .slots import RotarySlot
 
 TOLERANCE = 1e-3  # a table within this of RoPE's sin/cos at the read base is one (float32 tables: ~1e-6 off)
+
+
+def tolerance(table: torch.Tensor, floor: float, attention: float = 1.0) -> float:
+    """How far a table's values may be from what they stand for: ``floor``, or 4 ulps of the table's dtype where that
+    is more (a table rounded to float16, 2^-11 relative, or bfloat16, 2^-8: ``model.half()``), times max(1, a)."""
+    import torch
+
+    return max(floor, 4 * torch.finfo(table.dtype).eps) * max(1.0, abs(attention))
+
+
+def readable(table: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """:func:`layout` of a table slot's buffer, or a one-line ScalingError naming ``where`` when it holds no values
+    here (``meta``, or offloaded under a device_map) or is no sin/cos table (any more)."""
+    found = layout(table)
+    if found is None:
+        from .registry import ScalingError
+
+        why = "holds no values here (meta device, or offloaded)" if table.is_meta else "is no sin/cos table"
+        raise ScalingError(f"{where}: its sin/cos table {why}: rope_ext cannot read or rebuild its frequencies")
+    return found
+
+
+def put(module: nn.Module, name: str, tensor) -> None:
+    """Set the buffer ``name`` of ``module``, keeping whether it is saved in the state dict."""
+    module.register_buffer(name, tensor, persistent=name not in module._non_persistent_buffers_set)
 
 
 def table_shaped(table: torch.Tensor) -> bool:
@@ -73,8 +103,11 @@ def layout(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float] | No
 
 def read_table(table: torch.Tensor, reference_rows: int = 0) -> tuple[torch.Tensor, float] | None:
     """(theta (d/2,) float64, a) a sin/cos table holds, or None when it is not one. theta_i = atan2 at row 1, refined
-    at row r = min(reference_rows or rows, rows) - 1: theta = (phase_r + 2*pi*k) / r, k the whole turns row 1 predicts
-    (the angle p * theta read at a large p: the slow pairs' frequencies to float32's precision over r)."""
+    turn by turn at rows 2, 4, 8, ... and r = min(reference_rows or rows, rows) - 1: at each row p, theta = (phase_p +
+    2*pi*k) / p, k the whole turns the previous estimate predicts (the angle p * theta read at a large p: the slow
+    pairs' frequencies to the table's precision over r). Doubling p keeps the predicted angle's error at about twice
+    the read error, far below half a turn, even for a bfloat16 table (row 1 alone would predict the turns at row r
+    with r times its error)."""
     import torch
 
     found = layout(table)
@@ -84,18 +117,22 @@ def read_table(table: torch.Tensor, reference_rows: int = 0) -> tuple[torch.Tens
     values = table.detach().double().cpu()
     theta = torch.atan2(values[1, sines], values[1, cosines])
     last = min(reference_rows or values.shape[0], values.shape[0]) - 1
-    if last > 1:
-        phase = torch.atan2(values[last, sines], values[last, cosines])
-        theta = (phase + 2 * math.pi * torch.round((last * theta - phase) / (2 * math.pi))) / last
+    rows = [2**k for k in range(1, max(last, 1).bit_length()) if 2**k < last] + ([last] if last > 1 else [])
+    for row in rows:
+        phase = torch.atan2(values[row, sines], values[row, cosines])
+        theta = (phase + 2 * math.pi * torch.round((row * theta - phase) / (2 * math.pi))) / row
     return theta, a
 
 
-def build_table(inv_freq: torch.Tensor, attention: float, rows: int, like: torch.Tensor) -> torch.Tensor:
+def build_table(
+    inv_freq: torch.Tensor, attention: float, rows: int, like: torch.Tensor, where: str = "a rotary"
+) -> torch.Tensor:
     """A table of ``rows`` positions in the layout, dtype and device of ``like``: sin(p * theta_i) * a in its sine
-    columns, cos(p * theta_i) * a in its cosine columns, computed in float32 as transformers computes cos/sin."""
+    columns, cos(p * theta_i) * a in its cosine columns, computed in float32 as transformers computes cos/sin. A
+    ``like`` with no values here is a one-line ScalingError naming ``where`` (:func:`readable`)."""
     import torch
 
-    sines, cosines, _ = layout(like)
+    sines, cosines, _ = readable(like, where)
     # angle p * theta_i, float32 as GPT-J's create_sinusoidal_positions and transformers' rotary forwards
     angles = torch.arange(rows, dtype=torch.int64).float()[:, None] * inv_freq.float().cpu()[None, :]
     table = torch.empty(rows, like.shape[1], dtype=torch.float32)
@@ -105,52 +142,70 @@ def build_table(inv_freq: torch.Tensor, attention: float, rows: int, like: torch
 
 
 def table_base(table: torch.Tensor) -> float | None:
-    """The base b of a RoPE table, theta_i = b^(-2i/d) -- b = theta_1^(-d/2), or its nearest whole number where
-    that rebuilds the table closer -- or None when the table is not of that form (within :data:`TOLERANCE`)."""
+    """The base b of a RoPE table, theta_i = b^(-2i/d) -- read from each pair i >= 1, b = theta_i^(-d/(2i)), or the
+    nearest whole number, whichever rebuilds the table closest -- or None when the table is not of that form (within
+    :data:`TOLERANCE`, or 4 ulps of its dtype: :func:`tolerance`)."""
     read = read_table(table)
     if read is None:
         return None
     theta, a = read
     dim = 2 * theta.numel()
-    if not (abs(float(theta[0]) - 1.0) < 1e-4 and 0 < float(theta[1]) < 1):
+    if not (abs(float(theta[0]) - 1.0) < tolerance(table, 1e-4) and all(0 < float(t) < 1 for t in theta[1:])):
         return None
-    # theta_1 = b^(-2/d)  =>  b = theta_1^(-d/2)
-    read_base = float(theta[1]) ** (-dim / 2)
+    # theta_i = b^(-2i/d)  =>  b = theta_i^(-d/(2i))
+    reads = [float(theta[i]) ** (-dim / (2 * i)) for i in range(1, theta.numel())]
     best, gap = None, math.inf
-    for base in (read_base, float(round(read_base))):
+    for base in sorted({float(round(b)) for b in reads}) + reads:  # a whole number first: a tie keeps it
         if base > 1:
             rebuilt = build_table(default_inv_freq(dim, base), a, table.shape[0], table)
             error = float((rebuilt.double() - table.detach().double()).abs().max())
             if error < gap:
                 best, gap = base, error
-    return best if gap <= TOLERANCE * max(1.0, a) else None
+    return best if gap <= tolerance(table, TOLERANCE, a) else None
 
 
 def held(module: nn.Module, slot: RotarySlot) -> tuple[torch.Tensor, float]:
-    """(theta float32, a) the table slot of ``module`` holds now (read at the slot's original length)."""
-    theta, a = read_table(getattr(module, slot.table), slot.rows)
+    """(theta float32, a) the table slot of ``module`` holds now (read at the slot's original length); a one-line
+    ScalingError where it holds no values here (:func:`readable`)."""
+    table = getattr(module, slot.table)
+    readable(table, slot.module_name)
+    theta, a = read_table(table, slot.rows)
     return theta.float(), a
 
 
-def own_table(slot: RotarySlot, original: torch.Tensor, rows: int) -> torch.Tensor:
-    """The module's own table grown to ``rows``: its rows kept, the rest its own RoPE at the slot's base."""
+def own_base(slot: RotarySlot, table: torch.Tensor, label: str) -> float:
+    """The base of the RoPE ``table`` holds now (:func:`table_base`), or a one-line ScalingError naming the slot's
+    module where it holds no values or is not RoPE's form (patched already): no base to scale from or grow with."""
+    from .registry import ScalingError
+
+    readable(table, slot.module_name)
+    base = table_base(table)
+    if base is None or not base > 1:
+        raise ScalingError(
+            f"scaling '{label}': the sin/cos table of {slot.module_name} is not RoPE's theta_i = b^(-2i/d) (patched "
+            "already?): rope_ext reads no base to scale it from or grow it with"
+        )
+    return base
+
+
+def own_table(slot: RotarySlot, original: torch.Tensor, rows: int, base: float) -> torch.Tensor:
+    """The module's own table grown to ``rows``: its rows kept, the rest its own RoPE at ``base`` (:func:`own_base`)."""
     rows = max(rows, original.shape[0])
-    table = build_table(default_inv_freq(slot.dim, slot.base), layout(original)[2], rows, original)
+    table = build_table(default_inv_freq(slot.dim, base), layout(original)[2], rows, original, slot.module_name)
     table[: original.shape[0]] = original
     return table
 
 
 @contextmanager
-def grown(module: nn.Module, slot: RotarySlot, rows: int):
-    """The table slot grown to ``rows`` with the module's own RoPE while inside (its output past the table, before
-    any patch: what the patcher's check compares the patched output with)."""
+def grown(module: nn.Module, slot: RotarySlot, rows: int, base: float):
+    """The table slot grown to ``rows`` with the module's own RoPE at ``base`` while inside (its output past the
+    table, before any patch: what the patcher's check compares the patched output with)."""
     original = getattr(module, slot.table)
-    persistent = slot.table not in module._non_persistent_buffers_set
-    module.register_buffer(slot.table, own_table(slot, original, rows), persistent=persistent)
+    put(module, slot.table, own_table(slot, original, rows, base))
     try:
         yield
     finally:
-        module.register_buffer(slot.table, original, persistent=persistent)
+        put(module, slot.table, original)
 
 
 def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | None:
@@ -197,8 +252,9 @@ def find_table_slots(model: nn.Module) -> list[RotarySlot]:
             positions = torch.tensor([[0, 1, buffer.shape[0] - 1]])
             out = call_rotary(source, slot, positions)
             theta, a = held(source, slot)
+            near = tolerance(buffer, 1e-4, a)  # float32: 1e-4; a half-precision table: its rounding
             if out is not None and any(
-                expected_mismatch(out, theta, a, positions, sin_first) <= 1e-4 * max(1.0, a) for sin_first in (0, 1)
+                expected_mismatch(out, theta, a, positions, sin_first) <= near for sin_first in (0, 1)
             ):
                 slots.append(slot)
     return slots
