@@ -90,19 +90,20 @@ def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None 
 
 
 def unexportable(scaled, config) -> str | None:
-    """Why an engine's config cannot describe the scaled slots (one line; None where it can): a sin/cos table (GPT-J, CodeGen: their
-    rotary reads no rope_parameters), pairs held still (proportional RoPE: a partial_rotary_factor would rotate other
-    pairs), or frequencies of another base than the config's rope_theta (an odd rotary dim: the engine recomputes over
-    its own)."""
+    """Why an engine's config cannot describe the scaled slots (one line; None where it can): a sin/cos table
+    (GPT-J, CodeGen: their rotary reads no rope_parameters), pairs held still (proportional RoPE: a
+    partial_rotary_factor would rotate other pairs), or frequencies of another base than the config's rope_theta (an
+    odd rotary dim: the engine recomputes over its own)."""
     parameters = getattr(config, "rope_parameters", None) or {}
-    theta = parameters.get("rope_theta") if isinstance(parameters, dict) else None
-    theta = theta or getattr(config, "rope_theta", None)
+    parameters = parameters if isinstance(parameters, dict) else {}
     for slot in scaled:
+        own = parameters.get(slot.layer_type) if isinstance(parameters.get(slot.layer_type), dict) else parameters
+        theta = own.get("rope_theta") or (None if slot.layer_type else getattr(config, "rope_theta", None))
         if slot.table:
             why = f"its rotary is a sin/cos table ({slot.table}) that reads no rope_parameters"
         elif slot.still:
             why = f"its rotary holds {slot.still} pairs still (proportional RoPE), which rope_parameters cannot say"
-        elif theta and abs(float(slot.base) / float(theta) - 1) > 1e-6:
+        elif theta and abs(float(slot.base) / float(theta) - 1) > 1e-4:  # a float32 read of the base: ~1e-6
             why = f"its frequencies have base {float(slot.base):.6g}, not the config's rope_theta {float(theta):g}"
         else:
             continue
