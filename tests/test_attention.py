@@ -126,8 +126,9 @@ def test_hooks_share_one_installation_and_restore_in_any_order():
         assert torch.equal(model(ids).logits, before)
 
 
-def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
-    config = AutoConfig.for_model(
+def falcon_config():
+    """A one-layer Falcon: its attention does not call transformers' AttentionInterface."""
+    return AutoConfig.for_model(
         "falcon",
         hidden_size=64,
         num_hidden_layers=1,
@@ -135,6 +136,10 @@ def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
         vocab_size=100,
         new_decoder_architecture=True,
     )
+
+
+def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
+    config = falcon_config()
     with torch.device("meta"):
         falcon = AutoModelForCausalLM.from_config(config)
         llama = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **COMMON))
@@ -152,14 +157,7 @@ def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
 def test_a_patch_refused_half_way_leaves_the_model_as_it_was():
     """YaRN's frequencies are set before Self-Extend finds Falcon's attention cannot be hooked: the refusal undoes
     them (before, the model stayed scaled with nothing left to restore it)."""
-    config = AutoConfig.for_model(
-        "falcon",
-        hidden_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        vocab_size=100,
-        new_decoder_architecture=True,
-    )
+    config = falcon_config()
     falcon = AutoModelForCausalLM.from_config(config).eval()
     ids = torch.arange(40).unsqueeze(0) % 100
     with torch.no_grad():
