@@ -23,7 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests import test_calibration as sim  # noqa: E402
-from evals.stats import cluster_interval, one_document_interval, tang_interval  # noqa: E402
+from evals.stats import cluster_interval, tang_interval  # noqa: E402
 
 DOC = ROOT / "docs" / "verdict.md"
 
@@ -73,12 +73,7 @@ def long_memory() -> list[str]:
     for hurst in (0.5, 0.7, 0.75):
         cells = []
         for blocks in (8, 32, 128):
-            rng = np.random.default_rng(blocks * 100 + int(100 * hurst))
-            x = sim.difficulty(rng, sim.REPS, blocks)
-            a = x + sim.DELTA + 0.05 * sim.fgn(rng, sim.REPS, blocks, hurst)
-            w = np.full((sim.REPS, blocks), 256.0)
-            _, low, high, _, _, _ = one_document_interval(256 * a, w, 256 * x, w)
-            coverage, below, _ = sim.rates(low, high, sim.DELTA)
+            coverage, below, _, _ = sim.long_memory_rates(blocks, hurst)
             cells.append(f"{coverage:.3f} / {below:.3f}")
         lag1 = 0.5 * (2 ** (2 * hurst) - 2)  # fGn's lag-1 autocorrelation
         lines.append(f"| {hurst:g} ({lag1:.2f}) | {' | '.join(cells)} |")
@@ -96,24 +91,13 @@ def followed() -> list[str]:
 
 def drift() -> list[str]:
     """test_a_drift_with_position_is_warned_about."""
-    from evals.core.decision.positions import position_drift
-    from evals.stats import paired_log_ratio
-
     lines = [
         "| documents | own-only half harder by | warned | the 2× interval covers the strategy's own loss |",
         "|---|---|---|---|",
     ]
     for count, shift in ((20, 0.0), (1, 0.0), (20, float(np.log(1.3)))):
-        rng = np.random.default_rng(count * 10 + int(100 * shift))
-        reps, shared = 60, 16
-        warned = covered = 0
-        for _ in range(reps):
-            own, ref = sim.drifting_documents(rng, count, shared, shift)
-            found = position_drift(own, ref, 0.1, 2 * shared * 256, shared * 256)
-            warned += bool(found and found["warn"])
-            if shift:
-                interval = paired_log_ratio(own, ref)
-                covered += interval["low"] <= sim.DELTA <= interval["high"]
+        reps = 60
+        warned, covered = sim.drift_rates(count, shift, reps)
         lines.append(f"| {count} | ×{np.exp(shift):.2f} | {warned}/{reps} | {f'{covered}/{reps}' if shift else ''} |")
     return lines
 

@@ -289,18 +289,23 @@ def fgn(rng, reps: int, n: int, hurst: float) -> np.ndarray:
     return rng.standard_normal((reps, n)) @ np.linalg.cholesky(gamma[np.abs(k[:, None] - k[None, :])]).T
 
 
+def long_memory_rates(blocks: int, hurst: float):
+    """(coverage, false yes, false NO, the method) of the one-document interval at 1x, block differences fGn."""
+    rng = np.random.default_rng(blocks * 100 + int(100 * hurst))
+    x = difficulty(rng, REPS, blocks)
+    a = x + DELTA + 0.05 * fgn(rng, REPS, blocks, hurst)
+    w = np.full((REPS, blocks), 256.0)
+    _, low, high, _, _, method = one_document_interval(256 * a, w, 256 * x, w)
+    return (*rates(low, high, DELTA), method)
+
+
 @pytest.mark.parametrize("hurst", [0.5, 0.7, 0.75])
 @pytest.mark.parametrize("blocks", [8, 32, 128])
 def test_one_document_at_1x_with_long_memory(blocks, hurst):
     """Short-context retention on one document (every block on both sides): the per-block differences as fractional
     Gaussian noise (H 0.7: a lag-1 correlation of 0.32, as real text's), the documents' own difficulty shared by
     both sides. With Kiefer & Vogelsang's short-memory critical value it covered 0.80-0.92 at H 0.7-0.75."""
-    rng = np.random.default_rng(blocks * 100 + int(100 * hurst))
-    x = difficulty(rng, REPS, blocks)
-    a = x + DELTA + 0.05 * fgn(rng, REPS, blocks, hurst)
-    w = np.full((REPS, blocks), 256.0)
-    _, low, high, _, _, method = one_document_interval(256 * a, w, 256 * x, w)
-    coverage, below, above = rates(low, high, DELTA)
+    coverage, below, above, method = long_memory_rates(blocks, hurst)
     print(f"one document at 1x, {blocks} blocks, fGn H {hurst}: coverage {coverage:.3f}, false yes {below:.3f}")
     assert method == "hac" and coverage >= 0.93 and below <= 0.04 and above <= 0.04
 
@@ -322,18 +327,12 @@ def drifting_documents(rng, count: int, shared: int, shift: float):
     return own, ref
 
 
-@pytest.mark.parametrize(
-    "count,shift,warned_at_least,warned_at_most",
-    [(20, 0.0, 0, 0.05), (1, 0.0, 0, 0.05), (20, np.log(1.3), 0.7, 1)],
-)
-def test_a_drift_with_position_is_warned_about(count, shift, warned_at_least, warned_at_most):
-    """The own-only half of every document harder than the shared one (a drift under way within T): read as the
-    strategy's loss by the 2x interval; the position check (evals/core/decision/positions.py) warns, and stays quiet
-    on stationary text."""
+def drift_rates(count: int, shift: float, reps: int, shared: int = 16) -> tuple[int, int]:
+    """(warned, the 2x interval covered the strategy's own loss) of ``reps`` drifting samples: the position check
+    (evals/core/decision/positions.py) and the paired interval on them."""
     from evals.core.decision.positions import position_drift
 
     rng = np.random.default_rng(count * 10 + int(100 * shift))
-    reps, shared = 60, 16
     warned = covered = 0
     for _ in range(reps):
         own, ref = drifting_documents(rng, count, shared, shift)
@@ -342,6 +341,19 @@ def test_a_drift_with_position_is_warned_about(count, shift, warned_at_least, wa
         if shift:
             interval = paired_log_ratio(own, ref)
             covered += interval["low"] <= DELTA <= interval["high"]
+    return warned, covered
+
+
+@pytest.mark.parametrize(
+    "count,shift,warned_at_least,warned_at_most",
+    [(20, 0.0, 0, 0.05), (1, 0.0, 0, 0.05), (20, np.log(1.3), 0.7, 1)],
+)
+def test_a_drift_with_position_is_warned_about(count, shift, warned_at_least, warned_at_most):
+    """The own-only half of every document harder than the shared one (a drift under way within T): read as the
+    strategy's loss by the 2x interval; the position check (evals/core/decision/positions.py) warns, and stays quiet
+    on stationary text."""
+    reps = 60
+    warned, covered = drift_rates(count, shift, reps)
     print(
         f"position drift, {count} documents, own-only half x{np.exp(shift):.2f} harder: warned {warned}/{reps}"
         + (f", the 2x interval covered the strategy's own loss {covered}/{reps}" if shift else "")
