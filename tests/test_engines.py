@@ -53,8 +53,46 @@ FAMILIES = {
             "full_attention": {"rope_type": "default", "rope_theta": 1e6},
         },
     ),
+    # DeepSeek-V3's multi-head latent attention: rope on qk_rope_head_dim only, interleaved pairs; plain RoPE, the
+    # checkpoint's own YaRN with mscale/mscale_all_dim (DeepSeek-V3's: x40, 1, 1; the softmax scale x1.87 it brings
+    # stays in the measured model), and rope_interleave=false (rotate_half pairs)
+    **{
+        name: dict(
+            model_type="deepseek_v3",
+            kv_lora_rank=16,
+            q_lora_rank=16,
+            qk_rope_head_dim=HEAD,
+            qk_nope_head_dim=8,
+            v_head_dim=16,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_group=1,
+            topk_group=1,
+            **extra,
+        )
+        for name, extra in {
+            "deepseek_v3": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}},
+            "deepseek_v3-yarn": {
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e4,
+                    "factor": 40.0,
+                    "original_max_position_embeddings": TRAINED,
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 1.0,
+                }
+            },
+            "deepseek_v3-neox": {
+                "rope_parameters": {"rope_type": "default", "rope_theta": 1e4},
+                "rope_interleave": False,
+            },
+        }.items()
+    },
 }
 LAYER_TYPE = {"gemma3": "full_attention"}
+MLA = {name for name, spec in FAMILIES.items() if spec["model_type"] == "deepseek_v3"}
 # what an engine's model module cannot take, by (engine, family): the export refuses it in one line
 NOT_TAKEN = {
     ("sglang", "gemma3"): (
@@ -65,6 +103,16 @@ NOT_TAKEN = {
         "p-RoPE on a model with partial rotary or per-layer-type rope is not exported",
         "a per-layer-type truncate=false would be read as true",  # as transformers reads it: refused for all
     ),
+    **{
+        (engine, family): (
+            "DeepSeek serves every rope type but 'default' as its DeepSeek YaRN",  # linear, llama3, p-RoPE
+            "DeepSeek YaRN always truncates its correction range",
+            "DeepSeek with a default rope drops the softmax scale",  # ntk, base on the x40 YaRN checkpoint
+            *(("rotates interleaved pairs whatever the config's rope_interleave says",) if engine == "vllm" else ()),
+        )
+        for engine in ("vllm", "sglang")
+        for family in MLA
+    },
 }
 # every frequency strategy the engines can express, as rope_ext measures it: the transformers-native set of
 # tests/test_export.py but dynamic NTK (static in vLLM/SGLang: refused), and the model unchanged
@@ -89,6 +137,7 @@ def family_model(family):
         max_position_embeddings=TRAINED,
         **{"num_hidden_layers": 1, **spec},
     )
+    config._attn_implementation = "eager"
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(config).eval()
 
@@ -103,6 +152,28 @@ def patched_qk(model, scaling, q, k, layer_type=None):
         cos, sin = model.model.rotary_emb(q[None].transpose(1, 2), positions, *extra)
     rq, rk = apply_rotary_pos_emb(q[None].transpose(1, 2), k[None].transpose(1, 2), cos, sin)
     return rq.transpose(1, 2)[0], rk.transpose(1, 2)[0]
+
+
+def patched_logits(model, scaling, q, k, q_nope, k_nope):
+    """DeepSeek-V3's attention logits in the patched model, per head: its softmax scale times q.k, the rotated part
+    by the patched rotary embedding (its cos/sin, attention factor included) as the module applies it (interleaved
+    pairs or rotate_half, as its rope_interleave says)."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as deepseek
+
+    positions = torch.arange(q.shape[0])[None]
+    attention = model.model.layers[0].self_attn
+    rotate = deepseek.apply_rotary_pos_emb_interleave if model.config.rope_interleave else deepseek.apply_rotary_pos_emb
+    with torch.no_grad(), rope_ext.patch(model, scaling, original_max_position=TRAINED):
+        cos, sin = model.model.rotary_emb(q[None].transpose(1, 2), positions)
+        rq, rk = rotate(q[None].transpose(1, 2), k[None].transpose(1, 2), cos, sin)
+        scale = attention.scaling
+    return mla_logits(rq[0].transpose(0, 1), rk[0].transpose(0, 1), scale, q_nope, k_nope)
+
+
+def mla_logits(q, k, scale, q_nope, k_nope):
+    """(heads, n, n): scale x (q_nope.k_nope + q_rope.k_rope), q (n, heads, r), k (n, 1, r) shared by the heads."""
+    full_q, full_k = torch.cat([q_nope, q], -1), torch.cat([k_nope, k.expand(-1, q.shape[1], -1)], -1)
+    return scale * torch.einsum("ihd,jhd->hij", full_q.double(), full_k.double())
 
 
 def run_engine(engine, cases, tmp_path):
@@ -132,16 +203,22 @@ def case(engine, family, setting, tmp_path):
     model.config.save_pretrained(folder)
     generator = torch.Generator().manual_seed(1)
     q, k = torch.randn(context, HEADS, HEAD, generator=generator), torch.randn(context, 2, HEAD, generator=generator)
-    ours = patched_qk(model, scaling, q, k, LAYER_TYPE.get(family))
+    if family in MLA:  # the rope part of every head's query, the key's shared by all heads; their no-rope parts
+        k = k[:, :1]
+        nope = [torch.randn(context, HEADS, model.config.qk_nope_head_dim, generator=generator) for _ in range(2)]
+        ours = patched_logits(model, scaling, q, k, *nope), nope
+    else:
+        ours = patched_qk(model, scaling, q, k, LAYER_TYPE.get(family))
     engine_case = {
+        "mla": family in MLA,
         "layer_type": LAYER_TYPE.get(family),
         "model": str(folder),
         "overrides": found[key],
         "context": context,
         "head_dim": HEAD,
         "positions": torch.arange(context),
-        "q": q.reshape(context, -1),
-        "k": k.reshape(context, -1),
+        "q": q if family in MLA else q.reshape(context, -1),  # MLA: (tokens, heads, rope dim), as its module rotates
+        "k": k if family in MLA else k.reshape(context, -1),
     }
     return engine_case, ours, model, scaling
 
@@ -168,17 +245,45 @@ def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exporte
 
         (info,) = Path(folder).glob("transformers-*.dist-info")
         assert {r.get("transformers") for r in results if "q" in r} == {info.name.split("-")[1].removesuffix(".dist")}
-    for (family, setting, (q, k)), theirs in zip(expected, results):
+    for (family, setting, ours), theirs in zip(expected, results):
         assert "error" not in theirs, f"{engine} refused {family} {setting} at start-up: {theirs.get('error')}"
+        if family in MLA:  # what the attention logits are made of: rotated q/k, cos/sin magnitude, softmax scale
+            logits, nope = ours
+            n = len(logits[0])  # SGLang's rotate_half path gives (1, tokens, heads, dim)
+            served = mla_logits(
+                theirs["q"].reshape(n, HEADS, -1), theirs["k"].reshape(n, 1, -1), theirs["scale"], *nope
+            )
+            assert (served - logits).abs().max() <= 1e-4 * logits.abs().max(), (family, setting)
+            continue
+        q, k = ours
         served_q, served_k = theirs["q"].reshape(q.shape), theirs["k"].reshape(k.shape)
         assert (served_q - q).abs().max() <= 1e-4 * q.abs().max(), (family, setting)
         assert (served_k - k).abs().max() <= 1e-4 * k.abs().max(), (family, setting)
-    # SGLang's Gemma-3 takes a base (ntk, base) and nothing else; every other case is served
-    if engine == "sglang":
-        expected = {str(s) for s in SERVED if s["name"] not in ("none", "ntk", "base")}
-    else:
-        expected = {str(s) for s in SERVED + SERVED_BY[engine] if s["name"] == "p_rope" or s.get("truncate") is False}
-    assert set(refused) == {("gemma3", s) for s in expected}
+    assert set(refused) == {
+        (f, str(s)) for f in FAMILIES for s in SERVED + SERVED_BY[engine] if not_taken(engine, f, s)
+    }
+
+
+def not_taken(engine, family, setting):
+    """What the export refuses: SGLang's Gemma-3 takes a base (ntk, base) and nothing else, vLLM's neither p-RoPE nor
+    a per-layer-type truncate=false; DeepSeek-V3's modules take plain RoPE, YaRN and NTK-by-parts with their
+    correction range truncated, plain RoPE only without a softmax scale of the model's own, and vLLM's interleaved
+    pairs only; every other case is served."""
+    name = setting["name"]
+    if family == "gemma3":
+        if engine == "sglang":
+            return name not in ("none", "ntk", "base")
+        return name == "p_rope" or setting.get("truncate") is False
+    if family in MLA:
+        if engine == "vllm" and FAMILIES[family].get("rope_interleave") is False:
+            return True
+        shipped = FAMILIES[family]["rope_parameters"]["rope_type"] != "default"
+        return (
+            name not in ("none", "ntk", "base", "yarn", "ntk_by_parts")
+            or setting.get("truncate") is False
+            or (shipped and name in ("ntk", "base"))
+        )
+    return False
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))

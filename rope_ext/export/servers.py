@@ -27,6 +27,9 @@
   Gemma-3 (``srt/models/gemma3_causal.py``) builds every layer's rotary with rope_type ``default`` and the layer
   type's ``rope_theta``: only a changed base (NTK-aware, ``base``) reaches it, every other rope type is refused. DCA
   with ``--attention-backend dual_chunk_flash_attn``.
+- DeepSeek-V3 in both (their ``models/deepseek_v2.py``, :func:`_deepseek_rope`): the rotary covers
+  ``qk_rope_head_dim``; a rope type but ``default`` becomes their DeepSeek YaRN, whose magnitude and softmax scale
+  come from ``mscale``/``mscale_all_dim``: YaRN and NTK-by-parts are given as these, the rest refused.
 
 C is the context served (the length the job's verdict judged; else what the scaling covers, trained x factor).
 """
@@ -34,11 +37,12 @@ C is the context served (the length the job's verdict judged; else what the scal
 from __future__ import annotations
 
 import json
+import math
 
 from ..frequency import yarn_mscale
 from ..scaling import Scaling
 from .common import MODEL, Geometry, Unsupported, note, served, shell, table
-from .hf_config import transformers_config
+from .hf_config import rope_parameters, transformers_config
 
 QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
 
@@ -62,8 +66,75 @@ _THETA_ONLY = {
 }
 
 
+MLA_YARN = ("deepseek_v3",)  # DeepSeek-V3's module: every rope type but default served as its own YaRN (below)
+
+
+def softmax_temperature(own: dict) -> float:
+    """The factor DeepSeek-V3's attention multiplies into its softmax scale, squared (transformers'
+    ``yarn_apply_mscale``, vLLM's and SGLang's DeepSeek modules): yarn_mscale(factor, mscale_all_dim) for a scaled
+    rope dict with ``mscale_all_dim``, else 1. The patched model keeps its own: rope_ext changes the rotary only."""
+    kind = own.get("rope_type") or own.get("type") or "default"
+    if kind == "default" or not own.get("mscale_all_dim"):
+        return 1.0
+    return yarn_mscale(float(own.get("factor") or 1.0), float(own["mscale_all_dim"]))
+
+
+def _deepseek_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str, context) -> dict:
+    """DeepSeek-V3 in vLLM and SGLang (``models/deepseek_v2.py`` of both): the rotary covers ``qk_rope_head_dim``
+    (the slot's dim); rope type ``default`` is plain RoPE, every other type becomes their DeepSeek YaRN (vLLM
+    ``deepseek_yarn``/``deepseek_llama_scaling``, SGLang ``deepseek_yarn``: by-parts frequencies from ``factor``,
+    ``original_max_position_embeddings``, ``beta_fast``/``beta_slow``, always truncated) with cos/sin magnitude
+    yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim) (SGLang times ``attn_factor``; ``attention_factor`` is
+    not read) and the softmax scale times yarn_mscale(s, mscale_all_dim)^2 (vLLM: not when ``attention_factor`` is
+    1.0). So YaRN and NTK-by-parts go as ``mscale``/``mscale_all_dim`` that give the measured magnitude and keep the
+    model's own softmax scale (:func:`softmax_temperature`); anything else is refused."""
+    config = model_config or {}
+    own = dict(config.get("rope_parameters") or {})
+    temperature = softmax_temperature(own)
+    if engine == "vLLM" and config.get("rope_interleave") is False:
+        raise Unsupported(
+            "vLLM's DeepSeek rotates interleaved pairs whatever the config's rope_interleave says: this model's "
+            "rope_interleave=false would be served with other pairs"
+        )
+    if scaling.name in ("ntk", "base") and temperature != 1.0:
+        raise Unsupported(
+            f"{engine}'s DeepSeek with a default rope drops the softmax scale x{temperature**2:.6g} of this model's "
+            "own mscale_all_dim, which the measured model keeps"
+        )
+    if scaling.name not in ("yarn", "ntk_by_parts"):
+        if scaling.name in ("none", "ntk", "base"):
+            return transformers_config(scaling, geo, model_config, context)["rope_parameters"]
+        raise Unsupported(
+            f"{engine}'s DeepSeek serves every rope type but 'default' as its DeepSeek YaRN: "
+            f"'{scaling.name}' is not exported for {geo.model_type}"
+        )
+    yarn = rope_parameters(scaling, geo)
+    if yarn["truncate"] is False:
+        raise Unsupported(f"{engine}'s DeepSeek YaRN always truncates its correction range (truncate=false)")
+    factor, magnitude = float(yarn["factor"]), float(yarn["attention_factor"])
+    if factor <= 1.0 and (magnitude, temperature) != (1.0, 1.0):
+        raise Unsupported(f"{engine}'s DeepSeek YaRN at factor {factor:g} has magnitude 1 and no softmax change")
+    served_context = served(scaling, geo, context)
+    rows = yarn["original_max_position_embeddings"] * factor
+    if engine == "vLLM" and served_context > math.ceil(rows):
+        raise Unsupported(
+            f"vLLM's DeepSeek YaRN has a cos/sin table of original x factor = {rows:g} positions, fewer than the "
+            f"{served_context} served"
+        )
+    log = 0.1 * math.log(factor) if factor > 1.0 else 1.0
+    entry = {k: v for k, v in yarn.items() if k not in ("truncate", "attention_factor")}
+    # magnitude = yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim); softmax x yarn_mscale(s, mscale_all_dim)^2
+    entry["mscale"] = (magnitude * temperature - 1.0) / log
+    entry["mscale_all_dim"] = (temperature - 1.0) / log
+    if engine == "SGLang":  # its DeepSeek YaRN also multiplies by these
+        entry.update(attn_factor=1.0, extrapolation_factor=1.0)
+    return entry
+
+
 def _served_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, engine: str, context) -> dict:
     """The rope parameters a vLLM-style engine reads from the HF config it is given."""
+    if geo.model_type in MLA_YARN and scaling.name not in ("dca", "dynamic_ntk"):
+        return _deepseek_rope(scaling, geo, model_config, engine, context)
     theta_only = _THETA_ONLY.get((engine, geo.model_type))
     if theta_only and scaling.name not in ("none", "ntk", "base"):
         raise Unsupported(theta_only)
@@ -153,6 +224,8 @@ def sglang(
         own = dict((model_config or {}).get("rope_parameters") or {})
         if scaling.name == "none" and own:
             rope = {}  # the model's own rope, as it is
+        elif geo.model_type in MLA_YARN:  # merged into the model's own dict: its other keys given explicitly
+            rope = {**{k: (1.0 if k == "factor" else None) for k in own if k not in rope}, **rope}
         elif "rope_type" in rope:
             rope = _sglang_rope(rope, own)
         else:
