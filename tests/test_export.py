@@ -289,7 +289,8 @@ def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
     # what was checked, and where: the engine's own code in rope_ext's tests, not a run of this export
     assert (
         "- vllm: vllm.sh, serves 512 tokens; checked: vLLM 0.33.0's own config loading, start-up length check and "
-        "rotary embedding, run on such overrides in rope_ext's tests/test_engines.py for Llama, Qwen2, Mistral, Gemma-3; "
+        "rotary embedding, run on such overrides in rope_ext's tests/test_engines.py for Llama, Qwen2, Mistral, Gemma-3, "
+        "DeepSeek-V3; "
         "needs a vLLM with rope_parameters support"
     ) in readme
     assert "vLLM 0.33.0 installs transformers>=5.16.1,<5.21" in readme

@@ -42,8 +42,8 @@ MINIMUM = {
 ENGINE_TRANSFORMERS = {"vllm": "transformers>=5.16.1,<5.21", "sglang": "transformers==5.19.0"}
 # the model families whose vLLM and SGLang modules the tests check (others: "not verified" in deploy/README.md and in
 # the per-engine answer)
-ENGINE_VERIFIED_MODELS = ("llama", "qwen2", "mistral", "gemma3_text")
-ENGINE_VERIFIED_NAMES = "Llama, Qwen2, Mistral, Gemma-3"
+ENGINE_VERIFIED_MODELS = ("llama", "qwen2", "mistral", "gemma3_text", "deepseek_v3")
+ENGINE_VERIFIED_NAMES = "Llama, Qwen2, Mistral, Gemma-3, DeepSeek-V3"
 MODEL = "MODEL"  # the placeholder of a command whose model path is not known
 
 
