@@ -42,11 +42,17 @@ def pytest_configure(config):
 # --- composing and running jobs -----------------------------------------------------------------------------
 
 
-# CI's time limit (.ci/run sets ROPE_EXT_TESTS_UNTIL, seconds since the epoch): a slow test that would start past it
-# is skipped, saying so, and the summary names them -- a run that reports what it ran, not one killed at the limit
-# (the default suite always runs whole: "the slow tests if they fit the time")
+# CI's time budget (.ci/run sets ROPE_EXT_TESTS_UNTIL, seconds since the epoch: the last moment a slow test may start
+# and still end inside the budget): a slow test that would start past it is skipped, saying so, and the summary names
+# them -- a run that reports what it ran, not one killed at the limit (the default suite always runs whole: "the slow
+# tests if they fit the time"). The slow tests marked ``slow(ci_first=True)`` (the README's main job) run first.
 UNTIL = float(os.environ.get("ROPE_EXT_TESTS_UNTIL") or "inf")
 OUT_OF_TIME = "not run: CI's time budget (ROPE_EXT_TESTS_UNTIL) was spent before it started"
+
+
+def pytest_collection_modifyitems(items):
+    first = [item for item in items if (mark := item.get_closest_marker("slow")) and mark.kwargs.get("ci_first")]
+    items[:] = first + [item for item in items if item not in first]  # pytest-xdist hands out files in this order
 
 
 def pytest_runtest_setup(item):

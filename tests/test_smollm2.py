@@ -57,7 +57,7 @@ def test_patched_smollm2_equals_native_rope_parameters_at_1024(smollm2, ours, na
     assert not torch.allclose(restored, expected, atol=1e-3)  # the patch changed the model and was undone
 
 
-@pytest.mark.slow
+@pytest.mark.slow(ci_first=True)  # the README's main job: CI runs it before the other slow tests
 def test_default_run_shows_failure_past_8k_and_yarn_fixes_it(tmp_path, compose):
     """The default run: ppl at 8192 plausible, 16384 visibly worse unscaled; YaRN x2 recovers -- and the
     verdict says so, each strategy judged against the unscaled run it finds (no reference run of its own)."""
