@@ -17,6 +17,11 @@ rotating pairs only, on the dim and base they have (:func:`rope_ext.slots.held_g
 pairs is RoPE of dim 2a at the base b^(2a/D), the same wavelengths), and the still pairs are put back at zero -- for
 dynamic strategies at every length too.
 
+A frequency strategy also sets what the attention modules computed from the rope parameters when they were built
+(:mod:`rope_ext.softmax_scale`): DeepSeek's multi-head latent attention multiplies its softmax scale by
+mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's split of YaRN's temperature), so the patched model equals transformers'
+build for the strategy's ``rope_parameters`` (the unscaled one where transformers has none), and is restored exactly.
+
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
