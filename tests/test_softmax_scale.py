@@ -71,3 +71,15 @@ def test_a_model_whose_attention_reads_no_mscale_all_dim_is_left_as_it_is():
     plain = families.build("llama")
     with rope_ext.patch(plain, {"name": "yarn", "factor": 4, "mscale": 1.0, "mscale_all_dim": 1.0}) as patch:
         assert patch.softmax_scale is None
+
+
+def test_the_transformers_export_of_an_inherited_yarn_carries_mscale_all_dim_and_gives_the_patched_model():
+    from rope_ext.export import geometry, transformers_config
+
+    shipped_model = families.build("deepseek_v3", {**DEEPSEEK_YARN, "factor": 40.0})
+    with rope_ext.patch(shipped_model, {"name": "yarn", "factor": 4}) as patch:
+        patched = families.logits(shipped_model)
+        scaling = patch.scaling
+    exported = transformers_config(scaling, geometry(shipped_model, scaling), shipped_model.config.to_dict())
+    assert exported["rope_parameters"]["mscale_all_dim"] == 1.0
+    assert float((patched - native(shipped_model, exported["rope_parameters"])).abs().max()) < 1e-5
