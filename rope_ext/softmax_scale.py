@@ -36,6 +36,7 @@ the softmax scale from the ``scaling`` argument the module passes (:mod:`rope_ex
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import TYPE_CHECKING
 
@@ -80,7 +81,7 @@ def _built(module, parameters: dict) -> dict | None:
     key = (
         type(module),
         module.layer_idx,
-        config.to_json_string(use_diff=False),
+        hashlib.sha1(config.to_json_string(use_diff=False).encode()).hexdigest(),  # a sweep keeps no config copies
         json.dumps(parameters, sort_keys=True, default=str),
     )
     if key not in _BUILT:
