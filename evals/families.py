@@ -194,6 +194,19 @@ NATIVE = {
         lambda n: {"name": "yarn", "factor": 4},
         lambda n: {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": TRAINED},
     ),
+    # DeepSeek's split YaRN temperature: cos/sin x mscale(s, mscale) / mscale(s, mscale_all_dim), and MLA families
+    # (DeepSeek-V2/V3, GLM-4-MoE-Lite, MiniCPM3, ...) build their softmax scale x mscale(s, mscale_all_dim)^2
+    # (rope_ext.softmax_scale): the patch must set both
+    "yarn_mscale": (
+        lambda n: {"name": "yarn", "factor": 4, "mscale": 1.0, "mscale_all_dim": 1.0},
+        lambda n: {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 1.0,
+            "original_max_position_embeddings": TRAINED,
+        },
+    ),
     "llama3": (
         lambda n: {"name": "llama3", "factor": 4},
         lambda n: {
@@ -462,7 +475,9 @@ def markdown(found: dict) -> str:
         "`rope_parameters` at all (a sin/cos table rotary: GPT-J, CodeGen), the patched logits also equal the same "
         "weights with the table built from transformers' own frequencies for the strategy (1e-5); **differs**: "
         "transformers' native computation is one rope_ext does not imitate, and why (the family counts as supported); "
-        "**refused**: rope_ext says why in one line.",
+        "**refused**: rope_ext says why in one line. `yarn_mscale` is YaRN with DeepSeek's `mscale` and "
+        "`mscale_all_dim` (1, 1): the multi-head latent attention families build their softmax scale from the latter "
+        "(x mscale(s, mscale_all_dim)^2), which the patch sets too (rope_ext/softmax_scale.py).",
         "",
         f"Families: **{count['exact']} exact**, **{count['supported']} supported**, **{count['refused']} refused**, "
         f"**{count['failing']} with open cells** (silent or mismatch: issue 51), {count['not built']} not built tiny (listed at the end, with the reason).",

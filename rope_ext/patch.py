@@ -17,6 +17,11 @@ rotating pairs only, on the dim and base they have (:func:`rope_ext.slots.held_g
 pairs is RoPE of dim 2a at the base b^(2a/D), the same wavelengths), and the still pairs are put back at zero -- for
 dynamic strategies at every length too.
 
+A frequency strategy also sets what the attention modules computed from the rope parameters when they were built
+(:mod:`rope_ext.softmax_scale`): DeepSeek's multi-head latent attention multiplies its softmax scale by
+mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's split of YaRN's temperature), so the patched model equals transformers'
+build for the strategy's ``rope_parameters`` (the unscaled one where transformers has none), and is restored exactly.
+
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
@@ -46,6 +51,7 @@ from .tables import build_table, find_table_slots, grown, own_base, own_table, p
 from .registry import ScalingError
 from .scaling import Scaling, resolve
 from .shipped import inherit_shipped
+from .softmax_scale import describe, native_changes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -63,6 +69,7 @@ class RopePatch:
     ):
         self.model = model
         self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.shipped), one line
+        self.softmax_scale = None  # what the patch set on the attention modules (rope_ext.softmax_scale), one line
         if not isinstance(scaling, Scaling):
             scaling, self.shipped = inherit_shipped(scaling, model.config)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
@@ -101,6 +108,7 @@ class RopePatch:
         scaling, model = self.scaling, self.model
         if scaling.scales_frequencies:
             self._apply()
+            self._follow_softmax_scale()
         for slot in self._own_tables:
             module = slot.module(model)
             self._own_bases[slot] = own_base(slot, getattr(module, slot.table), scaling.label)  # refused: NaN rows
@@ -120,6 +128,20 @@ class RopePatch:
             require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
+
+    def _follow_softmax_scale(self) -> None:
+        """The attention modules' build-time constants (MLA's softmax scale, from mscale_all_dim) set to what
+        transformers builds for the strategy's rope parameters (:mod:`rope_ext.softmax_scale`)."""
+        rotaries = [slot.module(self.model) for slot in find_rotary_slots(self.model)]
+        changes = native_changes(self.model, self.scaling, self.slots, rotaries)
+        for module, attr, live, new in changes:
+            self._saved.append((module, None, attr, live))
+            setattr(module, attr, new)
+        self.softmax_scale = describe(changes)
+        if changes:
+            self.applied.append({"attention_constants": self.softmax_scale})
+            if self.shipped:
+                self.shipped += f"; {self.softmax_scale}"
 
     def attention_slots(self) -> set | None:
         """The slots whose layers the query/attention hook changes; None: every layer (the model has no other)."""

@@ -13,6 +13,10 @@ the export use the same value):
   RoPE holds frequency 0 for the pairs it does not rotate (transformers' ``proportional``: Gemma-4, LFM3's
   full-attention layers), the strategy scales the rotating pairs only and the others stay still (the patcher's rule,
   :mod:`rope_ext.patch`), and the line says so;
+- either way, a model whose attention modules build a constant from the rope parameters (DeepSeek's MLA: the
+  softmax scale x mscale(factor, mscale_all_dim)^2) gets the one transformers builds for the strategy's parameters,
+  the unscaled one where transformers has no counterpart (:mod:`rope_ext.softmax_scale`; the patch's line says so);
+  ``none`` and the strategies that change no frequency keep the model as shipped, that constant included;
 - the trained context is the shipped ``original_max_position_embeddings`` wherever the family keeps it (in the rope
   parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.slots.trained_context`.
 

@@ -31,7 +31,10 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
                 "transformers has no dynamic YaRN (the factor following the length); export the static one"
             )
         attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
+        # DeepSeek's split temperature: MLA families build their softmax scale from mscale_all_dim (rope_ext.softmax_scale)
+        deepseek = {k: p[k] for k in ("mscale", "mscale_all_dim") if p.get(k)}
         return {
+            **deepseek,
             "rope_type": "yarn",
             "rope_theta": geo.base,
             "factor": p["factor"],

@@ -18,6 +18,7 @@ from rope_ext.check import patch_checked
 
 from .data import Document, load_documents
 from ..errors import scaling_errors_as_user_errors
+from ..files import note_once
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class EvalContext:
                     loaded.model, self.job.scaling, self.job.scaled, self.trained_context
                 )
             self._report_check(checked)
+            if self._patch.softmax_scale:  # MLA's softmax scale follows the strategy (rope_ext.softmax_scale)
+                note_once(f"note: {self.job.scaling.label}: {self._patch.softmax_scale}")
             self.output.record.update(
                 "rope",
                 {
