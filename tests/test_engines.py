@@ -107,7 +107,6 @@ NOT_TAKEN = {
         (engine, family): (
             "DeepSeek serves every rope type but 'default' as its DeepSeek YaRN",  # linear, llama3, p-RoPE
             "DeepSeek YaRN always truncates its correction range",
-            "DeepSeek with a default rope drops the softmax scale",  # ntk, base on the x40 YaRN checkpoint
             *(("rotates interleaved pairs whatever the config's rope_interleave says",) if engine == "vllm" else ()),
         )
         for engine in ("vllm", "sglang")
@@ -267,8 +266,8 @@ def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exporte
 def not_taken(engine, family, setting):
     """What the export refuses: SGLang's Gemma-3 takes a base (ntk, base) and nothing else, vLLM's neither p-RoPE nor
     a per-layer-type truncate=false; DeepSeek-V3's modules take plain RoPE, YaRN and NTK-by-parts with their
-    correction range truncated, plain RoPE only without a softmax scale of the model's own, and vLLM's interleaved
-    pairs only; every other case is served."""
+    correction range truncated (each with the softmax scale the patch measured: rope_ext.softmax_scale), and vLLM's
+    interleaved pairs only; every other case is served."""
     name = setting["name"]
     if family == "gemma3":
         if engine == "sglang":
@@ -277,12 +276,7 @@ def not_taken(engine, family, setting):
     if family in MLA:
         if engine == "vllm" and FAMILIES[family].get("rope_interleave") is False:
             return True
-        shipped = FAMILIES[family]["rope_parameters"]["rope_type"] != "default"
-        return (
-            name not in ("none", "ntk", "base", "yarn", "ntk_by_parts")
-            or setting.get("truncate") is False
-            or (shipped and name in ("ntk", "base"))
-        )
+        return name not in ("none", "ntk", "base", "yarn", "ntk_by_parts") or setting.get("truncate") is False
     return False
 
 

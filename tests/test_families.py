@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from evals import families
+from evals import families, family_table
 from tests.tiny import ROOT
 
 # the families that do not build tiny, with the error's kind (asserted: a new one is noticed; the full reason of each
@@ -93,11 +93,11 @@ def test_every_family_is_patched_exactly_or_supported_or_refused_saying_why(surv
     assert bad == OPEN
     differs = {(f, s) for f, e in survey.items() for s, c in e.get("cells", {}).items() if c["status"] == "differs"}
     assert differs == set(families.NOT_IMITATED)  # each said why in docs/models.md
-    assert sum(families.verdict(e) == "exact" for e in survey.values()) >= 60
+    assert sum(family_table.verdict(e) == "exact" for e in survey.values()) >= 60
 
 
 def test_docs_models_md_is_the_survey(survey):
-    text, path = families.markdown(survey), ROOT / "docs" / "models.md"
+    text, path = family_table.markdown(survey), ROOT / "docs" / "models.md"
     if os.environ.get("ROPE_EXT_WRITE_DOCS"):
         path.write_text(text)
     assert path.read_text() == text, "docs/models.md is stale: ROPE_EXT_WRITE_DOCS=1 pytest tests/test_families.py"

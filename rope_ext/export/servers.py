@@ -72,7 +72,7 @@ MLA_YARN = ("deepseek_v3",)  # DeepSeek-V3's module: every rope type but default
 def softmax_temperature(own: dict) -> float:
     """The factor DeepSeek-V3's attention multiplies into its softmax scale, squared (transformers'
     ``yarn_apply_mscale``, vLLM's and SGLang's DeepSeek modules): yarn_mscale(factor, mscale_all_dim) for a scaled
-    rope dict with ``mscale_all_dim``, else 1. The patched model keeps its own: rope_ext changes the rotary only."""
+    rope dict with ``mscale_all_dim``, else 1. The patched model's is its strategy's (:mod:`rope_ext.softmax_scale`)."""
     kind = own.get("rope_type") or own.get("type") or "default"
     if kind == "default" or not own.get("mscale_all_dim"):
         return 1.0
@@ -86,20 +86,15 @@ def _deepseek_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, e
     ``original_max_position_embeddings``, ``beta_fast``/``beta_slow``, always truncated) with cos/sin magnitude
     yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim) (SGLang times ``attn_factor``; ``attention_factor`` is
     not read) and the softmax scale times yarn_mscale(s, mscale_all_dim)^2 (vLLM: not when ``attention_factor`` is
-    1.0). So YaRN and NTK-by-parts go as ``mscale``/``mscale_all_dim`` that give the measured magnitude and keep the
-    model's own softmax scale (:func:`softmax_temperature`); anything else is refused."""
+    1.0). So YaRN and NTK-by-parts go as ``mscale``/``mscale_all_dim`` that give the measured magnitude and the
+    measured softmax scale -- the strategy's own, as the patch sets it (:mod:`rope_ext.softmax_scale`,
+    :func:`softmax_temperature`); ``none`` as the model's own rope (the model as shipped, its softmax scale included),
+    ``ntk``/``base`` as a default rope (the unscaled softmax scale, as measured); anything else is refused."""
     config = model_config or {}
-    own = dict(config.get("rope_parameters") or {})
-    temperature = softmax_temperature(own)
     if engine == "vLLM" and config.get("rope_interleave") is False:
         raise Unsupported(
             "vLLM's DeepSeek rotates interleaved pairs whatever the config's rope_interleave says: this model's "
             "rope_interleave=false would be served with other pairs"
-        )
-    if scaling.name in ("ntk", "base") and temperature != 1.0:
-        raise Unsupported(
-            f"{engine}'s DeepSeek with a default rope drops the softmax scale x{temperature**2:.6g} of this model's "
-            "own mscale_all_dim, which the measured model keeps"
         )
     if scaling.name not in ("yarn", "ntk_by_parts"):
         if scaling.name in ("none", "ntk", "base"):
@@ -109,6 +104,7 @@ def _deepseek_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, e
             f"'{scaling.name}' is not exported for {geo.model_type}"
         )
     yarn = rope_parameters(scaling, geo)
+    temperature = softmax_temperature(yarn)  # the softmax scale measured: the strategy's own mscale_all_dim
     if yarn["truncate"] is False:
         raise Unsupported(f"{engine}'s DeepSeek YaRN always truncates its correction range (truncate=false)")
     factor, magnitude = float(yarn["factor"]), float(yarn["attention_factor"])
