@@ -20,8 +20,9 @@ verdict_text.py):
   the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
   limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
-  it: about how many more documents or prompts (evals/planning.py: planned on an upper bound of the spread; the
-  rate at which followed advice decides is measured per scenario in docs/verdict.md), that the units at hand cannot
+  it: about how many more documents or prompts (evals/planning.py: planned on the effective number of documents
+  and an upper bound of the spread; each line states the rate at which, followed, it decided in the simulation,
+  docs/verdict.md), that two documents cannot plan it (the spread itself is unknown), that the units at hand cannot
   decide it (more than 20x would be needed), or that one document cannot decide it at this length. Past T, a drift
   of the reference's NLL with position within T large enough to bias the comparison is warned about in one line
   (evals/core/decision/positions.py; ``notes``, ``verdict_notes``), the verdict unchanged. Below the fewest units a method is
