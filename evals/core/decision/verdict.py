@@ -174,10 +174,13 @@ def _advice(paired: dict, half: float, distance: float, point: float, limit: flo
     kind, more, low = advise(n, half, distance, paired.get("critical"), df, paired.get("effective"))
     question = f"a x{point:.3g} vs x{limit:g} question"
     unknown = df is not None and df < FEW_DF
+    spread = ""
+    if unknown:  # ~1 degree of freedom: two documents, or a few carrying most of the weight
+        spread = f"with {n} the spread itself is unknown" if n == 2 else f"{df:.1f} df: the spread itself is unknown"
     if kind == "none":
         return f"{n} {lever} cannot decide {question}; even 10^6 times as many might not"
     if kind == "plain":
-        why = f"with {n} the spread itself is unknown, and " if unknown else ""
+        why = f"{spread}, and " if unknown else ""
         lo, hi = PLAIN_RATES
         current = (
             f"; on the current spread about {n + low} might (followed in simulation: {lo:.0%}-{hi:.0%})"
@@ -187,15 +190,15 @@ def _advice(paired: dict, half: float, distance: float, point: float, limit: flo
         return f"{n} {lever} cannot decide {question}: {why}a plan that holds needs over {PLAIN}x as many{current}"
     if kind == "few":
         return (
-            f"{n} {lever} cannot plan it: with {n} the spread itself is unknown; add {lever}: about {more} more "
+            f"{n} {lever} cannot plan it: {spread}; add {lever}: about {more} more "
             f"would decide it if the next ones resemble these (followed in simulation, such advice decided "
             f"{FEW_RATE:.0%} of the time)"
         )
     paired["advice"] = more
-    spread = f"at least {low} on the current spread; " if low and low < more else ""
+    current = f"at least {low} on the current spread; " if low and low < more else ""
     typical, worst, which = FOLLOWED["prompts" if lever == "prompts" else "documents"]
     rates = f"followed in simulation it decided >= {typical:.0%}, {worst:.0%} with {which}"
-    return f"about {more} more {lever} would likely decide it ({spread}{rates})"
+    return f"about {more} more {lever} would likely decide it ({current}{rates})"
 
 
 def _decide(checks: list[dict]) -> tuple[str, str]:
