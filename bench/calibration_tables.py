@@ -82,10 +82,15 @@ def long_memory() -> list[str]:
 
 def followed() -> list[str]:
     """test_more_units_followed_decide_it_in_every_scenario (slow: a few minutes)."""
-    lines = ["| scenario | decided / asked |", "|---|---|"]
+    lines = [
+        '| scenario | "would likely decide it": decided / asked | two documents, the rate stated: decided / asked '
+        '| "cannot decide" (over 20x), the plan on the current spread: decided / asked | no number: asked |',
+        "|---|---|---|---|---|",
+    ]
     for scenario, (draw, _) in sim.ADVICE.items():
-        decided, asked = draw(np.random.default_rng(1), 100)
-        lines.append(f"| {scenario} | {decided}/{asked} ({decided / asked:.2f}) |")
+        found = draw(np.random.default_rng(1), 1000)
+        cells = [sim.rate(*found[kind]) for kind in ("promise", "few", "plain")]
+        lines.append(f"| {scenario} | {' | '.join(cells)} | {found['none'][1]} |")
     return lines
 
 

@@ -320,7 +320,8 @@ def cluster_interval(u, h, estimate, level: float = DOCUMENT_LEVEL):
 def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95) -> dict | None:
     """The paired interval of f(mean_a) - f(mean_b) (f = identity: the mean NLL difference, the log of a perplexity
     ratio; f = log otherwise) on the clusters both sides hold: ``{"estimate", "low", "high", "n", "clustered",
-    "method", "documents", "shared", "min_units", "se", "critical"}``; None when nothing is shared or fewer than
+    "method", "documents", "shared", "min_units", "se", "critical"}`` (several documents: also "df" and
+    "effective", their effective number); None when nothing is shared or fewer than
     two units remain.
 
     - Two or more shared clusters: :func:`cluster_interval` on the per-cluster influences; ``n`` = clusters.
@@ -354,6 +355,7 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
             "se": float(se[0]),
             "df": float(df[0]),
             "critical": cluster_critical(float(df[0]), len(shared)),
+            "effective": float(hc.sum() ** 2 / (hc * hc).sum()),  # (sum w)^2 / sum w^2: evals/planning.py
             "min_units": MIN_DOCUMENTS,
             "method": "cluster",
         }

@@ -18,7 +18,7 @@ the limit and the interval excludes it on the passing side; nominal 2.5%). Monte
 import numpy as np
 import pytest
 
-from evals.planning import more_units
+from evals.planning import FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, more_units
 
 from evals.stats import (
     MIN_BLOCKS,
@@ -361,9 +361,26 @@ def test_a_drift_with_position_is_warned_about(count, shift, warned_at_least, wa
     assert warned_at_least <= warned / reps <= warned_at_most
 
 
-def followed_documents(rng, weights, sigma: float, reps: int):
-    """(decided, asked) of "about k more documents" followed: documents of ``weights`` (the added ones repeat the
-    pattern), paired differences log 1.06 against a limit of log 1.1, sd 0.05, normal or lognormal-skewed."""
+def plan(n: int, estimate: float, low: float, high: float, se: float, df, effective, limit: float):
+    """(kind, k) of the advice the verdict prints for an inconclusive log-ratio interval (evals/core/decision/verdict.py
+    ``_advice``: the side facing the limit, no shorter than t se, in the log)."""
+    from evals.planning import advise
+
+    half = high - estimate if limit > estimate else estimate - low
+    half = max(half, float(cluster_critical(df, n)(n)) * se)
+    kind, more, point = advise(
+        n, float(half), float(abs(limit - estimate)), cluster_critical(df, n), float(df), effective
+    )
+    return kind, more if kind != "plain" else point
+
+
+def followed_documents(rng, weights, sigma: float, reps: int, fresh=None):
+    """{kind: (decided, asked)} of the advice followed, by what the line says (evals/planning.py ``advise``: "promise"
+    = "about k more documents would likely decide it", "few" = two documents, k with its measured rate; "plain" =
+    more than 20x for a plan that holds, the plan on the current spread followed where it is within 20x; "none":
+    no number): documents of ``weights`` (the added ones repeat the pattern; ``fresh(rng, k)``:
+    every document's weight drawn afresh instead), paired differences log 1.06 against a limit of log 1.1, sd 0.05,
+    normal or lognormal-skewed."""
     weights = np.asarray(weights, float)
     truth, limit = np.log(1.06), np.log(1.1)
 
@@ -375,31 +392,44 @@ def followed_documents(rng, weights, sigma: float, reps: int):
 
     def interval(d, w):
         estimate, u, h = influence((3 + d) * w, w, 3.0 * w, w)
-        low, high, _, df = cluster_interval(u, h, estimate)
-        return estimate[0], low[0], high[0], df[0]
+        low, high, se, df = cluster_interval(u, h, estimate)
+        return estimate[0], low[0], high[0], se[0], df[0]
 
-    decided = asked = 0
+    found = {"promise": [0, 0], "few": [0, 0], "plain": [0, 0], "none": [0, 0]}
     for _ in range(reps):
-        d = draw(len(weights))
-        estimate, low, high, df = interval(d, weights)
+        w0 = weights if fresh is None else fresh(rng, len(weights))
+        d = draw(len(w0))
+        estimate, low, high, se, df = interval(d, w0)
         if high <= limit or low > limit:
             continue
-        asked += 1
-        half = high - estimate if limit > estimate else estimate - low
-        n = len(weights)
-        more = more_units(n, float(half), float(abs(limit - estimate)), cluster_critical(df, n), float(df))
-        if more is None:
+        kind, more = plan(len(w0), estimate, low, high, se, df, w0.sum() ** 2 / (w0 * w0).sum(), limit)
+        if kind == "plain" and not (more and more <= PLAIN * len(w0)):  # no number on the current spread either
+            kind = "none"
+        found[kind][1] += 1
+        if kind == "none":
             continue
-        more = min(more, 3000)  # the interval's O(n^2) memory; deciding with fewer than advised only lowers the rate
-        w = np.concatenate([weights, np.resize(weights, more)])
-        _, low, high, _ = interval(np.concatenate([d, draw(more)]), w)
-        decided += bool(high <= limit or low > limit)
-    return decided, asked
+        w = np.concatenate([w0, np.resize(w0, more) if fresh is None else fresh(rng, more)])
+        _, low, high, _, _ = interval(np.concatenate([d, draw(more)]), w)
+        found[kind][0] += bool(high <= limit or low > limit)
+    return found
+
+
+def lognormal_weights(sigma: float):
+    """Documents' token weights drawn afresh, lognormal(0, sigma) x 1000 tokens (a few documents carry most)."""
+    return lambda rng, k: np.maximum(np.round(1000 * rng.lognormal(0, sigma, k)), 1.0)
+
+
+def exponential_weights(rng, k):
+    """Documents' token weights drawn afresh, exponential with mean 500 tokens."""
+    return np.maximum(np.round(rng.exponential(500, k)), 1.0)
 
 
 def followed_prompts(rng, n: int, p_ref: float, p_own: float, reps: int):
-    """(decided, asked) of "about k more prompts" followed: the strategy right independently of the reference."""
-    decided = asked = 0
+    """{kind: (decided, asked)} of "about k more prompts" followed (as :func:`followed_documents`): the strategy right
+    independently of the reference."""
+    from evals.planning import advise
+
+    found = {"promise": [0, 0], "few": [0, 0], "plain": [0, 0], "none": [0, 0]}
 
     def table(ref, own):
         return (own & ref).sum(), (own & ~ref).sum(), (~own & ref).sum(), (~own & ~ref).sum()
@@ -410,38 +440,64 @@ def followed_prompts(rng, n: int, p_ref: float, p_own: float, reps: int):
         low, high = (float(x) for x in tang_interval(*counts))
         if low >= 0.85 or high < 0.85:
             continue
-        asked += 1
         ratio = (counts[0] + counts[1]) / (counts[0] + counts[2])
-        more = more_units(n, ratio - low if ratio > 0.85 else high - ratio, abs(ratio - 0.85))
-        if more is None:
+        kind, more, point = advise(n, ratio - low if ratio > 0.85 else high - ratio, abs(ratio - 0.85))
+        if kind == "plain":
+            kind, more = ("plain", point) if point and point <= PLAIN * n else ("none", None)
+        found[kind][1] += 1
+        if kind == "none":
             continue
         ref, own = np.concatenate([ref, rng.random(more) < p_ref]), np.concatenate([own, rng.random(more) < p_own])
         low, high = (float(x) for x in tang_interval(*table(ref, own)))
-        decided += bool(low >= 0.85 or high < 0.85)
-    return decided, asked
+        found[kind][0] += bool(low >= 0.85 or high < 0.85)
+    return found
 
 
-ADVICE = {  # scenario: (how it is drawn, the rate followed advice must reach)
-    "2 documents": (lambda rng, reps: followed_documents(rng, [1, 1], 0, reps), 0.8),
-    "3 documents": (lambda rng, reps: followed_documents(rng, [1, 1, 1], 0, reps), 0.8),
-    "6 documents, weights 4,4,1,1,1,1": (lambda rng, reps: followed_documents(rng, [4, 4, 1, 1, 1, 1], 0, reps), 0.8),
-    "6 documents, weights 1..6": (lambda rng, reps: followed_documents(rng, [1, 2, 3, 4, 5, 6], 0, reps), 0.8),
-    "6 documents, weights 10,1,1,1,1,1": (lambda rng, reps: followed_documents(rng, [10] + [1] * 5, 0, reps), 0.7),
-    "6 documents, lognormal sigma 1": (lambda rng, reps: followed_documents(rng, [1] * 6, 1.0, reps), 0.7),
+def followed(weights, sigma=0.0, fresh=None):
+    """A scenario of :func:`followed_documents`: (rng, reps) -> its counts."""
+    return lambda rng, reps: followed_documents(rng, weights, sigma, reps, fresh)
+
+
+WORST = FOLLOWED["documents"][1] - 0.05  # the measured floor the line states, less Monte Carlo slack
+ADVICE = {  # scenario: (how it is drawn, the rate "would likely decide it" must reach followed)
+    "2 documents": (followed([1, 1]), 0.8),
+    "3 documents": (followed([1, 1, 1]), 0.8),
+    "6 documents, weights 4,4,1,1,1,1": (followed([4, 4, 1, 1, 1, 1]), 0.8),
+    "6 documents, weights 1..6": (followed([1, 2, 3, 4, 5, 6]), 0.8),
+    "6 documents, weights 10,1,1,1,1,1": (followed([10] + [1] * 5), WORST),
+    "6 documents, lognormal sigma 1": (followed([1] * 6, 1.0), WORST),
+    "6 documents, weights drawn afresh, lognormal sigma 1.2": (followed([1] * 6, 0, lognormal_weights(1.2)), WORST),
+    "8 documents, weights drawn afresh, exponential": (followed([1] * 8, 0, exponential_weights), 0.8),
+    "4 documents, lognormal sigma 1, weights drawn afresh": (followed([1] * 4, 1.0, exponential_weights), WORST),
     "30 prompts, independent, 0.80 / 0.76": (lambda rng, reps: followed_prompts(rng, 30, 0.8, 0.76, reps), 0.8),
-    "30 prompts, independent, 0.90 / 0.80": (lambda rng, reps: followed_prompts(rng, 30, 0.9, 0.8, reps), 0.8),
+    "30 prompts, independent, 0.90 / 0.80": (
+        lambda rng, reps: followed_prompts(rng, 30, 0.9, 0.8, reps),
+        FOLLOWED["prompts"][1] - 0.05,
+    ),
 }
+
+
+def rate(decided: int, asked: int) -> str:
+    return f"{decided}/{asked} ({decided / asked:.2f})" if asked else "-"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(ADVICE))
 def test_more_units_followed_decide_it_in_every_scenario(scenario):
-    """Followed, "about k more ..." decides >= 80% of the time (the point plan of the earlier code: 29-72% in these
-    scenarios); the two marked lower are the measured floors docs/verdict.md states."""
+    """Followed, each line's number decides as often as the line says (evals/planning.py ``advise``), counted by
+    what the user reads: "about k more ... would likely decide it" >= 80% (the point plan of the earlier code:
+    29-72% in these scenarios), or the measured floor the line states (FOLLOWED) in the scenarios marked lower;
+    two documents' line its rate (FEW_RATE); "cannot decide" lines their range (PLAIN_RATES). 1000 samples a
+    scenario (~5-15 s each)."""
     draw, floor = ADVICE[scenario]
-    decided, asked = draw(np.random.default_rng(1), 100)
-    print(f"more units followed, {scenario}: decided {decided}/{asked} ({decided / asked:.2f})")
-    assert asked >= 50 and decided / asked >= floor
+    found = draw(np.random.default_rng(1), 1000)
+    print(f"more units followed, {scenario}: " + ", ".join(f"{k} {rate(*v)}" for k, v in found.items()))
+    decided, asked = found["promise"]
+    assert asked < 20 or decided / asked >= floor
+    decided, asked = found["few"]
+    assert asked < 50 or abs(decided / asked - FEW_RATE) <= 0.1
+    decided, asked = found["plain"]
+    assert asked < 50 or PLAIN_RATES[0] <= decided / asked <= PLAIN_RATES[1]
 
 
 @pytest.mark.parametrize("table", ["accuracies", "several_documents"])

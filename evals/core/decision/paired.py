@@ -89,6 +89,8 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
                 lever=what,
                 critical=interval["critical"],
                 df=interval["df"],
+                effective=interval["effective"],
+                se=interval["se"],
             )
         else:
             found.update(method=interval["description"], lever=None)

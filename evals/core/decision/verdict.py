@@ -20,8 +20,9 @@ verdict_text.py):
   the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
   limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
-  it: about how many more documents or prompts (evals/planning.py: planned on an upper bound of the spread; the
-  rate at which followed advice decides is measured per scenario in docs/verdict.md), that the units at hand cannot
+  it: about how many more documents or prompts (evals/planning.py: planned on the effective number of documents
+  and an upper bound of the spread; each line states the rate at which, followed, it decided in the simulation,
+  docs/verdict.md), that two documents cannot plan it (the spread itself is unknown), that the units at hand cannot
   decide it (more than 20x would be needed), or that one document cannot decide it at this length. Past T, a drift
   of the reference's NLL with position within T large enough to bias the comparison is warned about in one line
   (evals/core/decision/positions.py; ``notes``, ``verdict_notes``), the verdict unchanged. Below the fewest units a method is
@@ -146,6 +147,8 @@ def _check(
             lever = paired.get("lever") or f"{check['unit']}s"
             if paired["clustered"]:  # the cluster interval is symmetric in the log: plan there (evals/planning.py)
                 half = math.log(high / point) if limit > point else math.log(point / low)
+                if paired.get("se") and paired.get("critical"):  # Hall's side can be short: not below t se
+                    half = max(half, float(paired["critical"](paired["n"])) * paired["se"])
                 distance = abs(math.log(point / limit))
             tail = f" straddles {limit:g}: " + _advice(paired, half, distance, point, limit, lever)
             more = paired.get("advice")
@@ -156,26 +159,46 @@ def _check(
 
 
 def _advice(paired: dict, half: float, distance: float, point: float, limit: float, lever: str) -> str:
-    """What more units would decide an inconclusive check (evals/planning.py): about how many, planned so that
-    followed it decides >= 80% of the time; "these units cannot decide it" when more than PLAIN times the units at
-    hand would be needed; "sits on the limit" only when the estimate prints as the limit. Sets ``paired["advice"]``
-    (the number, or None)."""
-    from ...planning import PLAIN, more_units
+    """What more units would decide an inconclusive check (evals/planning.py :func:`advise`): "about k more ...
+    would likely decide it" only where that, followed, decides >= 80% of the time; with two documents (the spread
+    rests on ~1 degree of freedom) the number with its measured rate; "these units cannot decide it" when more than
+    PLAIN times the units at hand would be needed, with the plan on the current spread; "sits on the limit" only
+    when the estimate prints as the limit. Sets ``paired["advice"]`` (the promised number, or None)."""
+    from ...planning import FEW_DF, FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, advise
 
     n = paired["n"]
     paired["advice"] = None
     if f"{point:.4g}" == f"{limit:.4g}":
         return f"the estimate sits on the limit (x{point:.4g}): no number of {lever} can be promised to decide it"
-    more = more_units(n, half, distance, paired.get("critical"), paired.get("df"))
+    df = paired.get("df")
+    kind, more, low = advise(n, half, distance, paired.get("critical"), df, paired.get("effective"))
     question = f"a x{point:.3g} vs x{limit:g} question"
-    if more is None:
+    unknown = df is not None and df < FEW_DF
+    spread = ""
+    if unknown:  # ~1 degree of freedom: two documents, or a few carrying most of the weight
+        spread = f"with {n} the spread itself is unknown" if n == 2 else f"{df:.1f} df: the spread itself is unknown"
+    if kind == "none":
         return f"{n} {lever} cannot decide {question}; even 10^6 times as many might not"
-    if more > PLAIN * n:
-        return f"{n} {lever} cannot decide {question}; about {n + more} would"
+    if kind == "plain":
+        why = f"{spread}, and " if unknown else ""
+        lo, hi = PLAIN_RATES
+        current = (
+            f"; on the current spread about {n + low} might (followed in simulation: {lo:.0%}-{hi:.0%})"
+            if low and low <= PLAIN * n
+            else ""
+        )
+        return f"{n} {lever} cannot decide {question}: {why}a plan that holds needs over {PLAIN}x as many{current}"
+    if kind == "few":
+        return (
+            f"{n} {lever} cannot plan it: {spread}; add {lever}: about {more} more "
+            f"would decide it if the next ones resemble these (followed in simulation, such advice decided "
+            f"{FEW_RATE:.0%} of the time)"
+        )
     paired["advice"] = more
-    low = more_units(n, half, distance, paired.get("critical"), paired.get("df"), cautious=False)
-    spread = f" (at least {low} on the current spread)" if low and low < more else ""
-    return f"about {more} more {lever} would likely decide it{spread}"
+    current = f"at least {low} on the current spread; " if low and low < more else ""
+    typical, worst, which = FOLLOWED["prompts" if lever == "prompts" else "documents"]
+    rates = f"followed in simulation it decided >= {typical:.0%}, {worst:.0%} with {which}"
+    return f"about {more} more {lever} would likely decide it ({current}{rates})"
 
 
 def _decide(checks: list[dict]) -> tuple[str, str]:
