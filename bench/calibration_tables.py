@@ -1,4 +1,4 @@
-"""The calibration tables of docs/verdict.md, regenerated from the simulations the tests run (tests/test_calibration.py:
+"""The calibration tables of docs/verdict.md, regenerated from the simulations the tests run (tests/test_calibration.py, tests/test_advice.py:
 the same functions, seeds and replications, so a table here is what the test asserts on): coverage / false yes of the
 cluster interval over documents (normal and skewed), of the paired-accuracy interval (Tang, Tang & Chan 2003), of the
 one-document interval at 1x under long memory (fractional Gaussian noise), how often "about k more ..." decides when
@@ -22,6 +22,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tests import test_advice as advice  # noqa: E402
 from tests import test_calibration as sim  # noqa: E402
 from evals.stats import cluster_interval, tang_interval  # noqa: E402
 
@@ -87,9 +88,9 @@ def followed() -> list[str]:
         '| "cannot decide" (over 20x), the plan on the current spread: decided / asked | no number: asked |',
         "|---|---|---|---|---|",
     ]
-    for scenario, (draw, _) in sim.ADVICE.items():
+    for scenario, (draw, _) in advice.ADVICE.items():
         found = draw(np.random.default_rng(1), 1000)
-        cells = [sim.rate(*found[kind]) for kind in ("promise", "few", "plain")]
+        cells = [advice.rate(*found[kind]) for kind in ("promise", "few", "plain")]
         lines.append(f"| {scenario} | {' | '.join(cells)} | {found['none'][1]} |")
     return lines
 

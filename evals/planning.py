@@ -14,7 +14,7 @@ freedom, and the inconclusive cases are the ones whose estimate is far from the 
 documents; none for prompts), and on a distance one standard error nearer the limit (at least 30% of it). Where
 the interval is Hall-corrected (documents) the side facing the limit is taken no shorter than t se.
 
-What the line says (:func:`advise`, read by evals/core/decision/verdict.py; followed in tests/test_calibration.py,
+What the line says (:func:`advise`, read by evals/core/decision/verdict.py; followed in tests/test_advice.py,
 counting only the lines that promise a decision, and docs/verdict.md's table):
 
 - ``promise``: "about k more ... would likely decide it", with the rates measured followed (``FOLLOWED``): >= 80%
@@ -43,7 +43,7 @@ DISTANCE_Z = 1.0  # ... and on a distance one standard error nearer the limit
 DISTANCE_FLOOR = 0.3  # ... but no nearer than 30% of it
 PLAIN = 20  # more than 20x the units at hand: "these units cannot decide it" (no promise)
 FEW_DF = 1.5  # fewer degrees of freedom than this (two documents): no promise, the measured rate instead
-# Followed in the suite (tests/test_calibration.py ADVICE, 1000 samples a scenario; docs/verdict.md's table), what
+# Followed in the suite (tests/test_advice.py ADVICE, 1000 samples a scenario; docs/verdict.md's table), what
 # each line states:
 FEW_RATE = 0.45  # two documents' plan decided 46% (38% for 4 skewed documents whose weights give ~1 df)
 PLAIN_RATES = (0.2, 0.9)  # "cannot decide": the plan on the current spread decided 23-85% (a hold-out: 48-92%)
