@@ -39,6 +39,7 @@ APP = (
     "search",
     "setup",
     "families",
+    "family_table",
     "models",
     "planning",
 )  # not evals: nothing of theirs registers

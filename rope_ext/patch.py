@@ -132,7 +132,7 @@ class RopePatch:
     def _follow_softmax_scale(self) -> None:
         """The attention modules' build-time constants (MLA's softmax scale, from mscale_all_dim) set to what
         transformers builds for the strategy's rope parameters (:mod:`rope_ext.softmax_scale`)."""
-        rotaries = [slot.module(self.model) for slot in find_rotary_slots(self.model)]
+        rotaries = [slot.module(self.model) for slot in self.slots]  # (a rotary has no layer_idx: never rebuilt)
         changes = native_changes(self.model, self.scaling, self.slots, rotaries)
         for module, attr, live, new in changes:
             self._saved.append((module, None, attr, live))

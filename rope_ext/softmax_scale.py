@@ -57,7 +57,10 @@ def target_parameters(model: nn.Module, scaling: Scaling, slots) -> dict | None:
     own = getattr(config, "rope_parameters", None)
     if not isinstance(own, dict) or not own:
         return None
-    geo = geometry(model, scaling, scaled=slots)
+    # the layer types of every slot matter only where the rope parameters are per layer type; elsewhere the slots
+    # the patch has are enough (a job finds a model's slots once)
+    flat = all(s.layer_type is None for s in slots) and not any(isinstance(v, dict) for v in own.values())
+    geo = geometry(model, scaling, slots=slots if flat and slots else None, scaled=slots)
     try:
         return transformers_config(scaling, geo, {"rope_parameters": own})["rope_parameters"]
     except Unsupported:  # no native counterpart: the model's unscaled RoPE
