@@ -51,7 +51,11 @@ def markdown(found: dict) -> str:
         "with `truncate: false` on a family whose `rope_parameters` are per layer type (Gemma-3, OLMo-3, ...) -- "
         "transformers reads `truncate` only at the top level of `rope_parameters` (modeling_rope_utils, "
         "`_compute_yarn_parameters`), so natively it always truncates there; rope_ext applies `truncate: false` as "
-        "asked, and its exports refuse it for such families in one line (an engine would read it as true).",
+        "asked, and its exports refuse it for such families in one line (an engine would read it as true). A config "
+        "whose layers read no rotary output (cut to a few layers, a hybrid may keep only linear-attention or NoPE "
+        "layers; a key projection of zeros attends uniformly) would leave every strategy silent: `rope_ext.patch` "
+        "itself refuses it in one line (rope_ext/rotary_use.py: the logits of a short forward must move when the "
+        "patched rotary's output is halved).",
         "",
         f"Families: **{count['exact']} exact**, **{count['supported']} supported**, **{count['refused']} refused**, "
         f"**{count['failing']} with open cells** (silent or mismatch: issue 51), {count['not built']} not built tiny (listed at the end, with the reason).",

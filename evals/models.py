@@ -4,7 +4,7 @@ MODEL is a local checkpoint directory, a Hub id already in the local cache, or a
 config of it). Printed: the rotary slots rope_ext found (rotary dim, base, layer type), the trained context and
 the shipped scaling it reads (:func:`rope_ext.trained_context`, :func:`rope_ext.shipped_parameters`), what each
 frequency strategy (every one the registry holds) does with the shipped scaling (:func:`rope_ext.inherit_shipped`:
-inherits or replaces), in how many attention layers the query-scaling and attention-level methods act or why they are
+inherits or replaces), what each also sets on the attention modules (MLA's softmax scale: :func:`softmax_scale_lines`), in how many attention layers the query-scaling and attention-level methods act or why they are
 refused (:func:`attention_lines`), and the family's line of docs/models.md (the compatibility suite,
 tests/test_families.py). Bad input: one line, exit 2.
 """
@@ -58,6 +58,26 @@ def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
     return lines
 
 
+def softmax_scale_lines(model, strategies: list[str], slots, trained: int) -> list[str]:
+    """What each frequency strategy (at its default parameters) also sets on the attention modules of ``model`` (a
+    meta instance): the build-time constants transformers derives from the rope parameters, such as multi-head latent
+    attention's softmax scale (:mod:`rope_ext.softmax_scale`); strategies with the same effect share a line."""
+    from rope_ext.softmax_scale import describe, native_changes
+
+    said: dict[str, list[str]] = {}
+    rotaries = [s.module(model) for s in slots]
+    for strategy in strategies:
+        try:
+            scaling, _ = rope_ext.inherit_shipped({"name": strategy}, model.config)
+            changes = native_changes(model, rope_ext.resolve(scaling, trained), slots, rotaries)
+        except Exception:  # a strategy that needs parameters (compose's stages): nothing to say at its defaults
+            continue
+        line = describe(changes)
+        if line:
+            said.setdefault(line, []).append(strategy)
+    return [f"  {', '.join(names)}: {line}" for line, names in said.items()]
+
+
 def _ships(shipped: dict) -> str:
     """``ships yarn x32.0``; ``ships proportional`` for a shipped RoPE without a factor."""
     factor = shipped.get("factor")
@@ -96,6 +116,7 @@ def describe(name: str) -> list[str]:
         _, said = rope_ext.inherit_shipped({"name": strategy}, config)
         if said:
             lines.append(f"  {said}")
+    lines += softmax_scale_lines(model, frequency, chosen, trained)
     lines += attention_lines(model, kinds["query"], kinds["attention"])
     docs = Path(__file__).resolve().parent.parent / "docs" / "models.md"
     row = (

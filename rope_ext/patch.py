@@ -22,6 +22,10 @@ A frequency strategy also sets what the attention modules computed from the rope
 mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's split of YaRN's temperature), so the patched model equals transformers'
 build for the strategy's ``rope_parameters`` (the unscaled one where transformers has none), and is restored exactly.
 
+A patch the model would not feel is refused, not applied: after every change, :mod:`rope_ext.rotary_use` checks on
+a few tokens that the logits depend on the patched rotary slots (a config whose layers are all linear attention or
+NoPE reads none of them) and raises a one-line SilentPatchError otherwise.
+
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
@@ -51,6 +55,7 @@ from .tables import build_table, find_table_slots, grown, own_base, own_table, p
 from .registry import ScalingError
 from .scaling import Scaling, resolve
 from .shipped import inherit_shipped
+from .rotary_use import require_in_use
 from .softmax_scale import describe, native_changes
 
 if TYPE_CHECKING:
@@ -128,6 +133,8 @@ class RopePatch:
             require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
+        if self.slots:  # a model that reads none of what was patched: an error, never silence
+            require_in_use(self.model, self.slots, self.scaling.label)
 
     def _follow_softmax_scale(self) -> None:
         """The attention modules' build-time constants (MLA's softmax scale, from mscale_all_dim) set to what

@@ -96,3 +96,54 @@ def test_a_rotary_that_ignores_its_patch_is_refused_by_rope_ext_patch_itself():
     assert torch.equal(logits(model), before) and torch.equal(
         model.model.rotary_emb.inv_freq, model.model.rotary_emb.frozen
     )
+
+
+def qwen3_next(layers: int):
+    """Qwen3-Next: a full-attention layer every fourth; with three layers every layer is linear attention."""
+    config = AutoConfig.for_model(
+        "qwen3_next",
+        num_hidden_layers=layers,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=128,
+        max_position_embeddings=TRAINED,
+    )
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def uncached(model):
+    with torch.no_grad():  # without a cache: a cache of linear-attention layers alone cannot say its length
+        return model(torch.arange(LENGTH)[None] % 128, use_cache=False).logits
+
+
+@pytest.mark.parametrize(
+    "setting", [{"name": "linear", "factor": 2}, {"name": "yarn", "factor": 4}, {"name": "logn"}], ids=lambda s: s["name"]
+)
+def test_a_model_that_reads_no_rotary_output_is_refused_by_rope_ext_patch_itself(setting):
+    """Every rotary module outputs the patched frequencies, but no layer reads them: three Qwen3-Next layers are all
+    linear attention, and a Llama whose keys are zero attends uniformly whatever the rotation. Refused in one line,
+    the model left as it was; with a layer that reads the rotary (four Qwen3-Next layers, real keys) it is patched."""
+    hybrid = qwen3_next(3)
+    keyless = family_model("llama")
+    for layer in keyless.model.layers:
+        torch.nn.init.zeros_(layer.self_attn.k_proj.weight)
+    for model in (hybrid, keyless):
+        before = uncached(model)
+        with pytest.raises(SilentPatchError) as err:
+            rope_ext.patch(model, setting, TRAINED)
+        message = str(err.value)
+        assert "\n" not in message and "would change nothing" in message and "model.rotary_emb" in message
+        assert torch.equal(uncached(model), before)
+    for model in (qwen3_next(4), family_model("llama")):
+        before = uncached(model)
+        with rope_ext.patch(model, setting, TRAINED):
+            assert (uncached(model) - before).abs().max() > 1e-4
+        assert torch.equal(uncached(model), before)

@@ -217,3 +217,37 @@ def test_passkey_prompts_are_the_ones_built_before_the_overhead_work(tokenizer, 
 
 
 PROMPTS_DIGEST = "0ad04ea56adf1393"
+
+
+def test_an_interrupted_passkey_run_keeps_its_finished_prompts_and_the_rerun_scores_only_the_rest(
+    tmp_path, interrupted_run, run_cli
+):
+    """A long retrieval job (hours at 16k on a CPU) stopped half-way loses nothing: the re-run keeps every prompt the
+    interrupted run scored -- where the prompt built now is the same -- and runs only the others."""
+    from tests.tiny import TINY
+
+    out = tmp_path / "passkey"
+    length, depths, trials = 2048, [0.1, 0.3, 0.5, 0.7, 0.9], 4
+    args = [
+        *TINY,
+        "eval=passkey",
+        f"eval.lengths=[{length}]",
+        f"eval.depths=[{','.join(map(str, depths))}]",
+        f"eval.trials={trials}",
+        "eval.prefix_sharing=false",  # each prompt a whole forward: the cost of a prompt is its length
+        "logger=none",
+        f"output_dir={out}",
+    ]
+    prompts = len(depths) * trials
+    kept = interrupted_run(out / "passkey_trials.jsonl", *args)
+    assert json.loads((out / "results.json").read_text())["status"] == "interrupted"
+    assert 1 <= len(kept) < prompts
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"passkey: {len(kept)} of {prompts} prompts kept from the interrupted run" in rerun.stdout
+    done = json.loads((out / "results.json").read_text())
+    final = [json.loads(line) for line in (out / "passkey_trials.jsonl").read_text().splitlines()]
+    assert done["status"] == "done" and len(final) == prompts and final[: len(kept)] == kept
+    assert {(r["depth"], r["trial"]) for r in final} == {(d, t) for d in depths for t in range(trials)}
+    computed = done["metrics"]["passkey"]["passkey_tokens_computed"]
+    assert (prompts - len(kept)) * length <= computed < (prompts - len(kept) + 1) * length  # the rest, not the kept

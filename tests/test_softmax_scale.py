@@ -83,3 +83,20 @@ def test_the_transformers_export_of_an_inherited_yarn_carries_mscale_all_dim_and
     exported = transformers_config(scaling, geometry(shipped_model, scaling), shipped_model.config.to_dict())
     assert exported["rope_parameters"]["mscale_all_dim"] == 1.0
     assert float((patched - native(shipped_model, exported["rope_parameters"])).abs().max()) < 1e-5
+
+
+def test_evals_models_says_which_strategies_change_a_shipped_mla_softmax_scale(capsys, tmp_path):
+    """Before any run, ``python -m evals.models`` on a checkpoint shipping DeepSeek-V3's YaRN x40 says what each
+    frequency strategy does to the attention's softmax scale (the values the patch sets, tested above)."""
+    from evals.models import main
+
+    config = families.config("deepseek_v3")
+    config.rope_parameters = {**DEEPSEEK_YARN, "factor": 40.0}
+    config.save_pretrained(tmp_path)
+    assert main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "\n  yarn: the attention's build-time constants follow the strategy's rope parameters in 2 layers: " in out
+    assert "DeepseekV3Attention.scaling 0.468464 -> 0.285858 (x0.6102)" in out  # YaRN x2's (its default factor), not x40's
+    assert ", linear, " in out and "DeepseekV3Attention.scaling 0.468464 -> 0.25 (x0.5337)" in out  # unscaled
+    assert main(["deepseek_v3"]) == 0  # the tiny config ships no scaling: no strategy changes the softmax scale here
+    assert "build-time constants" not in capsys.readouterr().out

@@ -136,10 +136,17 @@ def evaluate(cfg, ctx) -> dict:
     scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
     for L in sorted(set(cfg.lengths)):
         warn_if_too_large(scorer.model, L, cfg.name, cfg.prefill_chunk if share else None)
+    kept = _kept(ctx.output.previous(f"{cfg.name}_trials"), prompts)
+    if kept:
+        print(f"{cfg.name}: {len(kept)} of {len(prompts)} prompts kept from the interrupted run; running the rest")
     started, records, oom, announced = time.perf_counter(), [], set(), None
     with ctx.output.records(f"{cfg.name}_trials") as write:
         for prompt in progress(prompts, f"{cfg.name} ({'shared prefix' if share else 'cell by cell'})", "prompt"):
             if prompt.length in oom:
+                continue
+            if (prompt.length, prompt.depth, prompt.trial) in kept:
+                records.append(kept[prompt.length, prompt.depth, prompt.trial])
+                write(records[-1])
                 continue
             if prompt.length != announced:  # before a length runs: what it will cost (cell by cell: an upper bound)
                 announced = prompt.length
@@ -161,6 +168,22 @@ def evaluate(cfg, ctx) -> dict:
             records.append(record)
             write(record)
     return _summarise(cfg, ctx, records, share, time.perf_counter() - started, scorer.computed, oom)
+
+
+def _kept(previous: list[dict], prompts: list) -> dict:
+    """The records an interrupted run of this same job wrote (:meth:`Output.previous`), by (length, depth, trial),
+    each kept only where the prompt built now is the one it scored (same tokens count, needle position and keys)."""
+    built = {(p.length, p.depth, p.trial): p for p in prompts}
+    kept = {}
+    for record in previous:
+        prompt = built.get((record.get("length"), record.get("depth"), record.get("trial")))
+        if prompt is not None and (record.get("prompt_tokens"), record.get("needle_position"), record.get("keys")) == (
+            len(prompt.ids),
+            prompt.needle_position,
+            prompt.keys,
+        ):
+            kept[prompt.length, prompt.depth, prompt.trial] = record
+    return kept
 
 
 def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
