@@ -70,9 +70,11 @@ def in_use(model: nn.Module, slots: Sequence[RotarySlot]) -> bool | None:
     by_module: dict[str, set] = {}
     for slot in probed:
         by_module.setdefault(slot.module_name, set()).add(slot.layer_type)
-    vocab = int(getattr(model.get_input_embeddings(), "num_embeddings", 0) or 0) if hasattr(
-        model, "get_input_embeddings"
-    ) else 0
+    vocab = (
+        int(getattr(model.get_input_embeddings(), "num_embeddings", 0) or 0)
+        if hasattr(model, "get_input_embeddings")
+        else 0
+    )
     if vocab < 2:
         return None
     # distinct tokens: with one token repeated every value vector is the same and attention's output is too

@@ -125,7 +125,9 @@ def uncached(model):
 
 
 @pytest.mark.parametrize(
-    "setting", [{"name": "linear", "factor": 2}, {"name": "yarn", "factor": 4}, {"name": "logn"}], ids=lambda s: s["name"]
+    "setting",
+    [{"name": "linear", "factor": 2}, {"name": "yarn", "factor": 4}, {"name": "logn"}],
+    ids=lambda s: s["name"],
 )
 def test_a_model_that_reads_no_rotary_output_is_refused_by_rope_ext_patch_itself(setting):
     """Every rotary module outputs the patched frequencies, but no layer reads them: three Qwen3-Next layers are all

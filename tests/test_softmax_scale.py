@@ -96,7 +96,9 @@ def test_evals_models_says_which_strategies_change_a_shipped_mla_softmax_scale(c
     assert main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "\n  yarn: the attention's build-time constants follow the strategy's rope parameters in 2 layers: " in out
-    assert "DeepseekV3Attention.scaling 0.468464 -> 0.285858 (x0.6102)" in out  # YaRN x2's (its default factor), not x40's
+    assert (
+        "DeepseekV3Attention.scaling 0.468464 -> 0.285858 (x0.6102)" in out
+    )  # YaRN x2's (its default factor), not x40's
     assert ", linear, " in out and "DeepseekV3Attention.scaling 0.468464 -> 0.25 (x0.5337)" in out  # unscaled
     assert main(["deepseek_v3"]) == 0  # the tiny config ships no scaling: no strategy changes the softmax scale here
     assert "build-time constants" not in capsys.readouterr().out
