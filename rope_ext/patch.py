@@ -133,7 +133,9 @@ class RopePatch:
             require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
-        if self.slots:  # a model that reads none of what was patched: an error, never silence
+        if self.slots and (scaling.scales_frequencies or scaling.scales_attention):
+            # a model that reads none of what was patched: an error, never silence (query scaling acts on the
+            # query itself, in NoPE layers too -- Llama-4's temperature tuning: the hook's reach is its check)
             require_in_use(self.model, self.slots, self.scaling.label)
 
     def _follow_softmax_scale(self) -> None:

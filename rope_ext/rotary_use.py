@@ -9,7 +9,9 @@ no layer has. Every strategy then changes nothing, and nothing would be said.
 modules' outputs halved by a forward hook (for a typed slot only the calls for its layer type). Halving cos and sin
 halves the rotated queries and keys, so every attention layer that reads them changes its scores, and the logits
 change. Equal logits (bit-identical) mean no layer reads what the patch changed: a :class:`SilentPatchError` naming
-the modules. A model whose short forward cannot run here (multimodal inputs, the meta device) or a table rotary
+the modules. The patcher runs it for the strategies that act through the rotary (frequency and attention-level
+ones); query scaling acts on the query itself -- in NoPE layers too, as Llama-4's temperature tuning -- and is checked
+by the attention hook's reach (:mod:`rope_ext.check`). A model whose short forward cannot run here (multimodal inputs, the meta device) or a table rotary
 (:mod:`rope_ext.tables`: read by the attention that holds it) is not probed.
 """
 

@@ -126,7 +126,7 @@ def uncached(model):
 
 @pytest.mark.parametrize(
     "setting",
-    [{"name": "linear", "factor": 2}, {"name": "yarn", "factor": 4}, {"name": "logn"}],
+    [{"name": "linear", "factor": 2}, {"name": "yarn", "factor": 4}, {"name": "dynamic_ntk", "factor": 2}],
     ids=lambda s: s["name"],
 )
 def test_a_model_that_reads_no_rotary_output_is_refused_by_rope_ext_patch_itself(setting):
