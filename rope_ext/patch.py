@@ -22,9 +22,9 @@ A frequency strategy also sets what the attention modules computed from the rope
 mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's split of YaRN's temperature), so the patched model equals transformers'
 build for the strategy's ``rope_parameters`` (the unscaled one where transformers has none), and is restored exactly.
 
-A patch the model would not feel is refused, not applied: after every change, :mod:`rope_ext.rotary_use` checks on
-a few tokens that the logits depend on the patched rotary slots (a config whose layers are all linear attention or
-NoPE reads none of them) and raises a one-line SilentPatchError otherwise.
+A patch the model would not feel is refused, not applied: for a frequency or attention-level strategy,
+:mod:`rope_ext.rotary_use` checks on a few tokens that the logits depend on the patched rotary slots (a config whose
+layers are all linear attention or NoPE reads none of them) and raises a one-line SilentPatchError otherwise.
 
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
