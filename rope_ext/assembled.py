@@ -16,7 +16,9 @@ Works with a KV cache (a query block of one token sees every cached key, re-rota
 position), grouped-query attention, rotary pairs anywhere in the head (partial rotary, MLA's rope sub-dimension,
 interleaved), a value head of another size than the query's (MLA), the call's padding mask, a sliding
 window and logit soft-capping; a call the rule leaves unchanged (e.g. every distance below the window) goes
-to the model's own attention function, so the output is exactly the unpatched one.
+to the model's own attention function, so the output is exactly the unpatched one. Where FlexAttention is
+used (:func:`rope_ext.flex.available`: on CUDA by default), :func:`assemble` hands the same computation to
+:func:`rope_ext.flex.flex_assemble`, one kernel call per piece; these blocks are the fallback and the reference.
 """
 
 from __future__ import annotations
@@ -238,6 +240,26 @@ def assemble(
     ``mask`` the call's mask (batch, 1, q_len, k_len), bool (True: attend) or additive."""
     import torch
 
+    from . import flex
+
+    if flex.available(query):  # each piece one FlexAttention call (rope_ext.flex): the same computation
+        try:
+            return flex.flex_assemble(
+                rule,
+                query,
+                key,
+                value,
+                query_positions,
+                key_positions,
+                inv_freq,
+                pairs,
+                scale,
+                mask,
+                sliding_window,
+                softcap,
+            )
+        except Exception as err:  # noqa: BLE001 -- chosen automatically: a kernel that fails here falls back, said once
+            flex.failed(err)
     query_block, key_block = query_block or QUERY_BLOCK, key_block or KEY_BLOCK
     pairs = _pair_index(pairs)
     if rule.query_scale is not None:  # ReRoPE's log-n, by the query's position
