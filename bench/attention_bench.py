@@ -8,6 +8,7 @@ Prints one JSON line per run and a markdown table with the time and memory again
 
     python bench/attention_bench.py                          # CPU, SmolLM2, 16384 tokens
     python bench/attention_bench.py --length 8192 --methods none,self_extend,dca
+    python bench/attention_bench.py --backend flex   # the methods through FlexAttention (rope_ext.flex), compiled
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def measure(args) -> dict:
     ids = ids[None, : args.length].to(device)
     cuda = device.type == "cuda"
     with rope_ext.patch(model, METHODS[args.method]), torch.no_grad():
-        model.model(input_ids=ids[:, :256])  # warm-up
+        for warm in (256, 384):  # warm-up; two lengths, so a compiled FlexAttention kernel is the dynamic one
+            model.model(input_ids=ids[:, :warm])
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -87,6 +89,7 @@ def measure(args) -> dict:
     peak = torch.cuda.max_memory_allocated() if cuda else memory.peak - memory.start
     return {
         "method": args.method,
+        "backend": flex_backend(args.method, ids),
         "setting": METHODS[args.method],
         "length": args.length,
         "seconds": round(seconds, 2),
@@ -94,6 +97,16 @@ def measure(args) -> dict:
         "threads": torch.get_num_threads(),
         "device": str(device),
     }
+
+
+def flex_backend(method: str, ids) -> str:
+    """Which path an attention-level method took here (rope_ext.flex.available), "-" for the others."""
+    from rope_ext import flex
+    from rope_ext.registry import STRATEGIES
+
+    if STRATEGIES[METHODS[method]["name"]].kind != "attention":
+        return "-"
+    return "flex" if flex.available(ids.float()) else "blocks"
 
 
 def main() -> None:
@@ -106,6 +119,7 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--method", help=argparse.SUPPRESS)  # one run, in a subprocess
     parser.add_argument("--override", nargs="*", default=[])
+    parser.add_argument("--backend", default="auto", choices=("auto", "flex", "blocks"), help="rope_ext.flex.BACKEND")
     args = parser.parse_args()
     if args.method:
         print(json.dumps(measure(args)), flush=True)
@@ -131,7 +145,8 @@ def main() -> None:
             "--override",
             *args.override,
         ]
-        done = subprocess.run(command, capture_output=True, text=True)
+        env = {**os.environ, "ROPE_EXT_ATTENTION": args.backend}
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
         if done.returncode:
             print(done.stderr[-3000:], file=sys.stderr)
             raise SystemExit(f"{method}: exit {done.returncode}")
@@ -140,11 +155,13 @@ def main() -> None:
     plain = [r for r in results if r["method"] == "none"]
     seconds = sum(r["seconds"] for r in plain) / len(plain)
     peak = max(r["peak_gib"] for r in plain)
-    print("\n| method | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|")
+    print(
+        "\n| method | path | setting | seconds | x plain | forward memory GiB | x plain |\n|---|---|---|---|---|---|---|"
+    )
     for r in results:
         setting = ", ".join(f"{k}={v}" for k, v in r["setting"].items() if k != "name") or "defaults"
         print(
-            f"| {r['method']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "
+            f"| {r['method']} | {r['backend']} | {setting} | {r['seconds']} | {r['seconds'] / seconds:.2f} | {r['peak_gib']} "
             f"| {r['peak_gib'] / peak:.2f} |"
         )
 

@@ -14,8 +14,10 @@ Steps (each skipped, and said so, once the deadline has passed):
 - ``frequency``: a frequency strategy (YaRN), a dynamic one (dynamic NTK) and the log-n query hook at one
   length, against ``none``: decoder forward time.
 - ``attention``: each attention-level method at its target setting (:func:`rope_ext.targets.for_target`) at
-  each ``--attention-lengths``: prefill time and peak memory against a plain forward, and decode cost per
-  token after the prefill (KV cache).
+  each ``--attention-lengths``, through each of ``--backends`` (FlexAttention, :mod:`rope_ext.flex`, and the
+  blocks of :mod:`rope_ext.assembled`): prefill time and peak memory against a plain forward, and decode cost
+  per token after the prefill (KV cache). Issue #54's targets, FlexAttention at <= 1.3x a plain prefill at 32k
+  and decode <= 1.5x at 128k: ``--steps kernels,attention --attention-lengths 32768,131072``.
 
     python bench/gpu_bench.py --out gpu.jsonl                       # H100/H200: the whole list, ~6 min
     python bench/gpu_bench.py --device cpu --dtype float32 --layers 2 --lengths 1024,2048 --attention-lengths 2048 \\
@@ -140,7 +142,7 @@ def kernels(bench: Bench, args) -> None:
     import copy
 
     import rope_ext
-    from rope_ext import assembled
+    from rope_ext import assembled, flex
 
     trained = args.kernel_trained  # a shorter trained context: the float64 reference fits at 2x it
     shorter = [f"model.original_max_position={trained}", f"model.architecture.max_position_embeddings={trained}"]
@@ -161,18 +163,22 @@ def kernels(bench: Bench, args) -> None:
             with rope_ext.patch(reference, config):
                 exact = hidden(reference)  # float64: the matmul path
             with rope_ext.patch(model, config):
-                fused = hidden(model)
-                fused_kernel, assembled.fused_kernel = assembled.fused_kernel, lambda t: False
-                try:
-                    matmul = hidden(model)
-                finally:
-                    assembled.fused_kernel = fused_kernel
+                with flex.backend("blocks"):
+                    fused = hidden(model)
+                    fused_kernel, assembled.fused_kernel = assembled.fused_kernel, lambda t: False
+                    try:
+                        matmul = hidden(model)
+                    finally:
+                        assembled.fused_kernel = fused_kernel
+                with flex.backend("flex"):
+                    flexed = hidden(model)
             bench.record(
                 "kernels",
                 method=method,
                 length=length,
                 fused_vs_float64=rel(fused, exact),
                 matmul_vs_float64=rel(matmul, exact),
+                flex_vs_float64=rel(flexed, exact),
                 method_vs_plain=rel(exact, plain),
             )
     del reference
@@ -286,20 +292,27 @@ def decode_seconds(bench: Bench, model, x, spec, tokens: int) -> float | None:
 
 
 def attention(bench: Bench, args, model, ids) -> None:
+    """Each method through each of ``--backends`` (rope_ext.flex: FlexAttention, or the blocks of
+    rope_ext.assembled) against the plain model, at each ``--attention-lengths``."""
+    from rope_ext import flex
+
     for length in args.attention_lengths:
         x = ids[None, :length].to(model.device)
-        for method in ("none", *args.methods):
+        runs = [("none", "-"), *((m, b) for m in args.methods for b in args.backends)]
+        for method, backend in runs:
             if bench.left() < 45:
-                bench.record("attention", method=method, length=length, skipped="deadline")
+                bench.record("attention", method=method, backend=backend, length=length, skipped="deadline")
                 continue
             spec = setting(method, length)
-            seconds, gib = step(bench, "attention", forward_seconds, bench, model, x, spec) or (None, None)
-            decode = None
-            if seconds is not None and args.decode_tokens:
-                decode = step(bench, "attention", decode_seconds, bench, model, x, spec, args.decode_tokens)
+            with flex.backend(backend if backend != "-" else "auto"):
+                seconds, gib = step(bench, "attention", forward_seconds, bench, model, x, spec) or (None, None)
+                decode = None
+                if seconds is not None and args.decode_tokens:
+                    decode = step(bench, "attention", decode_seconds, bench, model, x, spec, args.decode_tokens)
             bench.record(
                 "attention",
                 method=method,
+                backend=backend,
                 setting={k: v for k, v in spec.items() if k != "name"},
                 length=length,
                 prefill_s=seconds and round(seconds, 3),
@@ -322,6 +335,7 @@ def main() -> None:
     parser.add_argument("--trained", type=int, default=TRAINED, help="the model's trained context (with --override)")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides (a smaller model)")
     parser.add_argument("--decode-tokens", type=int, default=16)
+    parser.add_argument("--backends", default="blocks,flex", help="attention-level paths: blocks, flex (rope_ext.flex)")
     parser.add_argument("--steps", default="peak,kernels,curve,frequency,attention")
     parser.add_argument("--deadline", type=float, default=480.0, help="seconds; later steps are skipped")
     parser.add_argument("--out", default=None, help="append JSON lines here")
@@ -329,6 +343,7 @@ def main() -> None:
     args.lengths = [int(v) for v in args.lengths.split(",")]
     args.attention_lengths = [int(v) for v in args.attention_lengths.split(",")]
     args.methods = args.methods.split(",")
+    args.backends = args.backends.split(",")
     steps = args.steps.split(",")
     globals()["TRAINED"] = args.trained
     bench = Bench(args)

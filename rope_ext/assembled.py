@@ -50,6 +50,19 @@ def rerotate(x: torch.Tensor, shift: torch.Tensor, inv_freq: torch.Tensor, pairs
     return out
 
 
+def with_factors(rule: PositionRule, query, key, query_positions, pairs) -> tuple:
+    """(query, key) with the rule's factors applied: on each query by its position (ReRoPE's log-n), on the rotary
+    dims of both (STRING's cos/sin factor); ``pairs`` as :func:`_pair_index` gives them."""
+    if rule.query_scale is not None:  # ReRoPE's log-n, by the query's position
+        query = query * rule.query_scale(query_positions).to(query.device, query.dtype)[:, None, :, None]
+    if rule.rotary_scale != 1.0:  # a cos/sin factor: the rotary dims of query and key
+        query, key = query.clone(), key.clone()
+        for x in (query, key):
+            x[..., pairs[0]] *= rule.rotary_scale
+            x[..., pairs[1]] *= rule.rotary_scale
+    return query, key
+
+
 def _pair_index(pairs) -> tuple:
     """Rotary pair dims as slices where contiguous (rotate_half), else index tensors (interleaved)."""
     import torch
@@ -262,13 +275,7 @@ def assemble(
             flex.failed(err)
     query_block, key_block = query_block or QUERY_BLOCK, key_block or KEY_BLOCK
     pairs = _pair_index(pairs)
-    if rule.query_scale is not None:  # ReRoPE's log-n, by the query's position
-        query = query * rule.query_scale(query_positions).to(query.device, query.dtype)[:, None, :, None]
-    if rule.rotary_scale != 1.0:  # a cos/sin factor: the rotary dims of query and key
-        query, key = query.clone(), key.clone()
-        for x in (query, key):
-            x[..., pairs[0]] *= rule.rotary_scale
-            x[..., pairs[1]] *= rule.rotary_scale
+    query, key = with_factors(rule, query, key, query_positions, pairs)
     if mask is not None and mask.ndim == 2:  # a (batch, k_len) padding mask (flash attention's)
         mask = mask.bool()[:, None, None, :]
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)

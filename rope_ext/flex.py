@@ -22,7 +22,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING
 
-from .assembled import _merge, _pair_index, rerotate
+from .assembled import _merge, _pair_index, rerotate, with_factors
 
 if TYPE_CHECKING:
     import torch
@@ -274,13 +274,7 @@ def flex_assemble(
 
     block = block or BLOCK
     pairs = _pair_index(pairs)
-    if rule.query_scale is not None:  # ReRoPE's log-n, by the query's position
-        query = query * rule.query_scale(query_positions).to(query.device, query.dtype)[:, None, :, None]
-    if rule.rotary_scale != 1.0:  # a cos/sin factor: the rotary dims of query and key
-        query, key = query.clone(), key.clone()
-        for x in (query, key):
-            x[..., pairs[0]] *= rule.rotary_scale
-            x[..., pairs[1]] *= rule.rotary_scale
+    query, key = with_factors(rule, query, key, query_positions, pairs)
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)
     qp, kp = qp.expand(query.shape[0], -1).contiguous(), kp.expand(query.shape[0], -1).contiguous()
     allowed, bias = _padding(mask, query.shape[-2])

@@ -86,9 +86,11 @@ MICRO_LLAMA3 = [  # gpu_bench.py's own flags: 2 layers, hidden 64, trained conte
 ]
 
 
-def test_gpu_bench_runs_every_step_on_cpu():
+def test_gpu_bench_runs_every_step_on_cpu(monkeypatch):
     """bench/gpu_bench.py (the GPU rows) on a micro Llama-3 on CPU: every step writes its lines, none fails, the
-    fused and float64 paths of the attention methods agree, and patched YaRN equals the native one in float32."""
+    fused, FlexAttention (eager here) and float64 paths of the attention methods agree, each method runs through
+    both paths, and patched YaRN equals the native one in float32."""
+    monkeypatch.setenv("ROPE_EXT_FLEX_EAGER", "1")  # compiling the C++ kernels takes minutes on this CPU
     rows, _ = bench(
         "gpu_bench.py",
         "--steps",
@@ -112,11 +114,15 @@ def test_gpu_bench_runs_every_step_on_cpu():
     assert set(kernels) == {"self_extend", "dca", "yarn_bf16_frequencies"}
     for method in ("self_extend", "dca"):
         assert kernels[method]["fused_vs_float64"] < 1e-5 and kernels[method]["method_vs_plain"] > 1e-3
+        assert kernels[method]["flex_vs_float64"] < 1e-5
     assert kernels["yarn_bf16_frequencies"]["patched_vs_native"] < 1e-6
     assert {r["mode"] for r in rows if r["step"] == "curve"} == {"body", "prefix", "per_length"}
     assert len([r for r in rows if r["step"] == "frequency"]) == 5
     attention = [r for r in rows if r["step"] == "attention"]
-    assert [r["method"] for r in attention] == ["none", "self_extend", "dca"]
+    assert [(r["method"], r["backend"]) for r in attention] == [
+        ("none", "-"),
+        *((m, b) for m in ("self_extend", "dca") for b in ("blocks", "flex")),
+    ]
     assert all(r["prefill_s"] > 0 and r["decode_ms_per_token"] > 0 for r in attention)
 
 
