@@ -222,31 +222,34 @@ def block_mask(piece: Piece, qp, kp, window: int | None, allowed, block: int = B
 
 
 def _score_mod(softcap: float | None, bias):
-    """Soft-capping (Gemma-2's tanh) then the call's additive mask, on a score already multiplied by the scale."""
+    """Soft-capping (Gemma-2's tanh) then the call's additive mask (batch, q, k), on a score already multiplied by
+    the scale; indices clamped into range as in :func:`_mask_mod`."""
     import torch
 
     if softcap is None and bias is None:
         return None
+    q_last, k_last = (bias.shape[1] - 1, bias.shape[2] - 1) if bias is not None else (0, 0)
 
     def modify(score, b, h, q_idx, kv_idx):
         if softcap is not None:
             score = torch.tanh(score / softcap) * softcap
         if bias is not None:
-            score = score + bias[b, q_idx, kv_idx].to(score.dtype)
+            score = score + bias[b, q_idx.clamp(max=q_last), kv_idx.clamp(max=k_last)].to(score.dtype)
         return score
 
     return modify
 
 
-def _padding(mask, q_len: int):
-    """(allowed (batch, q, k) bool, bias (batch, q, k) or None) of the call's mask; (None, None) without one."""
+def _padding(mask, q_len: int, k_len: int):
+    """(allowed (batch, q, k) bool, bias (batch, q, k) or None) of the call's mask (its rows the queries, its first
+    ``k_len`` columns the keys, as rope_ext.assembled reads it); (None, None) without one."""
     import torch
 
     if mask is None:
         return None, None
     if mask.ndim == 2:  # a (batch, k_len) padding mask (flash attention's)
         mask = mask.bool()[:, None, None, :]
-    part = mask[:, 0].expand(mask.shape[0], q_len, mask.shape[-1])
+    part = mask[:, 0, :, :k_len].expand(mask.shape[0], q_len, k_len)
     if part.dtype == torch.bool:
         return part.contiguous(), None
     allowed = part > torch.finfo(part.dtype).min / 2
@@ -277,7 +280,7 @@ def flex_assemble(
     query, key = with_factors(rule, query, key, query_positions, pairs)
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)
     qp, kp = qp.expand(query.shape[0], -1).contiguous(), kp.expand(query.shape[0], -1).contiguous()
-    allowed, bias = _padding(mask, query.shape[-2])
+    allowed, bias = _padding(mask, query.shape[-2], key.shape[-2])
     kernel = _kernel(query.device.type)
     modify = _score_mod(softcap, bias)
     gqa = query.shape[1] != key.shape[1]
