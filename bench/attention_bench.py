@@ -8,7 +8,7 @@ Prints one JSON line per run and a markdown table with the time and memory again
 
     python bench/attention_bench.py                          # CPU, SmolLM2, 16384 tokens
     python bench/attention_bench.py --length 8192 --methods none,self_extend,dca
-    python bench/attention_bench.py --backend flex   # the methods through FlexAttention (rope_ext.flex), compiled
+    python bench/attention_bench.py --device cuda --backend flex   # through FlexAttention (rope_ext.flex; CUDA only)
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ cost (Self-Extend's neighbour band plus the grouped far triangle: about one caus
 reference implementations compute two or three dense passes). Logit soft-capping and an additive mask are score
 modifications. The block masks depend only on the positions, so the layers of one forward share them.
 
-``flex_attention`` runs compiled (Triton on CUDA, C++ on CPU) or eagerly (every score materialised: tests only);
+``flex_attention`` runs compiled on CUDA (Triton) and eagerly elsewhere (every score materialised: tests only; torch
+2.13 cannot compile it on the CPU with the log-sum-exp the merge needs);
 :func:`available` says where it is used by default (:data:`BACKEND`).
 """
 
@@ -101,8 +102,11 @@ def _compiled(device_type: str):
 
 
 def _kernel(device_type: str):
-    """The compiled ``flex_attention`` (``ROPE_EXT_FLEX_EAGER=1``: eager, for tests on tiny shapes)."""
-    if os.environ.get("ROPE_EXT_FLEX_EAGER") == "1":
+    """The compiled ``flex_attention``; eager (every score materialised: tiny shapes only) with
+    ``ROPE_EXT_FLEX_EAGER=1`` and on the CPU, where torch 2.13's inductor cannot compile it with the log-sum-exp
+    the pieces are merged by ("torch.compile on CPU only supports inference and `return_lse` is not supported
+    yet": torch/_inductor/kernel/flex/flex_cpu.py)."""
+    if os.environ.get("ROPE_EXT_FLEX_EAGER") == "1" or device_type == "cpu":
         return _flex().flex_attention
     return _compiled(device_type)
 
