@@ -164,8 +164,14 @@ def _tiles(allowed, block: int, fill: bool):
     return padded.view(batch, q_blocks, block, k_blocks, block)
 
 
+def mask_blocks(allowed, block: int) -> tuple:
+    """(blocks the call's mask ``allowed`` (batch, q, k) opens at all, blocks it opens whole), each (batch, q_blocks,
+    k_blocks): the same for every piece of a call, so computed once per call."""
+    return _tiles(allowed, block, False).any(4).any(2), _tiles(allowed, block, True).all(4).all(2)
+
+
 def _from_bounds(
-    piece: Piece, q0: int, q_len: int, k0: int, k_len: int, window: int | None, allowed, block: int, device
+    piece: Piece, q0: int, q_len: int, k0: int, k_len: int, window: int | None, allowed, block: int, device, opened
 ):
     """The piece's BlockMask from its bounds (positions q0 + i, k0 + j): lo and hi never decrease, so a query
     block's first and last rows bound every row -- a key block is skipped when no row can reach it, full when
@@ -189,8 +195,9 @@ def _from_bounds(
         full &= q_last[:, None] - k_first[None] < window
     skipped, full = skipped[None], full[None]  # (batch, q_blocks, k_blocks)
     if allowed is not None:
-        skipped = skipped | ~_tiles(allowed, block, False).any(4).any(2)
-        full = full & _tiles(allowed, block, True).all(4).all(2)
+        some, whole = opened if opened is not None else mask_blocks(allowed, block)
+        skipped = skipped | ~some
+        full = full & whole
     full = full & ~skipped
     count, index = _ordered(~skipped & ~full)
     full_count, full_index = _ordered(full)
@@ -206,22 +213,23 @@ def _from_bounds(
     )
 
 
-def block_mask(piece: Piece, qp, kp, window: int | None, allowed, block: int = BLOCK):
+def block_mask(piece: Piece, qp, kp, window: int | None, allowed, block: int = BLOCK, opened=None):
     """The piece's BlockMask over (query index, key index): from its bounds where every row's positions are the same
     run of consecutive positions (kept, without a call mask, for the next layers of the same forward: the same
-    pairs), else by evaluating the mask over every pair (``create_block_mask``: a batch of left-padded rows)."""
+    pairs; ``opened``: :func:`mask_blocks` of the call's mask, when already computed), else by evaluating the mask
+    over every pair (``create_block_mask``: a batch of left-padded rows)."""
     batch, q_len, k_len = qp.shape[0], qp.shape[-1], kp.shape[-1]
     q0, k0 = _consecutive(qp), _consecutive(kp)
     if q0 is None or k0 is None:
         holds = _mask_mod(piece, qp, kp, window, allowed)
         return _flex().create_block_mask(holds, batch, None, q_len, k_len, device=qp.device, BLOCK_SIZE=block)
     if allowed is not None:
-        return _from_bounds(piece, q0, q_len, k0, k_len, window, allowed, block, qp.device)
+        return _from_bounds(piece, q0, q_len, k0, k_len, window, allowed, block, qp.device, opened)
     key = (piece, q0, q_len, k0, k_len, window, block, str(qp.device))
     if key not in _MASKS:
         if len(_MASKS) >= 16:
             _MASKS.clear()
-        _MASKS[key] = _from_bounds(piece, q0, q_len, k0, k_len, window, None, block, qp.device)
+        _MASKS[key] = _from_bounds(piece, q0, q_len, k0, k_len, window, None, block, qp.device, None)
     return _MASKS[key]
 
 
@@ -288,11 +296,12 @@ def flex_assemble(
     kernel = _kernel(query.device.type)
     modify = _score_mod(softcap, bias)
     gqa = query.shape[1] != key.shape[1]
+    opened = mask_blocks(allowed, block) if allowed is not None else None  # shared by the pieces
     parts = []
     for piece in rule.pieces:
         q = rerotate(query, piece.query(qp) - qp, inv_freq, pairs) if piece.query else query
         k = rerotate(key, piece.key(kp) - kp, inv_freq, pairs) if piece.key else key
-        found = block_mask(piece, qp, kp, sliding_window, allowed, block)
+        found = block_mask(piece, qp, kp, sliding_window, allowed, block, opened)
         out, aux = kernel(
             q,
             k,
