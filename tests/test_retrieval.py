@@ -254,3 +254,35 @@ def test_an_interrupted_passkey_run_keeps_its_finished_prompts_and_the_rerun_sco
     computed = done["metrics"]["passkey"]["passkey_tokens_computed"]
     rest = sum(r["prompt_tokens"] for r in final[len(kept) :])
     assert rest <= computed <= rest + 4 * (prompts - len(kept))  # the rest's prefills and answers, not the kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_greedy_picks_the_first_maximum_like_torch(dtype):
+    from evals.retrieval.scorer import greedy
+
+    logits = torch.randn(5, 49152, generator=torch.Generator().manual_seed(0)).to(dtype)
+    logits[1, [7, 300]] = 40.0  # a tie: the first one
+    logits[2, [9, 11]] = float("nan")  # NaN counts as the largest: the first one
+    logits[3, 49151] = 40.0
+    picked = greedy(logits)
+    assert picked.tolist() == logits.argmax(-1).tolist() and picked.tolist()[1:4] == [7, 9, 49151]
+    assert int(greedy(logits[4])) == int(logits[4].argmax())  # one row: a scalar, as generation reads it
+
+
+def test_the_scorer_keeps_the_cache_length_it_tracks(eval_context, retrieval, tokenizer):
+    """The scorer counts the cached tokens itself (the cache's own count walks every layer); after every prompt,
+    teacher-forced answer and rewind the count is the cache's."""
+    from evals.retrieval.scorer import PromptScorer
+
+    ctx = eval_context(None, "model.architecture.vocab_size=49152")
+    cfg = retrieval(haystack="filler", lengths=[512])
+    builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, []))
+    scorer = PromptScorer(ctx.model(), True, 4, None, prefill_chunk=64)
+    for depth in (0.1, 0.5, 0.9):
+        prompt = builder.build(512, depth, 0)
+        scorer.generate(prompt.ids)
+        assert scorer.length == scorer.cache.get_seq_length() == len(prompt.ids)
+        scorer.prefill(prompt.ids, prompt.answer_ids[:-1])
+        assert scorer.length == scorer.cache.get_seq_length() == len(prompt.ids) + len(prompt.answer_ids) - 1
+        scorer.teacher_forced(prompt.ids, prompt.answer_ids)
+        assert scorer.length == scorer.cache.get_seq_length() == len(prompt.ids)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, List
 
 from ..core.config.lengths import lengths as context_lengths
@@ -117,10 +117,22 @@ def _score(cfg, scorer, tokenizer, prompt) -> dict:
     return record
 
 
+def _plain(cfg) -> RetrievalConfig:
+    """The eval's config as a plain :class:`RetrievalConfig`: read per prompt and per needle, and an OmegaConf
+    node's attribute read costs tens of microseconds (bench/retrieval_overhead.py)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.is_config(cfg):
+        return cfg
+    values = OmegaConf.to_container(cfg, resolve=True)
+    return RetrievalConfig(**{f.name: values[f.name] for f in fields(RetrievalConfig) if f.name in values})
+
+
 def evaluate(cfg, ctx) -> dict:
     """The lengths x depths x trials grid: greedy and/or teacher-forced retrieval of hidden keys."""
     from .scorer import PromptScorer
 
+    cfg = _plain(cfg)
     tokenizer = ctx.tokenizer()
     documents = ctx.documents(count=1) if cfg.haystack == "corpus" else []  # the haystack is the first document
     builder = PromptBuilder(cfg, tokenizer, haystack_ids(cfg, tokenizer, documents))

@@ -76,6 +76,7 @@ class PromptBuilder:
         import torch
 
         self.cfg, self.tokenizer, self.haystack = cfg, tokenizer, haystack_ids
+        self.encoded: dict[str, torch.Tensor] = {}  # text -> ids: every prompt asks the same question
         head, self.tail = self._chat_wrap()
         self.head = torch.cat([head, self.encode(cfg.preamble)]) if cfg.preamble else head
         window = self.haystack[: max(cfg.lengths)]
@@ -98,7 +99,10 @@ class PromptBuilder:
     def encode(self, text: str) -> torch.Tensor:
         import torch
 
-        return torch.tensor(self.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.int64)
+        if text not in self.encoded:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            self.encoded[text] = torch.tensor(ids, dtype=torch.int64)
+        return self.encoded[text]
 
     def _chat_wrap(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids before and after the user message when a chat template is used (else BOS / nothing)."""

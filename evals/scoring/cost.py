@@ -104,7 +104,7 @@ class Cost:
         self.flops_done += forwards * self.flops(length, new)
         self.seconds_done += seconds
         note_forward(length, length if new is None else new, seconds, forwards)  # the job's timings, kept
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and new != 1:  # a decode step's peak says nothing of a length's; skipped
             peak = torch.cuda.max_memory_allocated(self.device)
             self.memory_ratio = max(1.0, peak / max(1, estimate_forward_bytes(self.model, length, new)))
             torch.cuda.reset_peak_memory_stats(self.device)
