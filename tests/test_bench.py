@@ -145,7 +145,7 @@ def test_attention_bench_runs_each_method_between_two_plain_forwards():
     rows, out = bench("attention_bench.py", "--length", "512", "--methods", "self_extend", *TINY_LLAMA3)
     assert [r["method"] for r in rows] == ["none", "self_extend", "none"]
     assert all(r["length"] == 512 and r["seconds"] > 0 and r["device"] == "cpu" for r in rows)
-    assert "| self_extend | group_size=4, window=1024 |" in out and "| none | defaults |" in out
+    assert "| self_extend | blocks | group_size=4, window=1024 |" in out and "| none | - | defaults |" in out
 
 
 def test_needle_bench_answers_the_same_with_and_without_prefix_sharing():

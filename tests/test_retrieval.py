@@ -129,6 +129,30 @@ def test_prefix_sharing_equals_cell_by_cell(run_grid, scaling):
         assert (shared_dir / name).stat().st_size > 0
 
 
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        None,
+        {"name": "dynamic_ntk", "factor": 2.0},  # its frequencies follow each forward's length: the same in a batch
+        {"name": "self_extend", "group_size": 4, "window": 64},  # attention-level: grouped positions per row
+        {"name": "dca", "chunk_size": 128, "local_window": 32},
+    ],
+)
+def test_prompts_of_one_length_batched_answer_as_one_at_a_time(run_grid, scaling):
+    """The batched path (eval.batch; the default on CUDA) against the one-prompt path (prefix sharing where the
+    strategy allows it): the same answers, the same teacher-forced verdicts and log-probabilities at the fp32
+    floor; a batch of 4 over 6 prompts a length also runs a last batch of 2, and the answers' padding is exercised by
+    keys of 5 to 7 digits."""
+    alone, alone_trials, _ = run_grid(scaling, lengths=[256, 384])
+    batched, batched_trials, _ = run_grid(scaling, lengths=[256, 384], batch=4)
+    assert alone["needle_batch"] == 1 and batched["needle_batch"] == 4 and not batched["needle_prefix_sharing"]
+    assert len({len(r["keys"][0]) for r in batched_trials}) > 1  # answers of different lengths in one batch
+    assert [r["answer"] for r in batched_trials] == [r["answer"] for r in alone_trials]
+    assert [r["tf_correct"] for r in batched_trials] == [r["tf_correct"] for r in alone_trials]
+    assert [r["tf_logprob"] for r in batched_trials] == pytest.approx([r["tf_logprob"] for r in alone_trials], abs=1e-4)
+    assert batched["needle_nll@384"] == pytest.approx(alone["needle_nll@384"], abs=1e-5)
+
+
 def test_dynamic_strategy_falls_back_to_cell_by_cell(run_grid):
     summary, _, _ = run_grid({"name": "dynamic_ntk", "factor": 2.0}, lengths=[256], trials=1)
     assert summary["needle_prefix_sharing"] is False

@@ -99,6 +99,35 @@ def test_cpu_allocation_failure_at_one_length_is_recorded_and_the_others_report(
     )  # max_tokens: the longest length; no BOS: each window's first unscored
 
 
+@pytest.mark.slow  # heavy: a subprocess under a memory limit
+def test_a_batch_of_prompts_that_does_not_fit_is_halved_until_it_does(tmp_path, plugin, run_cli):
+    """Under a 4 GiB process memory limit, eager attention at 8192 tokens holds 1 GiB of scores a prompt a layer: a
+    batch of 4 prompts and one of 2 fail, one prompt alone fits -- every prompt is scored, none recorded OOM, and the
+    log says each halving; 1024 tokens, where the batch of 4 fits, is not halved."""
+    plug, env = plugin
+    passkey = run_cli(
+        *TINY,
+        "model.attn_implementation=eager",
+        "eval=passkey",
+        "eval.lengths=[1024,8192]",
+        "eval.depths=[0.2,0.8]",
+        "eval.trials=2",
+        "eval.batch=4",
+        "eval.max_new_tokens=2",
+        f"output_dir={tmp_path / 'passkey'}",
+        env={**env, "TEST_MEMORY_LIMIT_GIB": "4"},
+    )
+    assert passkey.returncode == 0, passkey.stderr[-3000:]
+    said = passkey.stdout + passkey.stderr
+    assert "out of memory at length 8192 in a batch of 4 prompts; trying 2" in said
+    assert "out of memory at length 8192 in a batch of 2 prompts; trying 1" in said
+    assert "out of memory at length 1024" not in said
+    results = read(tmp_path / "passkey" / "results.json")
+    by_length = {r["length"]: r for r in results["metrics"]["passkey"]["by_length"]}
+    assert not by_length[8192]["oom"] and by_length[8192]["trials"] == 4 and by_length[1024]["trials"] == 4
+    assert results["metrics"]["passkey"]["passkey_batch"] == 4
+
+
 # --- interrupted, dead and concurrent runs ------------------------------------------------------------
 
 

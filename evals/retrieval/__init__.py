@@ -12,6 +12,11 @@ previous prompt (``DynamicCache.crop``) instead of recomputed. Dynamic strategie
 frequencies depend on the length of each forward, would see a different length per chunk: they
 run every prompt on its own, and the results say so.
 
+Batches (``eval.batch``; by default on CUDA, as many as half the free memory holds): prompts of one length, all
+the same number of tokens, run as the rows of one forward without padding, the teacher-forced answers right-padded
+(causal: a row's padding follows everything it is scored on); a batch that fails to allocate is halved. On a GPU a
+small model's prompt is bound by the per-prompt work around the forward, which a batch pays once.
+
 Also per length: the needle-driven NLL (LongRoPE2, Shang et al. 2025, arXiv 2502.20082): the mean NLL of the
 answer tokens under teacher forcing, ``<task>_nll@L``. A failed allocation at a length is recorded as
 out of memory for that length and the grid goes on.

@@ -18,7 +18,7 @@ from ..core.measure import Measurement
 from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
 from ..stats import wilson_interval
-from ..scoring.cost import warn_if_too_large
+from ..scoring.cost import available_bytes, estimate_forward_bytes, warn_if_too_large
 from ..scoring.oom import free_memory, is_out_of_memory
 
 
@@ -62,6 +62,8 @@ class RetrievalConfig:
     chat_template: bool = False  # wrap in the tokenizer's chat template when it has one
     prefix_sharing: bool = option(True, compare=False)  # reuse the KV cache of the shared haystack prefix
     prefill_chunk: int = option(1024, minimum=1, compare=False)  # tokens per forward when extending a cached prefix
+    # prompts of one length per forward, without prefix sharing; 0: CUDA as many as half the free memory holds, else 1
+    batch: int = option(0, minimum=0, compare=False)
     threshold: float = option(0.9, minimum=0, maximum=1, compare=False)  # the largest length with accuracy >= threshold
 
 
@@ -95,26 +97,37 @@ def _needs(cfg) -> tuple[str, ...]:
     return ("model", "data") if cfg.haystack == "corpus" else ("model",)
 
 
-def _score(cfg, scorer, tokenizer, prompt) -> dict:
+def _score(cfg, scorer, tokenizer, prompts: list) -> list[dict]:
+    """The records of ``prompts`` (of one length): one alone through the shared prefix, several as the rows of one
+    batch (:meth:`~evals.retrieval.scorer.PromptScorer.score_rows`)."""
     from .scorer import is_correct
 
-    record = {
-        "length": prompt.length,
-        "depth": prompt.depth,
-        "trial": prompt.trial,
-        "prompt_tokens": len(prompt.ids),
-        "needle_position": prompt.needle_position,
-        "keys": prompt.keys,
-        "all_keys": prompt.all_keys,
-    }
-    if cfg.scoring in ("generate", "both"):
-        generated = scorer.generate(prompt.ids)
-        record["answer"] = tokenizer.decode(generated, skip_special_tokens=True)
-        record["correct"] = is_correct(record["answer"], prompt.keys, cfg.match)
-    if cfg.scoring in ("teacher_forced", "both"):
-        record["tf_correct"], record["tf_logprob"] = scorer.teacher_forced(prompt.ids, prompt.answer_ids)
-        record["tf_tokens"] = len(prompt.answer_ids)
-    return record
+    generate, forced = cfg.scoring in ("generate", "both"), cfg.scoring in ("teacher_forced", "both")
+    if len(prompts) > 1:
+        ids, answers = [p.ids for p in prompts], [p.answer_ids for p in prompts]
+        generated, scored = scorer.score_rows(ids, answers, generate, forced)
+    else:
+        generated = [scorer.generate(prompts[0].ids)] if generate else None
+        scored = [scorer.teacher_forced(prompts[0].ids, prompts[0].answer_ids)] if forced else None
+    records = []
+    for row, prompt in enumerate(prompts):
+        record = {
+            "length": prompt.length,
+            "depth": prompt.depth,
+            "trial": prompt.trial,
+            "prompt_tokens": len(prompt.ids),
+            "needle_position": prompt.needle_position,
+            "keys": prompt.keys,
+            "all_keys": prompt.all_keys,
+        }
+        if generate:
+            record["answer"] = tokenizer.decode(generated[row], skip_special_tokens=True)
+            record["correct"] = is_correct(record["answer"], prompt.keys, cfg.match)
+        if forced:
+            record["tf_correct"], record["tf_logprob"] = scored[row]
+            record["tf_tokens"] = len(prompt.answer_ids)
+        records.append(record)
+    return records
 
 
 def _plain(cfg) -> RetrievalConfig:
@@ -146,40 +159,84 @@ def evaluate(cfg, ctx) -> dict:
     # within a length, run prompts in order of where they leave the plain haystack
     prompts.sort(key=lambda p: (p.length, p.needle_position, p.depth, p.trial))
     scorer = PromptScorer(ctx.model(), share, cfg.max_new_tokens, tokenizer.eos_token_id, cfg.prefill_chunk)
+    sizes = {L: _batch_size(cfg, scorer, L, sum(p.length == L for p in prompts)) for L in sorted(set(cfg.lengths))}
     for L in sorted(set(cfg.lengths)):
-        warn_if_too_large(scorer.model, L, cfg.name, cfg.prefill_chunk if share else None)
+        warn_if_too_large(scorer.model, L, cfg.name, cfg.prefill_chunk if share and sizes[L] == 1 else None)
     kept = _kept(ctx.output.previous(f"{cfg.name}_trials"), prompts)
     if kept:
         print(f"{cfg.name}: {len(kept)} of {len(prompts)} prompts kept from the interrupted run; running the rest")
-    started, records, oom, announced = time.perf_counter(), [], set(), None
+    started, records, oom, used = time.perf_counter(), [], set(), {}
     with ctx.output.records(f"{cfg.name}_trials") as write:
-        for prompt in progress(prompts, f"{cfg.name} ({'shared prefix' if share else 'cell by cell'})", "prompt"):
-            if prompt.length in oom:
+        for L in sorted(set(cfg.lengths)):
+            at = [p for p in prompts if p.length == L]
+            for prompt in at:
+                if (L, prompt.depth, prompt.trial) in kept:
+                    records.append(kept[L, prompt.depth, prompt.trial])
+                    write(records[-1])
+            todo = [p for p in at if (L, p.depth, p.trial) not in kept]
+            if not todo:
                 continue
-            if (prompt.length, prompt.depth, prompt.trial) in kept:
-                records.append(kept[prompt.length, prompt.depth, prompt.trial])
-                write(records[-1])
-                continue
-            if prompt.length != announced:  # before a length runs: what it will cost (cell by cell: an upper bound)
-                announced = prompt.length
-                scorer.cost.announce(
-                    f"{cfg.name}{' (at most, sharing prefixes)' if share else ''}",
-                    prompt.length,
-                    forwards=sum(p.length == prompt.length for p in prompts),
-                )
-            try:
-                record = _score(cfg, scorer, tokenizer, prompt)
-            except Exception as err:
-                if not is_out_of_memory(err):
-                    raise
-                log.warning("out of memory at length %d; recorded, going on with the other lengths", prompt.length)
-                oom.add(prompt.length)
-                scorer.reset()
-                free_memory()
-                continue
-            records.append(record)
-            write(record)
-    return _summarise(cfg, ctx, records, share, time.perf_counter() - started, scorer.computed, oom)
+            size = min(sizes[L], len(todo))
+            mode = f"batches of {size}" if size > 1 else "shared prefix" if share else "cell by cell"
+            # before a length runs: what it will cost (sharing prefixes: an upper bound)
+            said = "at most, sharing prefixes" if mode == "shared prefix" else mode
+            scorer.cost.announce(f"{cfg.name} ({said})", L, forwards=len(todo))
+            pending = []
+            for prompt in progress(todo, f"{cfg.name} ({mode})", "prompt"):
+                pending.append(prompt)
+                if len(pending) < size and prompt is not todo[-1]:
+                    continue
+                try:
+                    scored, size = _score_fitting(cfg, scorer, tokenizer, pending, size)
+                except Exception as err:
+                    if not is_out_of_memory(err):
+                        raise
+                    log.warning("out of memory at length %d; recorded, going on with the other lengths", L)
+                    oom.add(L)
+                    scorer.reset()
+                    free_memory()
+                    break
+                pending, used[L] = [], max(used.get(L, 1), size)
+                for record in scored:
+                    records.append(record)
+                    write(record)
+    batch = max(used.values(), default=1)
+    seconds = time.perf_counter() - started
+    return _summarise(cfg, ctx, records, share and batch == 1, batch, seconds, scorer.computed, oom)
+
+
+def _batch_size(cfg, scorer, length: int, count: int) -> int:
+    """Prompts of ``length`` scored together: ``eval.batch`` when set; else on CUDA as many of the ``count`` as half
+    the free memory holds by the forward's estimate (a failed allocation halves it), elsewhere 1 (on a CPU the
+    forward is compute-bound and prefix sharing, which batching gives up, saves more)."""
+    if cfg.batch:
+        return min(cfg.batch, count)
+    if scorer.device.type != "cuda":
+        return 1
+    have = available_bytes(scorer.device) or 0
+    return max(1, min(count, int(0.5 * have) // max(1, estimate_forward_bytes(scorer.model, length, length))))
+
+
+def _score_fitting(cfg, scorer, tokenizer, prompts: list, size: int) -> tuple[list[dict], int]:
+    """The records of ``prompts``, scored ``size`` at a time (one alone: with prefix sharing); a batch that does
+    not fit is halved and tried again. The size that fitted is returned; a prompt alone that does not fit raises."""
+    records = []
+    while prompts:
+        rows = prompts[:size]
+        try:
+            records += _score(cfg, scorer, tokenizer, rows)
+        except Exception as err:
+            if len(rows) == 1 or not is_out_of_memory(err):
+                raise
+            scorer.reset()
+            free_memory()
+            size = len(rows) // 2
+            log.warning(
+                "out of memory at length %d in a batch of %d prompts; trying %d", rows[0].length, len(rows), size
+            )
+            continue
+        prompts = prompts[len(rows) :]
+    return records, size
 
 
 def _kept(previous: list[dict], prompts: list) -> dict:
@@ -198,7 +255,7 @@ def _kept(previous: list[dict], prompts: list) -> dict:
     return kept
 
 
-def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
+def _summarise(cfg, ctx, records, share, batch, seconds, computed, oom) -> dict:
     score_key = "correct" if cfg.scoring in ("generate", "both") else "tf_correct"
     lengths = sorted(cfg.lengths)
     cells = []
@@ -270,6 +327,7 @@ def _summarise(cfg, ctx, records, share, seconds, computed, oom) -> dict:
     summary[f"{cfg.name}_mean_acc"] = sum(measured) / len(measured) if measured else None
     summary[f"{cfg.name}_max_length_at_threshold"] = max(passing) if passing else None
     summary[f"{cfg.name}_prefix_sharing"] = share
+    summary[f"{cfg.name}_batch"] = batch  # the most prompts of one length scored in one forward
     summary[f"{cfg.name}_seconds"] = round(seconds, 2)
     summary[f"{cfg.name}_tokens_computed"] = computed
     grid = [

@@ -1,7 +1,7 @@
 """Running retrieval prompts through the model: :class:`PromptScorer` scores a prompt by greedy generation or by
 teacher forcing (one forward with the answer appended: is every answer token the argmax, and the answer's
 log-probability), reusing the KV cache of the previous prompt's common prefix (``DynamicCache.crop``) and
-extending a cached prefix in chunks; each forward's rate feeds the cost said before a length
+extending a cached prefix in chunks, or scores prompts of one length as the rows of one batch; each forward's rate feeds the cost said before a length
 (:mod:`evals.scoring.cost`). :func:`is_correct`: a generated answer matched against the keys."""
 
 from __future__ import annotations
@@ -47,13 +47,17 @@ class PromptScorer:
 
     def _forward(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
         """``ids`` ([1, new], on the model's device) through the model after the cache; the last ``keep`` logits."""
-        new, cached = ids.shape[1], self.length
+        return self._forward_rows(ids, keep)[0]
+
+    def _forward_rows(self, ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """``ids`` ([rows, new]) through the model after the cache: the last ``keep`` logits of each row."""
+        rows, new, cached = ids.shape[0], ids.shape[1], self.length
         started = time.perf_counter()
         out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, **{self.cache_arg: self.cache})
-        self.cost.record(time.perf_counter() - started, cached + new, new)
-        self.computed += new
+        self.cost.record(time.perf_counter() - started, cached + new, new, forwards=rows)
+        self.computed += rows * new
         self.length = cached + new
-        return out.logits[0].float()
+        return out.logits.float()
 
     def _crop(self, length: int) -> None:
         self.cache.crop(length - self.length)
@@ -104,6 +108,47 @@ class PromptScorer:
         picked = logprobs.gather(1, answer[:, None].to(logprobs.device)).flatten()
         self._rewind(prompt)
         return bool((greedy(logits).cpu() == answer).all()), float(picked.sum())
+
+    @torch.inference_mode()
+    def score_rows(
+        self, prompts: list[torch.Tensor], answers: list[torch.Tensor], generate: bool, teacher_forced: bool
+    ) -> tuple[list[list[int]] | None, list[tuple[bool, float]] | None]:
+        """Prompts of one length as the rows of one batch, each scored as :meth:`generate` and
+        :meth:`teacher_forced` score it alone: no padding inside a prompt (all have the same tokens count), the
+        answers right-padded (causal attention: a row's padding comes after everything it is scored on). Rows do
+        not share a prefix: the cache starts empty and is dropped after."""
+        ids = torch.stack(prompts).to(self.device)
+        rows, length = ids.shape
+        self.cache, self.cached, self.length = DynamicCache(), torch.tensor([], dtype=torch.int64), 0
+        generated = None
+        if generate:
+            next_tokens = greedy(self._forward_rows(ids, keep=1)[:, -1])
+            generated = [[int(t)] for t in next_tokens]
+            # a row stops at the end of text or at max_new_tokens, as alone; the batch runs while any row goes on
+            going = [t[0] != self.eos_id and self.max_new_tokens > 1 for t in generated]
+            while any(going):
+                next_tokens = greedy(self._forward_rows(next_tokens.to(self.device)[:, None], keep=1)[:, -1])
+                for row, token in enumerate(next_tokens.tolist()):
+                    if going[row]:
+                        generated[row].append(token)
+                        going[row] = token != self.eos_id and len(generated[row]) < self.max_new_tokens
+            self._crop(length - 1)
+        else:
+            self._forward_rows(ids[:, :-1], keep=1)
+        scored = None
+        if teacher_forced:
+            # as alone: the prompt's last token and the answer but its last after the cached prompt, one forward
+            width = max(len(a) for a in answers)
+            tail = torch.stack([torch.cat([a[:-1], a[-1:].repeat(width - len(a))]) for a in answers])
+            logits = self._forward_rows(torch.cat([ids[:, -1:], tail.to(self.device)], 1), keep=width)
+            logprobs = torch.log_softmax(logits, -1)
+            picks = greedy(logits).cpu()
+            scored = []
+            for row, answer in enumerate(answers):
+                picked = logprobs[row, : len(answer)].gather(1, answer[:, None].to(logprobs.device)).flatten()
+                scored.append((bool((picks[row, : len(answer)] == answer).all()), float(picked.sum())))
+        self.reset()
+        return generated, scored
 
 
 def is_correct(text: str, keys: list[str], match: str) -> float:
