@@ -40,15 +40,22 @@ class ForwardClock:
     """Seconds spent inside the model's forwards, split into prefill (several new tokens) and decode (one)."""
 
     def __init__(self, model):
+        import torch
+
         self.prefill = self.decode = 0.0
         self.forwards = 0
+        # on a GPU a forward returns before its kernels finish: synchronized at both ends, or its time lands outside
+        cuda = next(model.parameters()).device.type == "cuda"
+        self.sync = torch.cuda.synchronize if cuda else lambda: None
         model.register_forward_pre_hook(self.start, with_kwargs=True)
         model.register_forward_hook(self.stop, with_kwargs=True)
 
     def start(self, module, args, kwargs):
+        self.sync()
         self.began = CLOCK()
 
     def stop(self, module, args, kwargs, output):
+        self.sync()
         seconds = CLOCK() - self.began
         ids = kwargs.get("input_ids", args[0] if args else None)
         self.forwards += 1

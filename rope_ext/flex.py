@@ -111,24 +111,27 @@ def _kernel(device_type: str):
     return _compiled(device_type)
 
 
+def _at(table, b, *index):
+    """``table[b, *index]``, each index clamped into the table's range first: a kernel may ask about the padding of a
+    last, partial block (whose answer it discards)."""
+    return table[(b, *(i.clamp(max=size - 1) for i, size in zip(index, table.shape[1:])))]
+
+
 def _mask_mod(piece: Piece, qp, kp, window: int | None, allowed, offsets: tuple[int, int] | None = None):
     """Whether query index q_idx attends key index kv_idx in ``piece``: at positions qp[b, q_idx] and kp[b, kv_idx],
     or q0 + q_idx and k0 + kv_idx where ``offsets`` = (q0, k0) (every row a run of consecutive positions); and
-    where the call's mask ``allowed`` (batch, q, k) lets it. Indices are clamped into range before a tensor is read:
-    a kernel may ask about the padding of a last, partial block (whose answer it discards)."""
-    q_last = (allowed.shape[1] if allowed is not None else qp.shape[-1] if qp is not None else 1) - 1
-    k_last = (allowed.shape[2] if allowed is not None else kp.shape[-1] if kp is not None else 1) - 1
+    where the call's mask ``allowed`` (batch, q, k) lets it. Every tensor is read through :func:`_at`."""
 
     def holds(b, h, q_idx, kv_idx):
         if offsets is None:
-            m, n = qp[b, q_idx.clamp(max=q_last)], kp[b, kv_idx.clamp(max=k_last)]
+            m, n = _at(qp, b, q_idx), _at(kp, b, kv_idx)
         else:
             m, n = q_idx + offsets[0], kv_idx + offsets[1]
         keep = (n >= piece.lo(m)) & (n < piece.hi(m)) & (n <= m)
         if window is not None:
             keep = keep & (m - n < window)
         if allowed is not None:
-            keep = keep & allowed[b, q_idx.clamp(max=q_last), kv_idx.clamp(max=k_last)]
+            keep = keep & _at(allowed, b, q_idx, kv_idx)
         return keep
 
     return holds
@@ -195,7 +198,7 @@ def _from_bounds(
         full &= q_last[:, None] - k_first[None] < window
     skipped, full = skipped[None], full[None]  # (batch, q_blocks, k_blocks)
     if allowed is not None:
-        some, whole = opened if opened is not None else mask_blocks(allowed, block)
+        some, whole = opened
         skipped = skipped | ~some
         full = full & whole
     full = full & ~skipped
@@ -224,6 +227,7 @@ def block_mask(piece: Piece, qp, kp, window: int | None, allowed, block: int = B
         holds = _mask_mod(piece, qp, kp, window, allowed)
         return _flex().create_block_mask(holds, batch, None, q_len, k_len, device=qp.device, BLOCK_SIZE=block)
     if allowed is not None:
+        opened = opened if opened is not None else mask_blocks(allowed, block)
         return _from_bounds(piece, q0, q_len, k0, k_len, window, allowed, block, qp.device, opened)
     key = (piece, q0, q_len, k0, k_len, window, block, str(qp.device))
     if key not in _MASKS:
@@ -235,18 +239,17 @@ def block_mask(piece: Piece, qp, kp, window: int | None, allowed, block: int = B
 
 def _score_mod(softcap: float | None, bias):
     """Soft-capping (Gemma-2's tanh) then the call's additive mask (batch, q, k), on a score already multiplied by
-    the scale; indices clamped into range as in :func:`_mask_mod`."""
+    the scale; the mask read through :func:`_at`."""
     import torch
 
     if softcap is None and bias is None:
         return None
-    q_last, k_last = (bias.shape[1] - 1, bias.shape[2] - 1) if bias is not None else (0, 0)
 
     def modify(score, b, h, q_idx, kv_idx):
         if softcap is not None:
             score = torch.tanh(score / softcap) * softcap
         if bias is not None:
-            score = score + bias[b, q_idx.clamp(max=q_last), kv_idx.clamp(max=k_last)].to(score.dtype)
+            score = score + _at(bias, b, q_idx, kv_idx).to(score.dtype)
         return score
 
     return modify

@@ -1,8 +1,9 @@
 """Running retrieval prompts through the model: :class:`PromptScorer` scores a prompt by greedy generation or by
 teacher forcing (one forward with the answer appended: is every answer token the argmax, and the answer's
 log-probability), reusing the KV cache of the previous prompt's common prefix (``DynamicCache.crop``) and
-extending a cached prefix in chunks, or scores prompts of one length as the rows of one batch; each forward's rate feeds the cost said before a length
-(:mod:`evals.scoring.cost`). :func:`is_correct`: a generated answer matched against the keys."""
+extending a cached prefix in chunks -- or prompts of one length as the rows of one batch (:meth:`score_rows`);
+each forward's rate feeds the cost said before a length (:mod:`evals.scoring.cost`). :func:`is_correct`: a
+generated answer matched against the keys."""
 
 from __future__ import annotations
 
