@@ -70,6 +70,14 @@ SPECIAL: dict[str, dict] = {
     # its full-attention layers are DeepSeek's MLA (one latent key/value for every head)
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # its pattern's attention layer is the 3rd
     "lara_mini": {"num_experts": 8, "num_experts_per_tok": 2},  # 128 by default: past MAX_PARAMETERS in 3 layers
+    # its pattern's first 3 layers are fixed; two shared-attention layers (transformers' weight tying wants a second)
+    "zamba": {"num_hidden_layers": 4, "attn_layer_period": 1, "attn_layer_offset": 0},
+    "kolibri1_1": {"index_num_heads": 2},  # its indexer's heads are query heads of one key head (12 by default)
+    "ergo": dict(first_dense_intermediate_size=96, shared_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+    "lfm3": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},  # 2 conv layers otherwise
+    # its default split (8 input + 8 output layers around a looped middle) exceeds a tiny stack: transformers then
+    # runs each layer twice under one cache index; one layer each way and one looped between
+    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1},
     "bailing_hybrid": dict(
         kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, num_key_value_heads=4
     ),
@@ -152,9 +160,12 @@ def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0):
     if size > MAX_PARAMETERS:
         raise NotTiny(f"{size / 1e6:.0f}M parameters at the tiny sizes (a sub-config keeps its default sizes)")
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED)).eval()
-    # a parameter left all zeros (ZAYA's key temperature: every key 0, attention blind to position) is drawn as the
-    # weights are (N(0, initializer_range)): no path of the tiny random model is switched off
+    return switched_on(AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED)).eval())
+
+
+def switched_on(model):
+    """``model`` with every parameter left all zeros (ZAYA's key temperature: every key 0, attention blind to
+    position) drawn as the weights are (N(0, initializer_range)): no path of a tiny random model is switched off."""
     std = getattr(model.config.get_text_config(), "initializer_range", None) or 0.02
     with torch.no_grad():
         for param in model.parameters():

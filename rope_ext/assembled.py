@@ -117,9 +117,9 @@ def _fused_cuda(q, k, v, mask, causal: bool, scale: float):
 
 
 def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, causal: bool = False):
-    """Softmax attention of q over k/v where ``allowed`` (batch, q, k; None: all) holds, or with ``causal`` key
-    j for query i <= j (a square block): (output, log-sum-exp); rows with no allowed key get output 0 and
-    log-sum-exp -inf."""
+    """Softmax attention of q over k/v where ``allowed`` (batch, 1 or heads, q, k; None: all) holds, plus the additive
+    ``bias`` (the same shape), or with ``causal`` key j for query i <= j (a square block): (output, log-sum-exp); rows
+    with no allowed key get output 0 and log-sum-exp -inf."""
     import torch
 
     if softcap is None and fused_kernel(q) and q.shape[-1] != v.shape[-1]:  # MLA: the kernels take one head size
@@ -135,7 +135,6 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
                 mask = mask + bias.to(q.dtype)
             if allowed is not None:
                 mask = mask.masked_fill(~allowed, float("-inf"))
-            mask = mask.unsqueeze(1)
         if q.device.type == "cuda":
             out, lse = _fused_cuda(q, k, v, mask, causal, scale)
         else:
@@ -152,19 +151,19 @@ def _attend(q, k, v, allowed, scale: float, softcap: float | None, bias=None, ca
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap  # Gemma-2-style logit soft-capping
         if bias is not None:
-            scores = scores + bias.unsqueeze(1).to(work)
+            scores = scores + bias.to(work)
         if causal:
-            allowed = _causal(scores.shape[-1], scores.device)[None]
+            allowed = _causal(scores.shape[-1], scores.device)[None, None]
         if allowed is not None:
-            scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
+            scores = scores.masked_fill(~allowed, float("-inf"))
         lse = torch.logsumexp(scores, dim=-1)
         weights = torch.exp(scores - lse[..., None]).nan_to_num(0.0)
         out = (weights @ v.to(work)).to(q.dtype)
     if allowed is not None and not causal:
-        empty = ~allowed.any(-1)  # (batch, q)
+        empty = ~allowed.any(-1)  # (batch, 1 or heads, q)
         if bool(empty.any()):
-            lse = lse.masked_fill(empty.unsqueeze(1), float("-inf"))
-            out = out.masked_fill(empty[:, None, :, None], 0.0)
+            lse = lse.masked_fill(empty, float("-inf"))
+            out = out.masked_fill(empty[..., None], 0.0)
     return out, lse
 
 
@@ -182,6 +181,23 @@ def _merge(parts: list) -> torch.Tensor:
     for (part, _), weight in zip(parts[1:], weights[1:]):
         out += part.to(work) * weight[..., None]
     return out
+
+
+def mask_heads(mask, heads: int):
+    """The call's mask as (batch, 1, q, k) where every head holds the same (a (batch, k) padding mask, flash
+    attention's, included), else (batch, ``heads``, q, k): a mask per key/value head repeated to its query heads."""
+    import torch
+
+    if mask is None:
+        return None
+    if mask.ndim == 2:
+        return mask.bool()[:, None, None, :]
+    count = mask.shape[1]
+    if count == 1 or mask.stride(1) == 0 or torch.equal(mask[:, 1:], mask[:, :1].expand_as(mask[:, 1:])):
+        return mask[:, :1]
+    if heads % count:
+        raise ValueError(f"an attention mask of {count} heads for {heads} query heads")
+    return mask.repeat_interleave(heads // count, dim=1) if count != heads else mask
 
 
 def _masked(q, k, v, lo, hi, m, n, mask, where, sliding_window, scale, softcap):
@@ -202,16 +218,16 @@ def _masked(q, k, v, lo, hi, m, n, mask, where, sliding_window, scale, softcap):
             if k_stop - k_start == stop - start and bool((hi == k_start + rows + 1).all()):
                 return _attend(q, k, v, None, scale, softcap, causal=True)
     index = torch.arange(k_start, k_stop, device=lo.device)
-    allowed = (index >= lo[..., None]) & (index < hi[..., None])  # (batch, block, keys)
+    allowed = ((index >= lo[..., None]) & (index < hi[..., None]))[:, None]  # (batch, 1, block, keys)
     if sliding_window is not None:
-        allowed &= m[..., None] - n < sliding_window
+        allowed &= (m[..., None] - n < sliding_window)[:, None]
     bias = None
-    if mask is not None:
-        part = (mask[:, 0, start:stop] if mask.shape[-2] > 1 else mask[:, 0])[..., k_start:k_stop]
+    if mask is not None:  # (batch, 1 or heads, block, keys)
+        part = (mask[:, :, start:stop] if mask.shape[-2] > 1 else mask)[..., k_start:k_stop]
         if part.dtype == torch.bool:
-            allowed &= part
+            allowed = allowed & part
         else:
-            allowed &= part > torch.finfo(part.dtype).min / 2
+            allowed = allowed & (part > torch.finfo(part.dtype).min / 2)
             bias = part.masked_fill(~allowed, 0) if bool((part[allowed] != 0).any()) else None
         if not bool(allowed.any()):
             return None
@@ -250,7 +266,8 @@ def assemble(
     """Attention output (batch, heads, q_len, head_dim) of ``rule`` for rotated ``query`` (batch, heads, q_len,
     d) and ``key``/``value`` (batch, kv_heads, k_len, d) at positions ``query_positions`` (batch, q_len) and
     ``key_positions`` (batch, k_len); ``inv_freq`` and ``pairs`` the layer's rotary frequencies and pair dims;
-    ``mask`` the call's mask (batch, 1, q_len, k_len), bool (True: attend) or additive."""
+    ``mask`` the call's mask (batch, 1 or heads, q_len, k_len), bool (True: attend) or additive; a mask whose heads
+    differ (Doge's dynamic mask: a bias per head) is applied per head."""
     import torch
 
     from . import flex
@@ -276,8 +293,7 @@ def assemble(
     query_block, key_block = query_block or QUERY_BLOCK, key_block or KEY_BLOCK
     pairs = _pair_index(pairs)
     query, key = with_factors(rule, query, key, query_positions, pairs)
-    if mask is not None and mask.ndim == 2:  # a (batch, k_len) padding mask (flash attention's)
-        mask = mask.bool()[:, None, None, :]
+    mask = mask_heads(mask, query.shape[1])
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)
     offsets = kp[:, :1]  # key index i is at position offset + i (per row)
     k_len = key.shape[-2]

@@ -15,8 +15,10 @@ Self-Extend, :mod:`rope_ext.assembled`), and otherwise calls the original functi
 which rotary slot a layer uses (Gemma-3: sliding or global). Removing the last hook puts the config
 attribute back exactly and removes the pre-hooks.
 
-A model whose attention does not go through the interface (Falcon, GPT-J, CodeGen, ...) cannot be hooked;
-:func:`probe` tells so from a forward of a ``meta``-device instance, before any weight is loaded.
+A model whose attention does not go through the interface (GPT-NeoX-Japanese; before transformers 5.25 also Falcon,
+GPT-J and CodeGen) cannot be hooked; :func:`probe` tells so from a forward of a ``meta``-device instance, before any
+weight is loaded. Position embeddings passed as (sin, cos) -- GPT-J's and CodeGen's split of their table -- are
+recognised (:func:`_sin_first`) and handed on as (cos, sin).
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class AttentionHooks:
         self._inputs: dict[int, torch.Tensor] = {}  # id(attention module) -> a few tokens of its last hidden states
         self.calibrating: list | None = None  # set by rope_ext.rotary_layout: record calls, skip attention
         self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
+        self.sin_first: dict[int, bool] = {}  # id(attention module) -> it receives (sin, cos) (GPT-J, CodeGen)
 
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
@@ -212,12 +215,15 @@ class AttentionHooks:
         for hook in self._pre_hooks:
             hook.remove()
         self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
+        self.sin_first = {}
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
         rotation = kwargs.get("position_embeddings")
         if rotation is None and args:
             rotation = signature.bind_partial(None, *args, **kwargs).arguments.get("position_embeddings")
+        if rotation is None:  # this call holds none (a NoPE layer type: Beam's)
+            self._rotations.pop(id(module), None)
         if rotation is not None:
             self._rotations[id(module)] = rotation
             if self.replacement is not None and self.calibrating is None:  # what rotary_layout calls the module with
@@ -236,6 +242,12 @@ class AttentionHooks:
             self.calibrating.append((query.detach().clone(), key.detach().clone()))
             shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
             return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
+        positions = _positions(query, key, kwargs.get("position_ids"))
+        rotation = self._rotations.get(id(module))
+        if rotation is not None and id(module) not in self.sin_first:
+            self.sin_first[id(module)] = _sin_first(rotation, positions, self.slots, self.model)
+        if rotation is not None and self.sin_first[id(module)]:
+            rotation = (rotation[1], rotation[0])
         call = AttentionCall(
             module,
             self._names.get(id(module), type(module).__name__),
@@ -244,9 +256,9 @@ class AttentionHooks:
             key,
             value,
             attention_mask,
-            _positions(query, key, kwargs.get("position_ids")),
+            positions,
             kwargs,
-            self._rotations.get(id(module)),
+            rotation,
             self,
             implementation,
         )
@@ -293,6 +305,32 @@ class AttentionHooks:
                 found = min(errors, key=lambda e: e[0])[1]
         self._slot_cache[id(call.module)] = found
         return found
+
+
+def _sin_first(rotation: tuple, positions: torch.Tensor, slots: list, model: nn.Module) -> bool:
+    """Whether a module's position embeddings are (sin, cos) rather than (cos, sin) (GPT-J and CodeGen split their
+    table so): (c, s) = f (cos, sin)(p theta) satisfies c sin(p theta) = s cos(p theta) at every position p, for the
+    frequencies of one of the model's rotary slots; the order that fits it better is the module's."""
+    if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:  # one complex tensor (DeepSeek-V2's freqs_cis)
+        return False
+    first, second = rotation
+    if first.is_meta or not first.is_floating_point() or first.shape[-1] == 0:
+        return False
+    first, second = first.double(), second.double()
+    width, angles = first.shape[-1], positions.to(first.device).double()[..., None]
+    fits = []
+    for slot in slots:
+        inv_freq = slot.frequencies(model)[0].to(first.device).double()
+        half = len(inv_freq)
+        # the columns that carry frequency i: rotate_half or interleaved (width 2 x pairs), or one column each
+        layouts = (slice(0, half), slice(0, None, 2)) if width == 2 * half else (slice(None),) if width == half else ()
+        angle = angles * inv_freq
+        for columns in layouts:
+            a, b = first[..., columns], second[..., columns]
+            as_is = float((a * angle.sin() - b * angle.cos()).abs().max())
+            swapped = float((b * angle.sin() - a * angle.cos()).abs().max())
+            fits.append((min(as_is, swapped), swapped < as_is))
+    return min(fits)[1] if fits else False
 
 
 def _positions(query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:

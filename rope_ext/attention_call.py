@@ -19,6 +19,7 @@ as arguments), attention sinks are refused.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -81,6 +82,17 @@ def _pairs(x: torch.Tensor, quarter: torch.Tensor, turned: torch.Tensor, angles:
     return a, b, freq
 
 
+def _causal_mask(hidden: torch.Tensor) -> torch.Tensor:
+    """(1, 1, n, n) additive causal mask for ``hidden`` (batch, n, ...): 0 where a query sees a key, else the minimum."""
+    import torch
+
+    n = hidden.shape[1]
+    floor = torch.finfo(hidden.dtype).min if hidden.is_floating_point() else torch.finfo(torch.float32).min
+    dtype = hidden.dtype if hidden.is_floating_point() else torch.float32
+    above = torch.ones(n, n, dtype=torch.bool, device=hidden.device).triu(1)
+    return torch.zeros(1, 1, n, n, dtype=dtype, device=hidden.device).masked_fill(above, floor)
+
+
 def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
     """The layer's rotary layout, read once per module by calling it with made-up rotations (see the module doc);
     None when the module rotates neither its query nor its key (a layer without RoPE)."""
@@ -91,10 +103,14 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
         return hooks.layouts[id(module)]
     cos = call.rotation[0]
     r = cos.shape[-1]
-    ca, cb = pair_layout(cos)  # the columns of cos/sin that carry frequency i
+    try:
+        ca, cb = pair_layout(cos)  # the columns of cos/sin that carry frequency i
+        half = r // 2
+    except AttentionHookError:  # one column per frequency (GPT-J, CodeGen: the module spreads it over a pair)
+        ca = cb = torch.arange(r, device=cos.device)
+        half = r
     hidden = hooks._inputs.get(id(module))
     signature = _takes_position_embeddings(type(module))
-    half = r // 2
     angles = -math.pi + 2 * math.pi * (torch.arange(half, dtype=torch.float64) + 1) / (half + 1)
 
     def rotation(phi: torch.Tensor):
@@ -102,11 +118,20 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
         s = torch.empty(r, dtype=torch.float64)
         c[ca.cpu()], c[cb.cpu()], s[ca.cpu()], s[cb.cpu()] = phi.cos(), phi.cos(), phi.sin(), phi.sin()
         shape = (1,) * (cos.ndim - 2) + (hidden.shape[1], r)
-        return tuple(t.to(cos.device, cos.dtype).expand(shape).contiguous() for t in (c, s))
+        order = (s, c) if hooks.sin_first.get(id(module)) else (c, s)  # as the module takes them
+        return tuple(t.to(cos.device, cos.dtype).expand(shape).contiguous() for t in order)
 
     if hidden is None or signature is None:
         raise AttentionHookError(f"{call.name} ({type(module).__name__}): its hidden states were not seen")
-    extra = {"attention_mask": None} if "attention_mask" in signature.parameters else {}
+    extra = {}
+    if "attention_mask" in signature.parameters:
+        required = signature.parameters["attention_mask"].default is inspect.Parameter.empty
+        # None where the module takes it; a causal additive mask where it must have one (a sparse-attention indexer
+        # masks its key scores with it: DeepSeek-V3.2's DSA)
+        extra["attention_mask"] = _causal_mask(hidden) if required else None
+    position_ids = signature.parameters.get("position_ids")
+    if position_ids is not None and position_ids.default is inspect.Parameter.empty:  # Ministral-3's query temperature
+        extra["position_ids"] = torch.arange(hidden.shape[1], device=hidden.device)[None]
     saved = hooks._rotations.get(id(module))
     hooks.calibrating = records = []
     try:
@@ -159,9 +184,16 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
                 f"{call.name}: attention sinks ({unsupported}) are not supported by attention-level scaling '{label}'"
             )
     if call.rotation is None:
+        if _takes_position_embeddings(type(call.module)) is not None:  # given none: a layer without RoPE (Beam's NoPE)
+            return None
         raise AttentionHookError(
             f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
             f"scaling '{label}' cannot re-rotate its query and key"
+        )
+    if not isinstance(call.rotation, (tuple, list)) or len(call.rotation) != 2:
+        raise AttentionHookError(
+            f"{call.name} ({type(call.module).__name__}) receives its rotation as one tensor (complex: DeepSeek-V2's "
+            f"freqs_cis), not (cos, sin): scaling '{label}' cannot re-rotate its query and key"
         )
     layout = rotary_layout(call)
     if layout is None:  # no RoPE in this layer: no position to change, the model's own attention runs

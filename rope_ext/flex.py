@@ -260,10 +260,13 @@ def _padding(mask, q_len: int, k_len: int):
     ``k_len`` columns the keys, as rope_ext.assembled reads it); (None, None) without one."""
     import torch
 
+    from .assembled import mask_heads
+
+    mask = mask_heads(mask, mask.shape[1] if mask is not None and mask.ndim == 4 else 1)
     if mask is None:
         return None, None
-    if mask.ndim == 2:  # a (batch, k_len) padding mask (flash attention's)
-        mask = mask.bool()[:, None, None, :]
+    if mask.shape[1] > 1:  # the blocks path applies it (rope_ext.assembled)
+        raise ValueError("a mask whose heads differ (a bias per head) is not taken by the FlexAttention path")
     part = mask[:, 0, :, :k_len].expand(mask.shape[0], q_len, k_len)
     if part.dtype == torch.bool:
         return part.contiguous(), None

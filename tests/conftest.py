@@ -174,7 +174,8 @@ def real_model(tmp_path_factory, compose):
 @pytest.fixture
 def models(tmp_path, searchpath):
     """The override that finds the YAML models of tests/tiny.py (tinygemma: Gemma-3's per-layer-type RoPE;
-    tinyqwen2: q/k/v biases; tinygpt2: no RoPE; tinyfalcon: attention that cannot be hooked), written to a conf
+    tinyqwen2: q/k/v biases; tinygpt2: no RoPE; tinyneoxjapanese: attention that cannot be
+    hooked), written to a conf
     dir in ``tmp_path``."""
     (tmp_path / "conf" / "model").mkdir(parents=True, exist_ok=True)
     for name, model in tiny.MODELS.items():

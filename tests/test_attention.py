@@ -126,46 +126,47 @@ def test_hooks_share_one_installation_and_restore_in_any_order():
         assert torch.equal(model(ids).logits, before)
 
 
-def falcon_config():
-    """A one-layer Falcon: its attention does not call transformers' AttentionInterface."""
+def unhookable_config():
+    """A one-layer GPT-NeoX-Japanese: its attention does not call transformers' AttentionInterface (Falcon's did not
+    either, up to transformers 5.24)."""
     return AutoConfig.for_model(
-        "falcon",
+        "gpt_neox_japanese",
         hidden_size=64,
         num_hidden_layers=1,
         num_attention_heads=4,
+        intermediate_multiple_size=2,
         vocab_size=100,
-        new_decoder_architecture=True,
     )
 
 
 def test_probe_on_a_meta_model_names_attention_that_cannot_be_hooked():
-    config = falcon_config()
+    config = unhookable_config()
     with torch.device("meta"):
-        falcon = AutoModelForCausalLM.from_config(config)
+        unhookable = AutoModelForCausalLM.from_config(config)
         llama = AutoModelForCausalLM.from_config(AutoConfig.for_model("llama", **COMMON))
-    assert rope_ext.find_rotary_slots(falcon)  # its frequencies can be patched ...
+    assert rope_ext.find_rotary_slots(unhookable)  # its frequencies can be patched ...
     with pytest.raises(
         rope_ext.AttentionHookError,
-        match=r"FalconForCausalLM: its attention \(FalconAttention\) does "
+        match=r"GPTNeoXJapaneseForCausalLM: its attention \(GPTNeoXJapaneseAttention\) does "
         "not call transformers' AttentionInterface",
     ):
-        rope_ext.probe(falcon)  # ... but not its queries
+        rope_ext.probe(unhookable)  # ... but not its queries
     found = rope_ext.probe(llama)
     assert len(found.called) == 2 and found.with_rotation == found.called == found.with_position_ids
 
 
 def test_a_patch_refused_half_way_leaves_the_model_as_it_was():
-    """YaRN's frequencies are set before Self-Extend finds Falcon's attention cannot be hooked: the refusal undoes
+    """YaRN's frequencies are set before Self-Extend finds GPT-NeoX-Japanese's attention cannot be hooked: the refusal undoes
     them (before, the model stayed scaled with nothing left to restore it)."""
-    config = falcon_config()
-    falcon = AutoModelForCausalLM.from_config(config).eval()
+    config = unhookable_config()
+    unhookable = AutoModelForCausalLM.from_config(config).eval()
     ids = torch.arange(40).unsqueeze(0) % 100
     with torch.no_grad():
-        before = falcon(ids).logits
-    buffers = {name: buffer for name, buffer in falcon.named_buffers()}
+        before = unhookable(ids).logits
+    buffers = {name: buffer for name, buffer in unhookable.named_buffers()}
     composed = {"name": "compose", "stages": [{"name": "yarn", "factor": 2.0}, {"name": "self_extend"}]}
     with pytest.raises(rope_ext.AttentionHookError):
-        rope_ext.patch(falcon, composed, original_max_position=32)
-    assert all(buffer is buffers[name] for name, buffer in falcon.named_buffers())
+        rope_ext.patch(unhookable, composed, original_max_position=32)
+    assert all(buffer is buffers[name] for name, buffer in unhookable.named_buffers())
     with torch.no_grad():
-        assert torch.equal(falcon(ids).logits, before)
+        assert torch.equal(unhookable(ids).logits, before)

@@ -9,7 +9,7 @@ model does, and a method that would change nothing is an error.
 - Self-Extend against an independent dense implementation: the paper's positions (m - n < W: own; beyond,
   m // G + W - W // G and n // G), the q and k at those positions computed by the model itself (the same layer
   inputs, the model's own rotary at other position ids), one dense softmax per layer -- no rope_ext code in it.
-- Falcon's attention does not call the interface: patching it is a one-line error naming its attention.
+- GPT-NeoX-Japanese's attention does not call the interface: patching it is a one-line error naming its attention.
 """
 
 import importlib
@@ -20,6 +20,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 import rope_ext
+from evals.families import switched_on
 
 TOKENS = 40
 TRAINED = 64
@@ -54,6 +55,27 @@ SPECIAL = {
     "gemma3_text": dict(head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"]),
     "olmoe": dict(head_dim=16),  # its q/k norms are sized from hidden_size / heads
     "phi3": dict(partial_rotary_factor=0.5),
+    "falcon": dict(new_decoder_architecture=True),  # grouped key/value heads, on the attention interface since 5.25
+    "gptj": dict(rotary_dim=8),  # partial rotary (the default 64 exceeds the tiny head)
+    "codegen": dict(rotary_dim=8),
+    "helium": dict(head_dim=16),
+    "bamba": dict(attn_layer_indices=[1]),  # no attention layer by default
+    "recurrent_gemma": dict(block_types=["recurrent", "attention"]),
+    "lfm3": dict(layer_types=["sliding_attention", "full_attention"], sliding_window=8),  # 2 conv layers otherwise
+    "flint": dict(layer_types=["full_attention", "sliding_attention"], sliding_window=8),  # its full layers are NoPE
+    "zaya": dict(num_experts_per_tok=1, head_dim=16),  # the only value it takes; 128 by default
+    "kolibri1_1": dict(index_num_heads=2),  # its indexer's heads are query heads of one key head (12 by default)
+    "ergo": dict(first_dense_intermediate_size=96, shared_intermediate_size=32, num_experts=8),
+    # MLA whose config requires a query low-rank projection (DeepSeek-V3.2 and kin: a sparse-attention indexer reads it)
+    **{t: dict(q_lora_rank=16) for t in ("axk1", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa", "hy_v4")},
+    "longcat_flash": dict(q_lora_rank=16),
+    "dots3_note": dict(q_lora_rank=16, num_key_value_heads=4),
+    "hunyuan_v1_dense": dict(head_dim=16),  # None by default: sized from hidden_size / heads in the model only
+    "hunyuan_v1_moe": dict(head_dim=16),
+    "ministral": dict(head_dim=16),
+    # hybrids whose first two layers are linear attention: one of each kind
+    "bailing_hybrid": dict(layer_types=["linear_attention", "full_attention"]),
+    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"]),
     "gpt_neox": dict(rotary_pct=0.25),
     "deepseek_v3": dict(first_k_dense_replace=1),
     # its default split (8 input + 8 output layers around a looped middle) exceeds 2 layers: transformers then runs
@@ -61,18 +83,27 @@ SPECIAL = {
     # checkpoint is; one layer each way and one looped between (run twice, its own cache copy per loop)
     "dory": dict(num_hidden_layers=3, n_input_layers=1, n_output_layers=1),
 }
-DEFAULT = ["llama", "gemma3_text", "deepseek_v3", "phi3", "olmoe", "cohere"]
+DEFAULT = ["llama", "gemma3_text", "deepseek_v3", "phi3", "olmoe", "cohere", "ministral3"]
 
 
 def build(model_type, implementation="sdpa", seed=0):
     extra = SPECIAL.get(model_type, {})
     config = AutoConfig.for_model(model_type, **{**SMALL, **extra})
-    if getattr(config, "qk_rope_head_dim", None) and "head_dim" not in extra:  # MLA: every head a query head
+    # MLA (the family's own config has a rope sub-dimension; SMALL's MLA sizes become attributes of every config):
+    # every head a query head
+    if getattr(AutoConfig.for_model(model_type), "qk_rope_head_dim", None) and "head_dim" not in extra:
         config = AutoConfig.for_model(
             model_type, **{**SMALL, **extra, "num_key_value_heads": 4, "head_dim": config.qk_rope_head_dim}
         )
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config, attn_implementation=implementation).eval()
+    try:
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
+    except ValueError as err:  # softcapping, sinks, ... : families that have eager attention only
+        if "does not support an attention implementation" not in str(err):
+            raise
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    return switched_on(model.eval())
 
 
 def tokens(length=TOKENS):
@@ -133,7 +164,7 @@ def _input_hooks(modules, record=None, replace=None, outputs=None) -> list:
     return handles
 
 
-DENSE = ["llama", "gemma3_text", "deepseek_v3", "phi3", "gpt_neox"]
+DENSE = ["llama", "gemma3_text", "deepseek_v3", "phi3", "gpt_neox", "gptj", "doge", "beam"]
 
 
 @pytest.mark.parametrize("model_type", DENSE)
@@ -172,11 +203,14 @@ def test_self_extend_equals_an_independent_dense_implementation(model_type):
         rep = q.shape[1] // k.shape[1]
         k, v, k_far = (x.repeat_interleave(rep, 1) for x in (k, v, k_far))
         distance = m[:, None] - m[None, :]
-        applies = selected is None or call.slot() in selected
+        # NoPE layers (Beam's full attention: no rotation given) keep their own attention
+        applies = call.rotation is not None and (selected is None or call.slot() in selected)
         grouped = (distance >= window) if applies else torch.zeros_like(distance, dtype=torch.bool)
         scores = torch.where(grouped, q_far @ k_far.transpose(-1, -2), q @ k.transpose(-1, -2)) * call.scaling
         mask = call.attention_mask
         allowed = distance >= 0 if mask is None else mask[:, :, :, :TOKENS] > torch.finfo(mask.dtype).min / 2
+        if mask is not None and mask.is_floating_point():  # an additive mask's bias (per head: Doge's) kept
+            scores = scores + mask[:, :, :, :TOKENS].double().masked_fill(~allowed, 0)
         weights = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
         return (weights @ v).transpose(1, 2).to(call.value.dtype).contiguous(), None
 
@@ -194,8 +228,8 @@ def test_self_extend_equals_an_independent_dense_implementation(model_type):
     assert changed >= 1
 
 
-SILENT = {  # attention that does not call transformers' AttentionInterface
-    "falcon": dict(new_decoder_architecture=True),
+SILENT = {  # attention that does not call transformers' AttentionInterface (Falcon's did, up to transformers 5.24)
+    "gpt_neox_japanese": dict(intermediate_multiple_size=2),
 }
 
 
@@ -203,10 +237,11 @@ SILENT = {  # attention that does not call transformers' AttentionInterface
 def test_a_method_that_would_change_nothing_is_an_error(model_type):
     config = AutoConfig.for_model(model_type, **{**SMALL, **SILENT[model_type]})
     model = AutoModelForCausalLM.from_config(config).eval()
+    implementation = model.config._attn_implementation
     with pytest.raises(rope_ext.AttentionHookError, match=r"does not call transformers' AttentionInterface") as err:
         rope_ext.patch(model, {"name": "self_extend", "group_size": 4, "window": 8}, original_max_position=TRAINED)
     assert "\n" not in str(err.value)
-    assert model.config._attn_implementation == "sdpa"  # nothing left attached
+    assert model.config._attn_implementation == implementation  # nothing left attached
 
 
 def test_a_meta_moe_model_is_probed_in_a_dtype_its_kernels_take():

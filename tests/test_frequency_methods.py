@@ -190,16 +190,16 @@ def test_logn_alone_changes_no_frequency_and_nothing_within_the_trained_length()
 
 
 def test_logn_on_a_model_whose_attention_cannot_be_hooked_is_one_line_before_loading(tmp_path, compose, models):
-    cfg = compose("model=tinyfalcon", "logger=none", "scaling=linear", models)
+    cfg = compose("model=tinyneoxjapanese", "logger=none", "scaling=linear", models)
     parse_job(cfg, tmp_path / "ok")  # its frequencies can be patched
     for scaling in (["scaling=logn"], ["scaling=compose", "scaling.stages=[{name: yarn, factor: 2}, {name: logn}]"]):
         with pytest.raises(
             UserError,
-            match="scales queries inside attention, but model 'tinyfalcon' cannot be hooked: "
-            r"FalconForCausalLM: its attention \(FalconAttention\) does not call",
+            match="scales queries inside attention, but model 'tinyneoxjapanese' cannot be hooked: "
+            r"GPTNeoXJapaneseForCausalLM: its attention \(GPTNeoXJapaneseAttention\) does not call",
         ):
-            parse_job(compose("model=tinyfalcon", "logger=none", *scaling, models), tmp_path / "bad")
+            parse_job(compose("model=tinyneoxjapanese", "logger=none", *scaling, models), tmp_path / "bad")
     with pytest.raises(
-        UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyfalcon' cannot"
+        UserError, match="eval=qk_study captures q and k inside attention, but model 'tinyneoxjapanese' cannot"
     ):
-        parse_job(compose("model=tinyfalcon", "logger=none", "eval=qk_study", models), tmp_path / "qk")
+        parse_job(compose("model=tinyneoxjapanese", "logger=none", "eval=qk_study", models), tmp_path / "qk")

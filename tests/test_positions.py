@@ -11,6 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
+from evals.families import switched_on
 from rope_ext import attention
 
 TRAINED = 64
@@ -35,13 +36,15 @@ ARCHITECTURES = {
     "gpt_neox": {"partial_rotary_factor": 0.5, "num_key_value_heads": 4},  # rotary on half the head dims
     "mistral": {"sliding_window": None},
     "qwen2": {},  # biases on the q, k and v projections
+    "doge": {"head_dim": 16},  # a mask with a bias per head (its dynamic mask): drawn, not left at zero (switched_on)
 }
 
 
 def build(model_type, implementation="sdpa", **extra):
     config = AutoConfig.for_model(model_type, **{**COMMON, **ARCHITECTURES[model_type], **extra})
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config, attn_implementation=implementation).eval()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation).eval()
+    return switched_on(model) if model_type == "doge" else model
 
 
 def tokens(length, seed=1):
@@ -135,6 +138,9 @@ def dense_reference(model, method, params, selected=None):
         )
         rest = q[0][..., ~rotary] @ k[0][..., ~rotary].transpose(-1, -2)
         scores = (rot * rf * rf + rest) * query_factor[:, None] * call.scaling
+        mask = call.attention_mask
+        if mask is not None and mask.is_floating_point():  # an additive mask: its bias (per head: Doge's) is kept
+            scores = scores + mask[0, :, -n_q:, :n_k].double().clamp(min=-1e30)
         scores = scores.masked_fill(~seen, float("-inf"))
         out = scores.softmax(-1) @ v[0]
         return out.transpose(0, 1).unsqueeze(0).to(call.query.dtype).contiguous(), None
@@ -178,6 +184,24 @@ def test_patched_logits_equal_the_papers_dense_attention(model_type, method, set
     for length in (6, 40):  # below and above the windows / chunks
         got, want = patched_and_dense(model, method, params, tokens(length))
         assert relative_error(got, want) <= 1e-5, (model_type, method, params, length)
+
+
+@pytest.mark.parametrize("method", list(SETTINGS))
+def test_a_mask_with_a_bias_per_head_is_kept_by_every_method(method):
+    """Doge adds a learned bias per head and key to its attention mask: every method keeps it, head by head."""
+    model = build("doge", implementation="eager")
+    ids = tokens(40)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("self_attn.A"):  # its bias is exp(A * softplus(dt)): a learned A of order 1
+                param.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(2))
+        masks = []
+        with rope_ext.hook_attention(model, lambda call: masks.append(call.attention_mask)):
+            model(ids)
+    heads = masks[0][0, :, -1, :8]
+    assert float((heads[0] - heads[2]).abs().max()) > 0.1  # the heads' biases differ (heads 0, 1 share a key head)
+    got, want = patched_and_dense(model, method, SETTINGS[method][0], ids)
+    assert relative_error(got, want) <= 1e-5
 
 
 @pytest.mark.parametrize("model_type", ["gpt_neox", "mistral", "qwen2", "mistral_window"])
@@ -325,10 +349,24 @@ def test_on_a_model_whose_attention_cannot_be_hooked_it_is_one_line_before_loadi
     ):
         with pytest.raises(
             UserError,
-            match="sets the relative positions inside attention, but model 'tinyfalcon' "
-            r"cannot be hooked: FalconForCausalLM: its attention \(FalconAttention\)",
+            match="sets the relative positions inside attention, but model 'tinyneoxjapanese' "
+            r"cannot be hooked: GPTNeoXJapaneseForCausalLM: its attention \(GPTNeoXJapaneseAttention\)",
         ):
-            parse_job(compose("model=tinyfalcon", "logger=none", *scaling, models), tmp_path / "bad")
+            parse_job(compose("model=tinyneoxjapanese", "logger=none", *scaling, models), tmp_path / "bad")
+
+
+def test_an_attention_implementation_the_model_lacks_is_one_line_saying_what_builds(tmp_path, compose, models):
+    from evals.core.errors import UserError
+    from evals.core.job.parse import parse_job
+
+    cfg = compose("model=tinyneoxjapanese", "logger=none", "model.attn_implementation=sdpa", models)
+    with pytest.raises(UserError) as err:
+        parse_job(cfg, tmp_path / "sdpa")
+    assert "\n" not in str(err.value)
+    assert "cannot build the model with attn_implementation='sdpa': GPTNeoXJapaneseForCausalLM does not support" in (
+        str(err.value)
+    )
+    assert str(err.value).endswith("; model.attn_implementation=eager builds every model")
 
 
 def test_bad_parameters_on_the_command_line_exit_2_in_one_line(run_cli):

@@ -124,18 +124,19 @@ MODELS = {
             "eos_token_id": 0,
         },
     },
-    "tinyfalcon": {  # RoPE, but an attention that does not call transformers' AttentionInterface (not hookable)
+    "tinyneoxjapanese": {  # RoPE, but an attention that does not call transformers' AttentionInterface (not hookable)
         "defaults": SCHEMA,
-        "name": "tinyfalcon",
+        "name": "tinyneoxjapanese",
         "weights": "random",
+        "attn_implementation": "eager",  # the only one it has
         "original_max_position": 256,
         "architecture": {
-            "model_type": "falcon",
+            "model_type": "gpt_neox_japanese",
             "hidden_size": 64,
             "num_hidden_layers": 1,
             "num_attention_heads": 4,
+            "intermediate_multiple_size": 2,
             "vocab_size": 49152,
-            "new_decoder_architecture": True,
             "max_position_embeddings": 256,
         },
     },
