@@ -193,10 +193,19 @@ def mask_heads(mask, heads: int):
     if mask.ndim == 2:
         return mask.bool()[:, None, None, :]
     count = mask.shape[1]
-    if count == 1 or mask.stride(1) == 0 or torch.equal(mask[:, 1:], mask[:, :1].expand_as(mask[:, 1:])):
+    if count == 1 or mask.stride(1) == 0:
+        return mask[:, :1]
+    first_row = mask[:, :, :1]  # a cheap look first: the full comparison only where the first rows agree
+    if torch.equal(first_row[:, 1:], first_row[:, :1].expand_as(first_row[:, 1:])) and torch.equal(
+        mask[:, 1:], mask[:, :1].expand_as(mask[:, 1:])
+    ):
         return mask[:, :1]
     if heads % count:
-        raise ValueError(f"an attention mask of {count} heads for {heads} query heads")
+        from .attention import AttentionHookError
+
+        raise AttentionHookError(
+            f"an attention mask of {count} heads for {heads} query heads: cannot tell which applies"
+        )
     return mask.repeat_interleave(heads // count, dim=1) if count != heads else mask
 
 
@@ -272,7 +281,10 @@ def assemble(
 
     from . import flex
 
-    if flex.available(query):  # each piece one FlexAttention call (rope_ext.flex): the same computation
+    mask = mask_heads(mask, query.shape[1])
+    # each piece one FlexAttention call (rope_ext.flex): the same computation; a mask whose heads differ goes
+    # through these blocks (FlexAttention here reads one mask for every head)
+    if flex.available(query) and (mask is None or mask.shape[1] == 1):
         try:
             return flex.flex_assemble(
                 rule,
@@ -293,7 +305,6 @@ def assemble(
     query_block, key_block = query_block or QUERY_BLOCK, key_block or KEY_BLOCK
     pairs = _pair_index(pairs)
     query, key = with_factors(rule, query, key, query_positions, pairs)
-    mask = mask_heads(mask, query.shape[1])
     qp, kp = query_positions.to(query.device), key_positions.to(query.device)
     offsets = kp[:, :1]  # key index i is at position offset + i (per row)
     k_len = key.shape[-2]

@@ -245,8 +245,10 @@ class AttentionHooks:
         positions = _positions(query, key, kwargs.get("position_ids"))
         rotation = self._rotations.get(id(module))
         if rotation is not None and id(module) not in self.sin_first:
-            self.sin_first[id(module)] = _sin_first(rotation, positions, self.slots, self.model)
-        if rotation is not None and self.sin_first[id(module)]:
+            found = _sin_first(rotation, positions, self)
+            if found is not None:  # kept once told; asked again while this call could not tell
+                self.sin_first[id(module)] = found
+        if rotation is not None and self.sin_first.get(id(module)):
             rotation = (rotation[1], rotation[0])
         call = AttentionCall(
             module,
@@ -307,30 +309,43 @@ class AttentionHooks:
         return found
 
 
-def _sin_first(rotation: tuple, positions: torch.Tensor, slots: list, model: nn.Module) -> bool:
+SIN_FIRST_POSITIONS = 256  # the first positions of a call that decide the order (cheap at 128k tokens)
+
+
+def _sin_first(rotation: tuple, positions: torch.Tensor, hooks: "AttentionHooks") -> bool | None:
     """Whether a module's position embeddings are (sin, cos) rather than (cos, sin) (GPT-J and CodeGen split their
     table so): (c, s) = f (cos, sin)(p theta) satisfies c sin(p theta) = s cos(p theta) at every position p, for the
-    frequencies of one of the model's rotary slots; the order that fits it better is the module's."""
-    if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:  # one complex tensor (DeepSeek-V2's freqs_cis)
-        return False
+    frequencies of one of the model's rotary slots; the order that fits it better is the module's. None when this
+    call cannot tell (one complex tensor: DeepSeek-V2's freqs_cis; meta tensors; no slot of its width)."""
+    if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:
+        return None
     first, second = rotation
-    if first.is_meta or not first.is_floating_point() or first.shape[-1] == 0:
-        return False
-    first, second = first.double(), second.double()
-    width, angles = first.shape[-1], positions.to(first.device).double()[..., None]
+    if first.is_meta or not first.is_floating_point() or first.shape[-1] == 0 or first.ndim < 2:
+        return None
+    n = min(SIN_FIRST_POSITIONS, first.shape[-2])
+    if positions.shape[-1] != first.shape[-2]:
+        return None
+    first, second = first[..., :n, :].double(), second[..., :n, :].double()
+    width, angles = first.shape[-1], positions[..., :n].to(first.device).double()[..., None]
     fits = []
-    for slot in slots:
-        inv_freq = slot.frequencies(model)[0].to(first.device).double()
-        half = len(inv_freq)
-        # the columns that carry frequency i: rotate_half or interleaved (width 2 x pairs), or one column each
-        layouts = (slice(0, half), slice(0, None, 2)) if width == 2 * half else (slice(None),) if width == half else ()
-        angle = angles * inv_freq
-        for columns in layouts:
-            a, b = first[..., columns], second[..., columns]
-            as_is = float((a * angle.sin() - b * angle.cos()).abs().max())
-            swapped = float((b * angle.sin() - a * angle.cos()).abs().max())
-            fits.append((min(as_is, swapped), swapped < as_is))
-    return min(fits)[1] if fits else False
+    try:
+        slots = hooks.slots
+        for slot in slots:
+            inv_freq = slot.frequencies(hooks.model)[0].to(first.device).double()
+            half = len(inv_freq)
+            # the columns that carry frequency i: rotate_half or interleaved (width 2 x pairs), or one column each
+            layouts = (
+                (slice(0, half), slice(0, None, 2)) if width == 2 * half else (slice(None),) if width == half else ()
+            )
+            angle = angles * inv_freq
+            for columns in layouts:
+                a, b = first[..., columns], second[..., columns]
+                as_is = float((a * angle.sin() - b * angle.cos()).abs().max())
+                swapped = float((b * angle.sin() - a * angle.cos()).abs().max())
+                fits.append((min(as_is, swapped), swapped < as_is))
+    except Exception:  # noqa: BLE001 -- no rotary slot rope_ext can read (custom code): the usual (cos, sin)
+        return None
+    return min(fits)[1] if fits else None
 
 
 def _positions(query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:

@@ -366,7 +366,7 @@ def test_an_attention_implementation_the_model_lacks_is_one_line_saying_what_bui
     assert "cannot build the model with attn_implementation='sdpa': GPTNeoXJapaneseForCausalLM does not support" in (
         str(err.value)
     )
-    assert str(err.value).endswith("; model.attn_implementation=eager builds every model")
+    assert str(err.value).endswith("; try model.attn_implementation=eager")
 
 
 def test_bad_parameters_on_the_command_line_exit_2_in_one_line(run_cli):

@@ -366,9 +366,7 @@ def meta_model(config, attn_implementation: str | None = None):
         what = (
             f"attn_implementation={attn_implementation!r}" if attn_implementation else f"a {config.model_type} config"
         )
-        hint = (
-            "; model.attn_implementation=eager builds every model" if attn_implementation not in (None, "eager") else ""
-        )
+        hint = "; try model.attn_implementation=eager" if attn_implementation not in (None, "eager") else ""
         raise ModelLoadError(
             f"transformers cannot build the model with {what}: {str(err).splitlines()[0][:200]}{hint}"
         ) from None
