@@ -128,6 +128,20 @@ def _takes_position_embeddings(cls: type) -> inspect.Signature | None:
     return signature if "position_embeddings" in signature.parameters else None
 
 
+STANDARD_ARGUMENTS = ("self", "hidden_states", "position_embeddings", "attention_mask", "position_ids")
+
+
+def _required_others(signature: inspect.Signature) -> list[str]:
+    """The module's required parameters beyond the standard ones (Gemma-4's ``shared_kv_states``)."""
+    return [
+        name
+        for name, parameter in signature.parameters.items()
+        if name not in STANDARD_ARGUMENTS
+        and parameter.default is inspect.Parameter.empty
+        and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    ]
+
+
 class Handle:
     """A hook attached to a model; ``remove()`` (or leaving the ``with`` block) detaches it."""
 
@@ -160,9 +174,11 @@ class AttentionHooks:
         self._slots: list[RotarySlot] | None = None
         self._saved = None
         self._inputs: dict[int, torch.Tensor] = {}  # id(attention module) -> a few tokens of its last hidden states
+        self._required: dict[int, dict] = {}  # id(attention module) -> the other required arguments it was given
         self.calibrating: list | None = None  # set by rope_ext.rotary_layout: record calls, skip attention
         self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
         self.sin_first: dict[int, bool] = {}  # id(attention module) -> it receives (sin, cos) (GPT-J, CodeGen)
+        self.complex_rotation: set[int] = set()  # id(attention module) it receives cos + i sin (Llama-4, DeepSeek-V2)
 
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
@@ -215,7 +231,8 @@ class AttentionHooks:
         for hook in self._pre_hooks:
             hook.remove()
         self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
-        self.sin_first = {}
+        self._required = {}
+        self.sin_first, self.complex_rotation = {}, set()
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
@@ -230,6 +247,10 @@ class AttentionHooks:
                 hidden = args[0] if args else kwargs.get("hidden_states")
                 if hidden is not None and hidden.ndim == 3:
                     self._inputs[id(module)] = hidden[:1, :4].detach().clone()
+                    bound = signature.bind_partial(None, *args, **kwargs).arguments
+                    self._required[id(module)] = {
+                        name: bound[name] for name in _required_others(signature) if name in bound
+                    }
 
     # -- calls ---------------------------------------------------------------------------------------------
     def run(
@@ -244,6 +265,10 @@ class AttentionHooks:
             return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
         positions = _positions(query, key, kwargs.get("position_ids"))
         rotation = self._rotations.get(id(module))
+        if rotation is not None and not isinstance(rotation, (tuple, list)) and rotation.is_complex():
+            # one complex tensor, cos + i sin per frequency (Llama-4's and DeepSeek-V2's freqs_cis): one column each
+            self.complex_rotation.add(id(module))
+            rotation = (rotation.real, rotation.imag)
         if rotation is not None and id(module) not in self.sin_first:
             found = _sin_first(rotation, positions, self)
             if found is not None:  # kept once told; asked again while this call could not tell
@@ -293,16 +318,15 @@ class AttentionHooks:
             positions = call.positions.to(cos.device).float()
             errors = []
             for slot in self.slots:
-                if slot.width != cos.shape[-1]:  # the rotating dim and the still pairs
+                # the rotating dim and the still pairs: a column per dim (rotate_half, interleaved) or per frequency
+                if slot.width not in (cos.shape[-1], 2 * cos.shape[-1]):
                     continue
                 inv_freq, scale = slot.frequencies(self.model)
                 inv_freq = inv_freq.to(cos.device).float()
                 expected = torch.cos(positions[..., None] * inv_freq) * scale
                 half = cos.shape[-1] // 2
-                error = min(
-                    float((cos[..., :half] - expected).abs().max()), float((cos[..., 0::2] - expected).abs().max())
-                )
-                errors.append((error, slot))
+                views = (cos[..., :half], cos[..., 0::2]) if slot.width == cos.shape[-1] else (cos,)
+                errors.append((min(float((view - expected).abs().max()) for view in views), slot))
             if errors:
                 found = min(errors, key=lambda e: e[0])[1]
         self._slot_cache[id(call.module)] = found

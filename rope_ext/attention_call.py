@@ -19,8 +19,10 @@ as arguments), attention sinks are refused.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
+from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -119,7 +121,8 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
         c[ca.cpu()], c[cb.cpu()], s[ca.cpu()], s[cb.cpu()] = phi.cos(), phi.cos(), phi.sin(), phi.sin()
         shape = (1,) * (cos.ndim - 2) + (hidden.shape[1], r)
         order = (s, c) if hooks.sin_first.get(id(module)) else (c, s)  # as the module takes them
-        return tuple(t.to(cos.device, cos.dtype).expand(shape).contiguous() for t in order)
+        found = tuple(t.to(cos.device, cos.dtype).expand(shape).contiguous() for t in order)
+        return torch.complex(*found) if id(module) in hooks.complex_rotation else found
 
     if hidden is None or signature is None:
         raise AttentionHookError(f"{call.name} ({type(module).__name__}): its hidden states were not seen")
@@ -132,6 +135,10 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
     position_ids = signature.parameters.get("position_ids")
     if position_ids is not None and position_ids.default is inspect.Parameter.empty:  # Ministral-3's query temperature
         extra["position_ids"] = torch.arange(hidden.shape[1], device=hidden.device)[None]
+    # any other required argument as the module was given it, a container copied so the probe writes nothing back
+    # (Gemma-4's shared_kv_states: a layer stores its keys there for the layers that share them)
+    for name, value in hooks._required.get(id(module), {}).items():
+        extra[name] = copy.copy(value) if isinstance(value, (MutableMapping, MutableSequence)) else value
     saved = hooks._rotations.get(id(module))
     hooks.calibrating = records = []
     try:
@@ -149,6 +156,8 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
         if query is None and key is None:
             hooks.layouts[id(module)] = None
             return None
+        if query is not None and key is None:
+            raise ValueError("its key does not turn with its own position embeddings (keys shared from another layer)")
         if query is None or key is None or not all(torch.equal(x, y) for x, y in zip(query, key)):
             raise ValueError("its query and key are rotated in different layouts")
         a, b, freq = query
@@ -192,8 +201,8 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
         )
     if not isinstance(call.rotation, (tuple, list)) or len(call.rotation) != 2:
         raise AttentionHookError(
-            f"{call.name} ({type(call.module).__name__}) receives its rotation as one tensor (complex: DeepSeek-V2's "
-            f"freqs_cis), not (cos, sin): scaling '{label}' cannot re-rotate its query and key"
+            f"{call.name} ({type(call.module).__name__}) receives its rotation as one real tensor, not (cos, sin) nor "
+            f"cos + i sin: scaling '{label}' cannot re-rotate its query and key"
         )
     layout = rotary_layout(call)
     if layout is None:  # no RoPE in this layer: no position to change, the model's own attention runs

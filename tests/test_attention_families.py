@@ -17,6 +17,7 @@ import importlib
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
+from transformers.models.auto.configuration_auto import model_type_to_module_name
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 import rope_ext
@@ -76,6 +77,16 @@ SPECIAL = {
     # hybrids whose first two layers are linear attention: one of each kind
     "bailing_hybrid": dict(layer_types=["linear_attention", "full_attention"]),
     "qwen3_next": dict(layer_types=["linear_attention", "full_attention"]),
+    "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"]),
+    "qwen3_5_moe_text": dict(layer_types=["linear_attention", "full_attention"]),
+    # its per-layer input embeddings are sized apart (262,144 x 256 by default)
+    "gemma4_text": dict(
+        vocab_size_per_layer_input=100,
+        hidden_size_per_layer_input=16,
+        head_dim=16,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"],
+    ),
     "gpt_neox": dict(rotary_pct=0.25),
     "deepseek_v3": dict(first_k_dense_replace=1),
     # its default split (8 input + 8 output layers around a looped middle) exceeds 2 layers: transformers then runs
@@ -164,7 +175,18 @@ def _input_hooks(modules, record=None, replace=None, outputs=None) -> list:
     return handles
 
 
-DENSE = ["llama", "gemma3_text", "deepseek_v3", "phi3", "gpt_neox", "gptj", "doge", "beam"]
+DENSE = [
+    "llama",
+    "gemma3_text",
+    "deepseek_v3",
+    "phi3",
+    "gpt_neox",
+    "gptj",
+    "doge",
+    "beam",
+    "deepseek_v2",
+    "llama4_text",
+]
 
 
 @pytest.mark.parametrize("model_type", DENSE)
@@ -244,6 +266,22 @@ def test_a_method_that_would_change_nothing_is_an_error(model_type):
     assert model.config._attn_implementation == implementation  # nothing left attached
 
 
+def test_a_layer_whose_keys_another_layer_made_is_refused_not_computed_wrong():
+    """Gemma-4's KV sharing: its last layer attends the keys an earlier layer rotated and stored. The probe gets its
+    own copy of the shared store (a probe that wrote its 4 tokens into the model's would put the identity 0.37 off),
+    and the sharing layer, whose key does not turn with its own position embeddings, is refused in one line."""
+    extra = dict(SPECIAL["gemma4_text"], num_hidden_layers=3, num_kv_shared_layers=1)
+    config = AutoConfig.for_model(
+        "gemma4_text", **{**SMALL, **extra, "layer_types": ["sliding_attention", "full_attention", "full_attention"]}
+    )
+    torch.manual_seed(0)
+    model = switched_on(AutoModelForCausalLM.from_config(config).eval())
+    assert [layer.self_attn.is_kv_shared_layer for layer in model.model.layers] == [False, False, True]
+    with pytest.raises(rope_ext.AttentionHookError, match=r"layers\.2\.self_attn .* shared from another layer") as err:
+        identity_errors(model)
+    assert "\n" not in str(err.value)
+
+
 def test_a_meta_moe_model_is_probed_in_a_dtype_its_kernels_take():
     """A float32 meta instance of a bf16 MoE checkpoint: grouped_mm's meta kernel takes bf16 only."""
     config = AutoConfig.for_model("olmoe", **SMALL)
@@ -258,8 +296,9 @@ def rotary_model_types() -> list[str]:
     """Every causal-LM model type of the installed transformers whose modeling file defines a rotary embedding."""
     found = []
     for model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        name = model_type_to_module_name(model_type)  # llama4_text: models/llama4
         try:
-            module = importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+            module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         except ImportError:
             continue
         if any("RotaryEmbedding" in name for name in dir(module)):
