@@ -247,10 +247,11 @@ class AttentionHooks:
                 hidden = args[0] if args else kwargs.get("hidden_states")
                 if hidden is not None and hidden.ndim == 3:
                     self._inputs[id(module)] = hidden[:1, :4].detach().clone()
-                    bound = signature.bind_partial(None, *args, **kwargs).arguments
-                    self._required[id(module)] = {
-                        name: bound[name] for name in _required_others(signature) if name in bound
-                    }
+                    if id(module) not in self.layouts:  # kept only until its layout is read (rotary_layout)
+                        bound = signature.bind_partial(None, *args, **kwargs).arguments
+                        self._required[id(module)] = {
+                            name: bound[name] for name in _required_others(signature) if name in bound
+                        }
 
     # -- calls ---------------------------------------------------------------------------------------------
     def run(

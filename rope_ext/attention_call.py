@@ -137,7 +137,7 @@ def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
         extra["position_ids"] = torch.arange(hidden.shape[1], device=hidden.device)[None]
     # any other required argument as the module was given it, a container copied so the probe writes nothing back
     # (Gemma-4's shared_kv_states: a layer stores its keys there for the layers that share them)
-    for name, value in hooks._required.get(id(module), {}).items():
+    for name, value in hooks._required.pop(id(module), {}).items():  # not held past this probe (a KV store)
         extra[name] = copy.copy(value) if isinstance(value, (MutableMapping, MutableSequence)) else value
     saved = hooks._rotations.get(id(module))
     hooks.calibrating = records = []
