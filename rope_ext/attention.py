@@ -319,19 +319,26 @@ class AttentionHooks:
             positions = call.positions.to(cos.device).float()
             errors = []
             for slot in self.slots:
-                # the rotating dim and the still pairs: a column per dim (rotate_half, interleaved) or per frequency
-                if slot.width not in (cos.shape[-1], 2 * cos.shape[-1]):
+                columns = frequency_columns(cos.shape[-1], slot.width // 2)  # the rotating dim and the still pairs
+                if not columns:
                     continue
                 inv_freq, scale = slot.frequencies(self.model)
                 inv_freq = inv_freq.to(cos.device).float()
                 expected = torch.cos(positions[..., None] * inv_freq) * scale
-                half = cos.shape[-1] // 2
-                views = (cos[..., :half], cos[..., 0::2]) if slot.width == cos.shape[-1] else (cos,)
-                errors.append((min(float((view - expected).abs().max()) for view in views), slot))
+                errors.append((min(float((cos[..., c] - expected).abs().max()) for c in columns), slot))
             if errors:
                 found = min(errors, key=lambda e: e[0])[1]
         self._slot_cache[id(call.module)] = found
         return found
+
+
+def frequency_columns(width: int, pairs: int) -> tuple[slice, ...]:
+    """The selections of a cos (or sin) ``width`` columns wide that may carry frequency i of ``pairs``: the first half
+    (rotate_half) or every other column (interleaved) when it holds two per pair, all of it when it holds one per
+    frequency (GPT-J's table, cos + i sin), none otherwise."""
+    if width == 2 * pairs:
+        return (slice(0, pairs), slice(0, None, 2))
+    return (slice(None),) if width == pairs else ()
 
 
 SIN_FIRST_POSITIONS = 256  # the first positions of a call that decide the order (cheap at 128k tokens)
@@ -357,13 +364,8 @@ def _sin_first(rotation: tuple, positions: torch.Tensor, hooks: "AttentionHooks"
         slots = hooks.slots
         for slot in slots:
             inv_freq = slot.frequencies(hooks.model)[0].to(first.device).double()
-            half = len(inv_freq)
-            # the columns that carry frequency i: rotate_half or interleaved (width 2 x pairs), or one column each
-            layouts = (
-                (slice(0, half), slice(0, None, 2)) if width == 2 * half else (slice(None),) if width == half else ()
-            )
             angle = angles * inv_freq
-            for columns in layouts:
+            for columns in frequency_columns(width, len(inv_freq)):
                 a, b = first[..., columns], second[..., columns]
                 as_is = float((a * angle.sin() - b * angle.cos()).abs().max())
                 swapped = float((b * angle.sin() - a * angle.cos()).abs().max())

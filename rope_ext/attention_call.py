@@ -26,7 +26,7 @@ from collections.abc import MutableMapping, MutableSequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .assembled import assemble
+from .assembled import _causal, assemble
 from .attention import AttentionHookError, _takes_position_embeddings, pair_layout
 
 if TYPE_CHECKING:
@@ -89,10 +89,9 @@ def _causal_mask(hidden: torch.Tensor) -> torch.Tensor:
     import torch
 
     n = hidden.shape[1]
-    floor = torch.finfo(hidden.dtype).min if hidden.is_floating_point() else torch.finfo(torch.float32).min
     dtype = hidden.dtype if hidden.is_floating_point() else torch.float32
-    above = torch.ones(n, n, dtype=torch.bool, device=hidden.device).triu(1)
-    return torch.zeros(1, 1, n, n, dtype=dtype, device=hidden.device).masked_fill(above, floor)
+    sees = _causal(n, hidden.device)  # rope_ext.assembled's lower triangle
+    return torch.zeros(1, 1, n, n, dtype=dtype, device=hidden.device).masked_fill(~sees, torch.finfo(dtype).min)
 
 
 def rotary_layout(call: AttentionCall) -> RotaryLayout | None:
