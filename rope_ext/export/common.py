@@ -3,17 +3,39 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..scaling import Compose, Scaling
 
+# the lock the tests run on (`make setup` installs it; tests/test_lock.py checks the running versions are its)
+LOCK = Path(__file__).resolve().parents[2] / "requirements.lock"
+
+
+def canonical(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (``lm_eval`` and ``LM-Eval`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_lock(path: Path = LOCK) -> dict[str, str]:
+    """The pins of a lock file (``name==version`` lines): canonical name -> version; {} when there is none (an
+    install without the checkout)."""
+    if not path.is_file():
+        return {}
+    pins = (line.split("#", 1)[0].strip().split("==") for line in path.read_text().splitlines())
+    return {canonical(pin[0]): pin[1].strip() for pin in pins if len(pin) == 2}
+
+
 ENGINES = ("transformers", "vllm", "sglang", "llama.cpp")
 # the engine versions each export was checked against, and where: transformers loading the exported config.json gives
-# the patched model's logits (tests/test_export.py); vLLM's and SGLang's own config loading, start-up length check and
-# rotary code, run on the CPU (tests/test_engines.py); llama-cpp-python running the flags (tests/test_llama_cpp*.py)
+# the patched model's logits (tests/test_export.py) -- the transformers of the lock, which the tests run on;
+# vLLM's and SGLang's own config loading, start-up length check and rotary code, run on the CPU (tests/test_engines.py;
+# these versions are also what evals.setup.engines fetches for them); llama-cpp-python running the flags
+# (tests/test_llama_cpp*.py; the version the Makefile installs)
 VERIFIED = {
-    "transformers": "5.24.0",
+    "transformers": read_lock().get("transformers", "(not recorded: requirements.lock is not beside this install)"),
     "vllm": "0.33.0",
     "sglang": "0.5.23",
     "llama.cpp": "llama-cpp-python 0.3.36 (llama.cpp 0c1e570)",
