@@ -221,7 +221,13 @@ def trained_context(model_or_config) -> int:
     """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
     the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
     config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
-    ``max_position_embeddings`` after extension need the real value passed (transformers #38224)."""
+    ``max_position_embeddings`` after extension need the real value passed (transformers #38224). Returns an int;
+    raises AttributeError where the config has no ``max_position_embeddings``.
+
+    >>> from transformers import LlamaConfig
+    >>> trained_context(LlamaConfig(max_position_embeddings=2048))
+    2048
+    """
     config = getattr(model_or_config, "config", model_or_config)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     params = dict(getattr(config, "rope_parameters", None) or {})

@@ -244,7 +244,18 @@ SCALING_TYPES: dict[str, type[Scaling]] = {"compose": Compose}
 def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) -> Scaling:
     """Validate a scaling config once: name (aliases resolved), parameters against the registration,
     defaults filled in, ``original_max_position`` set to ``trained_context`` where a strategy takes it
-    and it is unset. Unset (None) keys mean "use the default"."""
+    and it is unset. Unset (None) keys mean "use the default". Args: ``scaling`` a mapping with ``name`` (or a
+    Scaling), ``trained_context`` the model's trained length. Returns a :class:`Scaling`. Raises ScalingError (one
+    line) for an unknown name or a bad parameter.
+
+    >>> s = resolve({"name": "linear", "factor": 4}, trained_context=4096)
+    >>> s.name, s.params["factor"]
+    ('linear', 4.0)
+    >>> resolve({"name": "linaer"})
+    Traceback (most recent call last):
+    ...
+    rope_ext.strategies.registry.ScalingError: unknown scaling name 'linaer'. Valid: ... Did you mean 'linear'?
+    """
     if isinstance(scaling, Scaling):
         if trained_context is None:
             return scaling
