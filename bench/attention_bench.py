@@ -8,7 +8,7 @@ Prints one JSON line per run and a markdown table with the time and memory again
 
     python bench/attention_bench.py                          # CPU, SmolLM2, 16384 tokens
     python bench/attention_bench.py --length 8192 --methods none,self_extend,dca
-    python bench/attention_bench.py --device cuda --backend flex   # through FlexAttention (rope_ext.flex; CUDA only)
+    python bench/attention_bench.py --device cuda --backend flex   # through FlexAttention (rope_ext.attention.flex; CUDA only)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the recommended settings for SmolLM2 (trained 8192) at 16k: Self-Extend by its rule (1/2-2/3) L > W + (N-W)/G
-# with W=1024, G=4 (4864); the others at their reference defaults (rope_ext/attention_methods.py)
+# with W=1024, G=4 (4864); the others at their reference defaults (rope_ext/strategies/attention_level.py)
 METHODS = {
     "none": {"name": "none"},
     "self_extend": {"name": "self_extend", "group_size": 4, "window": 1024},
@@ -100,9 +100,9 @@ def measure(args) -> dict:
 
 
 def flex_backend(method: str, ids) -> str:
-    """Which path an attention-level method took here (rope_ext.flex.available), "-" for the others."""
-    from rope_ext import flex
-    from rope_ext.registry import STRATEGIES
+    """Which path an attention-level method took here (rope_ext.attention.flex.available), "-" for the others."""
+    from rope_ext.attention import flex
+    from rope_ext.strategies.registry import STRATEGIES
 
     if STRATEGIES[METHODS[method]["name"]].kind != "attention":
         return "-"
@@ -119,7 +119,9 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--method", help=argparse.SUPPRESS)  # one run, in a subprocess
     parser.add_argument("--override", nargs="*", default=[])
-    parser.add_argument("--backend", default="auto", choices=("auto", "flex", "blocks"), help="rope_ext.flex.BACKEND")
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "flex", "blocks"), help="rope_ext.attention.flex.BACKEND"
+    )
     args = parser.parse_args()
     if args.method:
         print(json.dumps(measure(args)), flush=True)

@@ -5,7 +5,7 @@ as soon as it exists.
 Steps (each skipped, and said so, once the deadline has passed):
 - ``peak``: the bf16 matrix rate of the card (8192^3 products, random data), the ceiling MFU is read against.
 - ``kernels``: the attention-level methods' fused CUDA path (flash / memory-efficient kernels with their
-  log-sum-exp, :mod:`rope_ext.assembled`) against a float64 matmul reference on a 2-layer model of the same
+  log-sum-exp, :mod:`rope_ext.attention.assembled`) against a float64 matmul reference on a 2-layer model of the same
   shape, and the frequency path in bf16 (YaRN patched onto a default-RoPE model against transformers' native
   YaRN, same weights): relative logit differences.
 - ``curve``: the perplexity curve (prefix, one forward + chunked LM head, :func:`evals.scoring.token_nll`) at
@@ -13,9 +13,9 @@ Steps (each skipped, and said so, once the deadline has passed):
   of public scripts (one ``model(ids, labels)`` per length) until it runs out of memory.
 - ``frequency``: a frequency strategy (YaRN), a dynamic one (dynamic NTK) and the log-n query hook at one
   length, against ``none``: decoder forward time.
-- ``attention``: each attention-level method at its target setting (:func:`rope_ext.targets.for_target`) at
-  each ``--attention-lengths``, through each of ``--backends`` (FlexAttention, :mod:`rope_ext.flex`, and the
-  blocks of :mod:`rope_ext.assembled`): prefill time and peak memory against a plain forward, and decode cost
+- ``attention``: each attention-level method at its target setting (:func:`rope_ext.strategies.targets.for_target`) at
+  each ``--attention-lengths``, through each of ``--backends`` (FlexAttention, :mod:`rope_ext.attention.flex`, and the
+  blocks of :mod:`rope_ext.attention.assembled`): prefill time and peak memory against a plain forward, and decode cost
   per token after the prefill (KV cache). Issue #54's targets, FlexAttention at <= 1.3x a plain prefill at 32k
   and decode <= 1.5x at 128k: ``--steps kernels,attention --attention-lengths 32768,131072``.
 
@@ -124,7 +124,7 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def setting(method: str, length: int, trained: int | None = None) -> dict:
     """The method set up for ``length`` by its target rule; its defaults where the target is out of its reach
     (STRING cannot reach 2L - W tokens or more)."""
-    from rope_ext import targets
+    from rope_ext.strategies import targets
 
     if method == "none":
         return {"name": "none"}
@@ -142,7 +142,7 @@ def kernels(bench: Bench, args) -> None:
     import copy
 
     import rope_ext
-    from rope_ext import assembled, flex
+    from rope_ext.attention import assembled, flex
 
     trained = args.kernel_trained  # a shorter trained context: the float64 reference fits at 2x it
     shorter = [f"model.original_max_position={trained}", f"model.architecture.max_position_embeddings={trained}"]
@@ -292,9 +292,9 @@ def decode_seconds(bench: Bench, model, x, spec, tokens: int) -> float | None:
 
 
 def attention(bench: Bench, args, model, ids) -> None:
-    """Each method through each of ``--backends`` (rope_ext.flex: FlexAttention, or the blocks of
-    rope_ext.assembled) against the plain model, at each ``--attention-lengths``."""
-    from rope_ext import flex
+    """Each method through each of ``--backends`` (rope_ext.attention.flex: FlexAttention, or the blocks of
+    rope_ext.attention.assembled) against the plain model, at each ``--attention-lengths``."""
+    from rope_ext.attention import flex
 
     for length in args.attention_lengths:
         x = ids[None, :length].to(model.device)
@@ -335,7 +335,9 @@ def main() -> None:
     parser.add_argument("--trained", type=int, default=TRAINED, help="the model's trained context (with --override)")
     parser.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides (a smaller model)")
     parser.add_argument("--decode-tokens", type=int, default=16)
-    parser.add_argument("--backends", default="blocks,flex", help="attention-level paths: blocks, flex (rope_ext.flex)")
+    parser.add_argument(
+        "--backends", default="blocks,flex", help="attention-level paths: blocks, flex (rope_ext.attention.flex)"
+    )
     parser.add_argument("--steps", default="peak,kernels,curve,frequency,attention")
     parser.add_argument("--deadline", type=float, default=480.0, help="seconds; later steps are skipped")
     parser.add_argument("--out", default=None, help="append JSON lines here")

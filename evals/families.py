@@ -8,9 +8,9 @@ rotary are in it; no parameter left all zeros). :func:`cell` judges one family x
 natively (:data:`NATIVE`: linear/PI, dynamic NTK, YaRN, Llama-3, LongRoPE): rope_ext's patch on the plain model
 against the same weights natively configured through ``rope_parameters`` -- "exact" when the logits agree to 1e-5;
 "supported" where transformers has no native path for that family (its rotary or config rejects it) and the patch is
-verified by rope_ext itself (each rotary's cos/sin equal the strategy's frequencies, rope_ext.rotary_output) and
+verified by rope_ext itself (each rotary's cos/sin equal the strategy's frequencies, rope_ext.rotary.output) and
 moves the logits -- and, on a family with no ``rope_parameters`` at all (GPT-J, CodeGen: a sin/cos table rotary,
-rope_ext.tables), the patched logits equal the same weights with the table built here from transformers' own
+rope_ext.rotary.tables), the patched logits equal the same weights with the table built here from transformers' own
 frequencies for the strategy (``ROPE_INIT_FUNCTIONS``, :func:`_table_reference`) to 1e-5; "refused" with rope_ext's
 one-line reason. The unpatched model runs under rope_ext's ``none`` (a table rotary's table grown past its end with
 its own RoPE; nothing changes on the others), so every family is compared at the same length. The compatibility suite (tests/test_families.py) runs
@@ -207,7 +207,7 @@ NATIVE = {
     ),
     # DeepSeek's split YaRN temperature: cos/sin x mscale(s, mscale) / mscale(s, mscale_all_dim), and MLA families
     # (DeepSeek-V2/V3, GLM-4-MoE-Lite, MiniCPM3, ...) build their softmax scale x mscale(s, mscale_all_dim)^2
-    # (rope_ext.softmax_scale): the patch must set both
+    # (rope_ext.rotary.softmax_scale): the patch must set both
     "yarn_mscale": (
         lambda n: {"name": "yarn", "factor": 4, "mscale": 1.0, "mscale_all_dim": 1.0},
         lambda n: {

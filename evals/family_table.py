@@ -47,14 +47,14 @@ def markdown(found: dict) -> str:
         "transformers' native computation is one rope_ext does not imitate, and why (the family counts as supported); "
         "**refused**: rope_ext says why in one line. `yarn_mscale` is YaRN with DeepSeek's `mscale` and "
         "`mscale_all_dim` (1, 1): the multi-head latent attention families build their softmax scale from the latter "
-        "(x mscale(s, mscale_all_dim)^2), which the patch sets too (rope_ext/softmax_scale.py). Not in the table: YaRN "
+        "(x mscale(s, mscale_all_dim)^2), which the patch sets too (rope_ext/rotary/softmax_scale.py). Not in the table: YaRN "
         "with `truncate: false` on a family whose `rope_parameters` are per layer type (Gemma-3, OLMo-3, ...) -- "
         "transformers reads `truncate` only at the top level of `rope_parameters` (modeling_rope_utils, "
         "`_compute_yarn_parameters`), so natively it always truncates there; rope_ext applies `truncate: false` as "
         "asked, and its exports refuse it for such families in one line (an engine would read it as true). A config "
         "whose layers read no rotary output (cut to a few layers, a hybrid may keep only linear-attention or NoPE "
         "layers; a key projection of zeros attends uniformly) would leave every strategy silent: `rope_ext.patch` "
-        "itself refuses it in one line (rope_ext/rotary_use.py: the logits of a short forward must move when the "
+        "itself refuses it in one line (rope_ext/rotary/in_use.py: the logits of a short forward must move when the "
         "patched rotary's output is halved).",
         "",
         f"Families: **{count['exact']} exact**, **{count['supported']} supported**, **{count['refused']} refused**, "

@@ -34,7 +34,11 @@ def _config(name: str):
         ) from None
 
 
-KINDS = ("frequencies", "query", "attention")  # rope_ext.registry: how each kind of strategy reaches the model
+KINDS = (
+    "frequencies",
+    "query",
+    "attention",
+)  # rope_ext.strategies.registry: how each kind of strategy reaches the model
 
 
 def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
@@ -61,8 +65,8 @@ def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
 def softmax_scale_lines(model, strategies: list[str], slots, trained: int) -> list[str]:
     """What each frequency strategy (at its default parameters) also sets on the attention modules of ``model`` (a
     meta instance): the build-time constants transformers derives from the rope parameters, such as multi-head latent
-    attention's softmax scale (:mod:`rope_ext.softmax_scale`); strategies with the same effect share a line."""
-    from rope_ext.softmax_scale import describe, native_changes
+    attention's softmax scale (:mod:`rope_ext.rotary.softmax_scale`); strategies with the same effect share a line."""
+    from rope_ext.rotary.softmax_scale import describe, native_changes
 
     said: dict[str, list[str]] = {}
     rotaries = [s.module(model) for s in slots]

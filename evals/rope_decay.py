@@ -1,7 +1,7 @@
 """Analytic RoPE studies for the configured strategy on the model's RoPE geometry; no weights needed.
 
 - Long-distance decay (Su et al. 2021, RoFormer, arXiv 2104.09864, section 3.4.3): E[q^T R_r k] against
-  distance r, exactly (``rope_ext.analysis.expected_decay``): for q = k = ones, and for Gaussian q, k with
+  distance r, exactly (``rope_ext.strategies.analysis.expected_decay``): for q = k = ones, and for Gaussian q, k with
   the configured means and std, whose mean curve is the all-ones curve times mu_q * mu_k (Barbero et al.
   2024, arXiv 2410.06205: zero means, no decay) with a spread that does not depend on r. Log-scale
   distance, the unscaled RoPE of the same model beside the strategy, trained and target lengths marked;
@@ -17,7 +17,7 @@
   position a query of ``max_distance`` tokens sees, over the largest it turned through in training (> 1:
   angles never trained). A query-scaling strategy (log-n) changes no frequency: its query factor at
   lengths around the trained one is reported instead.
-- Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite: ``rope_ext.attention_methods``): their
+- Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite: ``rope_ext.strategies.attention_level``): their
   effective relative-position map (the position each (query, key) pair sees, as a heatmap over a sequence
   of ``max_distance`` tokens, and for its last query against distance), and the expected decay that query
   sees: the curve at the mapped positions (gaps where a pair is not attended, LM-Infinite), times the
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import rope_ext
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 
 from .core.files import cache_dir, read_cache, write_cache
 from .core.config.fields import option

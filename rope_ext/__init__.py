@@ -5,26 +5,28 @@
     with rope_ext.patch(model, scaling):
         ...  # the model runs with YaRN; the original is restored on exit
 
-Where things are: the registry and how a strategy declares itself (:mod:`rope_ext.registry`, one protocol per
-kind of strategy); the catalogue, one module per kind: frequency strategies (:mod:`rope_ext.frequency`: PI, NTK,
-YaRN, Llama-3, LongRoPE, ...), query scaling (:mod:`rope_ext.query_scaling`: ``logn``) and attention-level
-strategies (:mod:`rope_ext.attention_methods`: Self-Extend, DCA, ReRoPE, STRING, LM-Infinite); a config resolved into a
-:class:`Scaling`, and ``compose`` (:mod:`rope_ext.scaling`); RoPE's own frequencies (:mod:`rope_ext.rope`).
+Where things are: the registry and how a strategy declares itself (:mod:`rope_ext.strategies.registry`, one protocol per
+kind of strategy); the catalogue, one module per kind: frequency strategies (:mod:`rope_ext.strategies.frequency`: PI, NTK,
+YaRN, Llama-3, LongRoPE, ...), query scaling (:mod:`rope_ext.strategies.query_scaling`: ``logn``) and attention-level
+strategies (:mod:`rope_ext.strategies.attention_level`: Self-Extend, DCA, ReRoPE, STRING, LM-Infinite); a config resolved into a
+:class:`Scaling`, and ``compose`` (:mod:`rope_ext.strategies.scaling`); RoPE's own frequencies (:mod:`rope_ext.strategies.rope`).
 Query-scaling and attention-level strategies and q/k captures go through one hook on the model's attention
-function (:mod:`rope_ext.attention`).
+function (:mod:`rope_ext.attention.hook`).
 """
 
 # The catalogue modules register their strategies on import, in this order (the registry's order): frequency
 # strategies, query scaling, compose, attention-level strategies. No module imports torch before it computes, so
 # the registry (names, parameters, checks, target rules) loads without it.
-from . import frequency, query_scaling, scaling, attention_methods  # noqa: F401
-from .attention import AttentionCall, AttentionHookError, capture, hook_attention, probe
+from .strategies import frequency, query_scaling, scaling, attention_level  # noqa: F401
+from .attention.hook import AttentionCall, AttentionHookError, hook_attention
+from .attention.capture import capture, probe
 from .patch import RopePatch, patch
-from .registry import ALIASES, STRATEGIES, Param, ScalingError, register
-from .rope import default_inv_freq, wavelengths
-from .scaling import Scaling, frequencies, resolve
-from .shipped import inherit_shipped, shipped_parameters
-from .slots import RotaryNotFoundError, RotarySlot, find_rotary_slots, select_slots, trained_context
+from .strategies.registry import ALIASES, STRATEGIES, Param, ScalingError, register
+from .strategies.rope import default_inv_freq, wavelengths
+from .strategies.scaling import Scaling, frequencies, resolve
+from .strategies.shipped import inherit_shipped, shipped_parameters
+from .rotary.find import find_rotary_slots, select_slots, trained_context
+from .rotary.slot import RotaryNotFoundError, RotarySlot
 
 __all__ = [
     "ALIASES",

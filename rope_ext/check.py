@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from .attention import hook_attention, text_config
+from .attention.hook import hook_attention, text_config
 from .patch import RopePatch
-from .slots import RotarySlot, find_rotary_slots
-from .rotary_output import SilentPatchError
-from .scaling import Scaling, resolve
+from .rotary.find import find_rotary_slots
+from .rotary.slot import RotarySlot
+from .rotary.output import SilentPatchError, probe_positions
+from .strategies.scaling import Scaling, resolve
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,13 +33,7 @@ if TYPE_CHECKING:
 
 class PatchCheckError(SilentPatchError):
     """A patch that changed nothing where it should, or something where it should not (one line); the patcher's own
-    check of each rotary module's output (:mod:`rope_ext.rotary_output`) comes first and is reported as one too."""
-
-
-def probe_positions(trained: int) -> torch.Tensor:
-    import torch
-
-    return torch.tensor([[0, 1, trained - 1, trained, 2 * trained - 1, 4 * trained]])
+    check of each rotary module's output (:mod:`rope_ext.rotary.output`) comes first and is reported as one too."""
 
 
 def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:

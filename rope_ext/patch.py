@@ -1,6 +1,6 @@
 """One generic patcher that applies a scaling strategy to any Hugging Face model with RoPE.
 
-It works from the model object alone, on its *rotary slots* (:mod:`rope_ext.slots`): the ones the
+It works from the model object alone, on its *rotary slots* (:mod:`rope_ext.rotary.find`): the ones the
 scaling's ``layer_types`` select, or -- from a harness that found and selected them before the model
 loaded -- the slots it is given.
 
@@ -13,50 +13,50 @@ sequence in one forward, as the evals here do, is exact.
 
 Pairs whose held frequency is exactly zero do not rotate, before or after a patch (transformers' ``proportional``
 RoPE, Gemma-4 / LFM3: the pairs past ``partial_rotary_factor`` hold 0): the strategy's frequencies are computed for the
-rotating pairs only, on the dim and base they have (:func:`rope_ext.slots.held_geometry`: theta_i = b^(-2i/D) over a
+rotating pairs only, on the dim and base they have (:func:`rope_ext.rotary.find.held_geometry`: theta_i = b^(-2i/D) over a
 pairs is RoPE of dim 2a at the base b^(2a/D), the same wavelengths), and the still pairs are put back at zero -- for
 dynamic strategies at every length too.
 
 A frequency strategy also sets what the attention modules computed from the rope parameters when they were built
-(:mod:`rope_ext.softmax_scale`): DeepSeek's multi-head latent attention multiplies its softmax scale by
+(:mod:`rope_ext.rotary.softmax_scale`): DeepSeek's multi-head latent attention multiplies its softmax scale by
 mscale(factor, mscale_all_dim)^2 (DeepSeek-V2's split of YaRN's temperature), so the patched model equals transformers'
 build for the strategy's ``rope_parameters`` (the unscaled one where transformers has none), and is restored exactly.
 
 A patch the model would not feel is refused, not applied: for a frequency or attention-level strategy,
-:mod:`rope_ext.rotary_use` checks on a few tokens that the logits depend on the patched rotary slots (a config whose
+:mod:`rope_ext.rotary.in_use` checks on a few tokens that the logits depend on the patched rotary slots (a config whose
 layers are all linear attention or NoPE reads none of them) and raises a one-line SilentPatchError otherwise.
 
 The model's own ``rope_type`` is set to ``default`` while patched, so transformers' own dynamic
 update cannot overwrite ours; everything is restored exactly by :meth:`RopePatch.restore`.
 
-A sin/cos *table* rotary (GPT-J, CodeGen: :mod:`rope_ext.tables`) gets a table rebuilt from the strategy's
+A sin/cos *table* rotary (GPT-J, CodeGen: :mod:`rope_ext.rotary.tables`) gets a table rebuilt from the strategy's
 frequencies and attention factor, grown in a forward pre-hook to every position a forward asks (its own table ends at
 max_position_embeddings); under a strategy that changes no frequency (``none``, query scaling, attention-level) it
 is grown with its own RoPE, its rows kept. Dynamic strategies rebuild it from the current length.
 
 Query-scaling strategies (``logn``, alone or in a ``compose``) change no frequency: the patcher attaches a
-query transform to rope_ext's attention hook (:mod:`rope_ext.attention`) that multiplies the query at
+query transform to rope_ext's attention hook (:mod:`rope_ext.attention.hook`) that multiplies the query at
 each position by the strategy's factor, in the layers whose rotary slot is selected (``layer_types=auto``
 on Gemma-3: the global layers); removing it restores the model's attention implementation exactly.
 Attention-level strategies (Self-Extend, DCA, ReRoPE, STRING, LM-Infinite) attach the hook's replacement in
-the same layers: attention assembled from the strategy's position rule (:mod:`rope_ext.assembled`).
+the same layers: attention assembled from the strategy's position rule (:mod:`rope_ext.attention.assembled`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .attention import hook_attention
-from .attention_call import assemble_call, require_hooked
-from .rotary_output import call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
-from .rotary_output import SilentPatchError
-from .slots import RotarySlot, find_rotary_slots, held_base, held_geometry, select_slots, trained_context
-from .tables import build_table, find_table_slots, grown, own_base, own_table, put
-from .registry import ScalingError
-from .scaling import Scaling, resolve
-from .shipped import inherit_shipped
-from .rotary_use import require_in_use
-from .softmax_scale import describe, native_changes
+from .attention.call import assemble_call, require_hooked
+from .attention.hook import hook_attention
+from .rotary.find import find_rotary_slots, find_table_slots, held_base, held_geometry, select_slots, trained_context
+from .rotary.in_use import require_in_use
+from .rotary.output import SilentPatchError, call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
+from .rotary.slot import RotarySlot, grown, own_base, own_table
+from .rotary.softmax_scale import describe, native_changes
+from .rotary.tables import build_table, put
+from .strategies.registry import ScalingError
+from .strategies.scaling import Scaling, resolve
+from .strategies.shipped import inherit_shipped
 
 if TYPE_CHECKING:
     from torch import nn
@@ -73,8 +73,10 @@ class RopePatch:
         slots: Sequence[RotarySlot] | None = None,
     ):
         self.model = model
-        self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.shipped), one line
-        self.softmax_scale = None  # what the patch set on the attention modules (rope_ext.softmax_scale), one line
+        self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.strategies.shipped), one line
+        self.softmax_scale = (
+            None  # what the patch set on the attention modules (rope_ext.rotary.softmax_scale), one line
+        )
         if not isinstance(scaling, Scaling):
             scaling, self.shipped = inherit_shipped(scaling, model.config)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
@@ -100,7 +102,7 @@ class RopePatch:
         # (dim, base, still mask or None) of each slot as its live buffer holds it (_geometry); a table's base
         self._geometry: dict[RotarySlot, tuple] = {}
         self._own_bases: dict[RotarySlot, float] = {}
-        # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.tables)
+        # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.rotary.tables)
         self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
         try:
             self._attach()
@@ -140,7 +142,7 @@ class RopePatch:
 
     def _follow_softmax_scale(self) -> None:
         """The attention modules' build-time constants (MLA's softmax scale, from mscale_all_dim) set to what
-        transformers builds for the strategy's rope parameters (:mod:`rope_ext.softmax_scale`)."""
+        transformers builds for the strategy's rope parameters (:mod:`rope_ext.rotary.softmax_scale`)."""
         rotaries = [slot.module(self.model) for slot in self.slots]  # (a rotary has no layer_idx: never rebuilt)
         changes = native_changes(self.model, self.scaling, self.slots, rotaries)
         for module, attr, live, new in changes:
@@ -176,8 +178,8 @@ class RopePatch:
     def _geometry_of(self, slot: RotarySlot, module: nn.Module) -> tuple:
         """(dim, base, still mask or None) of ``slot`` read from the buffer ``module`` holds now, not from the slot
         (found on ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')): a table's
-        base from its values (:func:`rope_ext.tables.own_base`, refused where it is none), frequencies' base as
-        :func:`rope_ext.slots.held_base` or, with pairs held at 0, :func:`rope_ext.slots.held_geometry` reads it."""
+        base from its values (:func:`rope_ext.rotary.slot.own_base`, refused where it is none), frequencies' base as
+        :func:`rope_ext.rotary.find.held_base` or, with pairs held at 0, :func:`rope_ext.rotary.find.held_geometry` reads it."""
         if slot.table:
             return slot.dim, own_base(slot, getattr(module, slot.table), self.scaling.label), None
         held = getattr(module, f"{slot.prefix}inv_freq")

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import rope_ext
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 
 
 def curve(base, dim=512, max_distance=65536, **vectors):

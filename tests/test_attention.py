@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext import attention
+from rope_ext.attention import capture
 
 TOKENS = 24
 COMMON = dict(
@@ -41,8 +41,8 @@ def eager_attention(layer, module):
     """The module's output recomputed from the captured (unrotated) q, k: our own RoPE, causal (+ sliding)
     mask, GQA, softmax and the output projection."""
     call = layer.call
-    q = attention.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor)
-    k = attention.rotate(layer.key, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor)
+    q = capture.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor)
+    k = capture.rotate(layer.key, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor)
     groups = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(groups, 1)
     v = call.value.double().repeat_interleave(groups, 1)
@@ -80,7 +80,7 @@ def test_captured_qk_rerun_attention_reproduces_the_module_output(model_type):
         torch.testing.assert_close(eager_attention(layer, module), outputs[id(module)], atol=1e-5, rtol=1e-4)
         # the captured q/k are RoPE's input: rotated again they are exactly what attention received
         torch.testing.assert_close(
-            attention.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor).float(),
+            capture.rotate(layer.query, layer.positions, layer.inv_freq, layer.pairs, layer.attention_factor).float(),
             layer.call.query,
             atol=1e-5,
             rtol=1e-5,

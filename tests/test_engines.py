@@ -266,7 +266,7 @@ def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exporte
 def not_taken(engine, family, setting):
     """What the export refuses: SGLang's Gemma-3 takes a base (ntk, base) and nothing else, vLLM's neither p-RoPE nor
     a per-layer-type truncate=false; DeepSeek-V3's modules take plain RoPE, YaRN and NTK-by-parts with their
-    correction range truncated (each with the softmax scale the patch measured: rope_ext.softmax_scale), and vLLM's
+    correction range truncated (each with the softmax scale the patch measured: rope_ext.rotary.softmax_scale), and vLLM's
     interleaved pairs only; every other case is served."""
     name = setting["name"]
     if family == "gemma3":

@@ -164,7 +164,7 @@ def test_what_an_engine_cannot_express_is_one_line_not_an_approximation(setting,
 
 
 def test_vllm_gets_yarns_attention_factor_and_sglang_its_own_attn_factor():
-    from rope_ext.frequency import yarn_mscale
+    from rope_ext.strategies.frequency import yarn_mscale
 
     model = family_model("llama")
     for setting, expected in (
@@ -349,7 +349,7 @@ def test_the_engine_is_read_in_any_case(capsys):
     assert main([*overrides, "--to", "Llama.CPP"]) == 0 and "--yarn-orig-ctx 256" in capsys.readouterr().out
 
 
-# every strategy an engine may accept, set up for a target as run.py sets it up (rope_ext.targets: the factor N/L)
+# every strategy an engine may accept, set up for a target as run.py sets it up (rope_ext.strategies.targets: the factor N/L)
 TARGETED = [
     {"name": "none"},
     {"name": "linear"},
@@ -384,7 +384,7 @@ def exported_contexts(engine: str, found: dict) -> set[int]:
 
 @pytest.mark.parametrize("times", [2, 4])
 def test_every_engine_serves_trained_x_target_for_every_strategy_it_accepts(times):
-    from rope_ext.targets import set_up
+    from rope_ext.strategies.targets import set_up
 
     target, accepted = times * TRAINED, set()
     for family in ("llama", "qwen2"):

@@ -1,6 +1,6 @@
-"""The FlexAttention path of the attention-level methods (rope_ext/flex.py): the six methods on tiny random models of
+"""The FlexAttention path of the attention-level methods (rope_ext/attention/flex.py): the six methods on tiny random models of
 real architectures give the logits of the paper's dense attention (tests/test_positions.py's, written from each
-paper's formula) and of the blocks path (rope_ext/assembled.py, the reference) at the fp32 floor -- block sizes of 16
+paper's formula) and of the blocks path (rope_ext/attention/assembled.py, the reference) at the fp32 floor -- block sizes of 16
 and 32 over 72 tokens (pieces skipped, held whole and masked), grouped-query attention, sliding-window layers
 (Gemma-3's, Mistral's), partial rotary, a value head of another size (MLA), logit soft-capping, a cached prefix
 extended in chunks and one token at a time, left padding; eagerly (every score materialised, as tiny shapes
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 import rope_ext
-from rope_ext import flex
+from rope_ext.attention import flex
 from tests.test_positions import SETTINGS, build, dense_reference, logits, relative_error, tokens
 
 CASES = [(method, k) for method, settings in SETTINGS.items() for k in range(len(settings))]
 
 
-RAN = []  # the attention calls that went through rope_ext.flex
+RAN = []  # the attention calls that went through rope_ext.attention.flex
 
 
 @pytest.fixture

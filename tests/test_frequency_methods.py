@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import rope_ext
 from evals.core.errors import UserError
 from evals.core.job.parse import parse_job
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 from tests.tiny import TINY
 
 # --- p-RoPE ------------------------------------------------------------------------------------------------

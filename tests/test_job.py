@@ -113,10 +113,10 @@ def test_a_model_is_looked_up_once_and_its_slots_selected_once_per_job(tmp_path,
         return wrapper
 
     monkeypatch.setattr(models, "_gguf_location", counted("gguf", models._gguf_location))
-    for module in (rope_ext, sys.modules["rope_ext.slots"], sys.modules["rope_ext.patch"]):
+    for module in (rope_ext, sys.modules["rope_ext.rotary.find"], sys.modules["rope_ext.patch"]):
         for attr, name in (("find_rotary_slots", "find"), ("select_slots", "select")):
             if hasattr(module, attr):
-                monkeypatch.setattr(module, attr, counted(name, getattr(sys.modules["rope_ext.slots"], attr)))
+                monkeypatch.setattr(module, attr, counted(name, getattr(sys.modules["rope_ext.rotary.find"], attr)))
     cfg = compose(
         "model=smollm2",
         "model.weights=random",
@@ -246,7 +246,7 @@ def test_a_name_registered_twice_is_an_error_naming_both_places():
     load_evals()
     with pytest.raises(
         ValueError,
-        match=r"strategy name 'yarn' is registered twice: by .*rope_ext/frequency.py:\d+ and by "
+        match=r"strategy name 'yarn' is registered twice: by .*rope_ext/strategies/frequency.py:\d+ and by "
         r".*test_job.py:\d+",
     ):
 

@@ -1,5 +1,5 @@
 """No silent patch, in the library: ``rope_ext.patch`` itself checks each patched rotary module's (cos, sin) against the
-patched frequencies (rope_ext.rotary_output), for every caller. PhiMoE's rotary recomputes its frequencies from the
+patched frequencies (rope_ext.rotary.output), for every caller. PhiMoE's rotary recomputes its frequencies from the
 config in every forward: it is patched through what it reads (its ``rope_init_fn``, and its config's ``rope_type``
 where it ships LongRoPE with long/short mscale) and checked against transformers' own LongRoPE; a rotary that keeps a
 private copy is refused in one line naming the module, the model left as it was."""
@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext.rotary_output import SilentPatchError
+from rope_ext.rotary.output import SilentPatchError
 from tests.test_export import family_model
 from tests.test_patch_check import FrozenRotary
 

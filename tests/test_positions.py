@@ -12,7 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
 from evals.families import switched_on
-from rope_ext import attention
+from rope_ext.attention import capture
 
 TRAINED = 64
 COMMON = dict(
@@ -105,11 +105,11 @@ def dense_reference(model, method, params, selected=None):
         if selected is not None and call.layer not in selected:
             return None
         cos, sin = call.rotation
-        pairs = attention.pair_layout(cos)
+        pairs = capture.pair_layout(cos)
         inv_freq, factor = call.slot().frequencies(model)
         # unrotate gives x / factor: the vectors RoPE rotated were x * factor
-        q = attention.unrotate(call.query, cos, sin, pairs).double() * factor
-        k = attention.unrotate(call.key, cos, sin, pairs).double() * factor
+        q = capture.unrotate(call.query, cos, sin, pairs).double() * factor
+        k = capture.unrotate(call.key, cos, sin, pairs).double() * factor
         a, b = pairs
         rotary = torch.zeros(q.shape[-1], dtype=torch.bool)
         rotary[a] = rotary[b] = True
@@ -323,7 +323,7 @@ def test_impossible_parameters_are_one_line_errors(config, message):
 @pytest.mark.parametrize("method", list(SETTINGS))
 def test_small_blocks_skip_and_merge_exactly(method, monkeypatch):
     """Query blocks of 7 and key blocks of 5: pieces skipped, masked and merged across many blocks."""
-    from rope_ext import assembled
+    from rope_ext.attention import assembled
 
     model = build("llama")
     ids = tokens(40)

@@ -10,7 +10,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import rope_ext
 from evals.core.job.parse import parse_job
 from evals.qk_study import QKStudyError, claims
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 
 
 def captured_layers(model_type="llama", tokens=40, **extra):
@@ -49,8 +49,8 @@ def test_fft_profile_equals_brute_force_over_token_pairs(model_type, extra):
     ):
         # brute force: every query at m + r against every key at m, rotated explicitly, averaged per distance
         positions = torch.arange(n)[None]
-        rq = rope_ext.attention.rotate(q[None], positions, inv_freq, layer.pairs)[0]
-        rk = rope_ext.attention.rotate(k[None], positions, inv_freq, layer.pairs)[0]
+        rq = rope_ext.attention.capture.rotate(q[None], positions, inv_freq, layer.pairs)[0]
+        rk = rope_ext.attention.capture.rotate(k[None], positions, inv_freq, layer.pairs)[0]
         scores = rq @ rk.transpose(-1, -2)  # (H, n, n): [h, query, key]
         brute = torch.stack([torch.diagonal(scores, offset=-r, dim1=-2, dim2=-1).mean(-1) for r in range(n)], -1)
         zq, zk = analysis.complex_pairs(q, layer.pairs), analysis.complex_pairs(k, layer.pairs)

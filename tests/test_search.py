@@ -438,7 +438,7 @@ def test_the_searched_factor_starts_at_what_the_target_needs_where_the_factor_se
     from omegaconf import OmegaConf
 
     cfg = compose(*TINY, "model.original_max_position=256", "target=2x", *scaling)
-    strategy = rope_ext.STRATEGIES[rope_ext.registry.resolve_name(cfg.scaling.name)]
+    strategy = rope_ext.STRATEGIES[rope_ext.strategies.registry.resolve_name(cfg.scaling.name)]
     scaling_cfg = OmegaConf.to_container(cfg.scaling, resolve=True)
     floors, line = target_floors(strategy, scaling_cfg, set(), 256, parse_target(cfg, 256), "2x")
     space = {s.key: s for s in declared(strategy, set(), lambda: 32, 2.0, floors)}

@@ -1,4 +1,4 @@
-"""Models that ship a scaling (rope_ext.shipped): the same-named strategy inherits the shipped parameters the request
+"""Models that ship a scaling (rope_ext.strategies.shipped): the same-named strategy inherits the shipped parameters the request
 leaves at their defaults (gpt-oss's ``truncate: false``, Ministral-3's ``mscale``/``mscale_all_dim``), so asking for
 the shipped method at the shipped factor reproduces the model as shipped, bit for bit; another strategy replaces it,
 and either is said in one line; the trained context is the shipped ``original_max_position_embeddings``."""

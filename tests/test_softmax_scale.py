@@ -1,4 +1,4 @@
-"""MLA families build their softmax scale from the rope parameters (``mscale_all_dim``, rope_ext.softmax_scale): a
+"""MLA families build their softmax scale from the rope parameters (``mscale_all_dim``, rope_ext.rotary.softmax_scale): a
 patch sets it to what transformers builds for the strategy, so the patched model equals the natively configured one,
 and restores it exactly."""
 

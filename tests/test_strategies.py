@@ -10,7 +10,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import rope_ext
 from rope_ext import ScalingError, frequencies
-from rope_ext.rope import default_inv_freq, effective_base, wavelengths
+from rope_ext.strategies.rope import default_inv_freq, effective_base, wavelengths
 
 GRID = list(itertools.product([64, 128], [10000.0, 500000.0], [2.0, 4.0, 8.0], [2048, 4096]))
 
@@ -273,9 +273,9 @@ def test_docstring_examples_hold():
     """The examples in rope_ext's docstrings run (logn's llama4 form scales the query at m = L - 1)."""
     import doctest
 
-    import rope_ext.query_scaling
+    import rope_ext.strategies.query_scaling
 
-    failed, tried = doctest.testmod(rope_ext.query_scaling, raise_on_error=False)
+    failed, tried = doctest.testmod(rope_ext.strategies.query_scaling, raise_on_error=False)
     assert tried >= 2 and failed == 0
 
 

@@ -1,4 +1,4 @@
-"""Sin/cos-table rotaries in the precisions and places a harness meets them (rope_ext.tables, rope_ext.patch).
+"""Sin/cos-table rotaries in the precisions and places a harness meets them (rope_ext.rotary.tables, rope_ext.patch).
 
 - A GPT-J in float16 or bfloat16 (``model.half()``, ``.to(torch.bfloat16)``) holds its table rounded to that dtype
   (bf16: 2^-8 relative): it is still found, its base read as 10000, and a patch moves the logits and restores them.
@@ -17,7 +17,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext.tables import held, read_table, table_base
+from rope_ext.rotary.slot import held_frequencies
+from rope_ext.rotary.tables import read_table, table_base
 
 TRAINED, DIM, VOCAB = 32, 8, 128
 
@@ -89,7 +90,7 @@ def test_a_table_with_no_values_is_a_one_line_error():
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(model.config)
     with pytest.raises(rope_ext.ScalingError, match="transformer.rotary_emb") as err:
-        held(meta.transformer.rotary_emb, slot)
+        held_frequencies(meta.transformer.rotary_emb, slot)
     assert "\n" not in str(err.value)
     with pytest.raises(rope_ext.ScalingError, match="transformer.rotary_emb") as err:
         rope_ext.patch(meta, {"name": "yarn", "factor": 2}, TRAINED, slots=[slot])
@@ -109,7 +110,7 @@ def test_the_survey_checks_a_single_rotating_pair():
     """families._still_check on a slot with one rotating pair: no base to read from one frequency, no IndexError."""
     from evals import families
 
-    slot = rope_ext.slots.RotarySlot("rotary", "", 2, 1e4, still=3)
+    slot = rope_ext.rotary.slot.RotarySlot("rotary", "", 2, 1e4, still=3)
     held_theta = torch.tensor([1.0, 0.0, 0.0, 0.0])
     said = families._still_check({slot: held_theta}, {slot: (held_theta / 2, 1.0)}, {"rope_type": "linear"})
     assert "3 pairs held at frequency 0 stay 0" in said
@@ -133,13 +134,13 @@ def test_the_survey_reference_table_takes_its_base_from_the_family_code_not_from
 
 
 def test_one_buffer_setter_and_one_stand_in_config():
-    """The patcher sets buffers with rope_ext.tables.put (persistence kept), as tables.grown does; the survey writes
+    """The patcher sets buffers with rope_ext.rotary.tables.put (persistence kept), as rope_ext.rotary.slot.grown does; the survey writes
     its Llama stand-in config in one place."""
     import importlib
     import inspect
 
     from evals import families
-    from rope_ext import tables
+    from rope_ext.rotary import tables
 
     patch = importlib.import_module("rope_ext.patch")  # the module (rope_ext.patch is also the function)
     assert patch.put is tables.put and not hasattr(patch, "_put")

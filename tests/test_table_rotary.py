@@ -1,5 +1,5 @@
 """Sin/cos-table rotaries (GPT-J, CodeGen: a buffer ``embed_positions`` of sin(p*theta) | cos(p*theta) rows for
-p < max_position_embeddings, indexed by the position ids; rope_ext.tables) patched by the one generic patcher with
+p < max_position_embeddings, indexed by the position ids; rope_ext.rotary.tables) patched by the one generic patcher with
 every frequency strategy rope_ext registers, past the table's end (72 positions on a 32-row table).
 
 The reference is independent of rope_ext: the same tiny model (same weights) whose table is built here, directly from
@@ -20,7 +20,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext.registry import STRATEGIES
+from rope_ext.strategies.registry import STRATEGIES
 
 TRAINED, LENGTH, DIM, BASE, VOCAB = 32, 72, 8, 10000.0, 128
 PAIRS = DIM // 2
@@ -179,7 +179,7 @@ def test_a_forward_past_the_grown_table_grows_it_again(model):
 
 def test_an_absolute_sinusoidal_table_is_not_a_rotary():
     """A module whose forward returns one tensor of table rows is a position embedding, not a rotary: not a slot."""
-    from rope_ext.tables import find_table_slots
+    from rope_ext.rotary.find import find_table_slots
 
     class Absolute(torch.nn.Module):
         def __init__(self):
@@ -203,7 +203,7 @@ def test_generation_past_the_table_with_a_cache_grows_it_one_token_at_a_time(mod
 
 def test_patch_checked_sees_the_patched_table_reach_every_layer(model):
     from rope_ext.check import patch_checked
-    from rope_ext.scaling import resolve
+    from rope_ext.strategies.scaling import resolve
 
     patch, found = patch_checked(model, resolve({"name": "yarn", "factor": 4}, TRAINED))
     patch.restore()

@@ -1,4 +1,4 @@
-"""A target length instead of parameters (rope_ext.targets): every strategy that declares how its parameters follow
+"""A target length instead of parameters (rope_ext.strategies.targets): every strategy that declares how its parameters follow
 from the target reaches it; explicit values win; what cannot reach says so in one line, before any model loads."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 import rope_ext
-from rope_ext.registry import STRATEGIES
-from rope_ext.targets import derives, for_target, set_up, shortfalls
+from rope_ext.strategies.registry import STRATEGIES
+from rope_ext.strategies.targets import derives, for_target, set_up, shortfalls
 from tests.tiny import TINY_ARCHITECTURE, tinyllama
 
 TARGETED = sorted(name for name, s in STRATEGIES.items() if s.targets)

@@ -118,7 +118,7 @@ def register_eval(
         raise ValueError(f"eval '{name}': needs must be among {sorted(NEEDS)}, got {sorted(needs)}")
 
     def deco(fn: Callable) -> Callable:
-        from rope_ext.registry import where
+        from rope_ext.strategies.registry import where
 
         if name in EVALS and where(EVALS[name].run) != where(fn):  # the same module imported again is no conflict
             raise ValueError(f"eval name '{name}' is registered twice: by {where(EVALS[name].run)} and by {where(fn)}")

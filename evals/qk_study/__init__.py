@@ -14,7 +14,7 @@ semantic channels. Here, on real text:
 - per layer x head x rotary pair: mean, variance and energy of q and k (the pair z = x_a + i x_b);
 - per head, its relative-position score profile in logits (the softmax scale applied): the empirical one,
   E over token pairs at distance r of <R_m q_m, R_n k_n>, from the FFT cross-correlation of every
-  pair (``rope_ext.analysis``; r < tokens), and the mean-field one mu_q R_r mu_k from the measured
+  pair (``rope_ext.strategies.analysis``; r < tokens), and the mean-field one mu_q R_r mu_k from the measured
   means (any r), with the model's frequencies (``none``) and with the job's scaling (beyond the trained
   context L too; a query-scaling strategy multiplies the score at r by its factor for a query at r);
 - locality = mean score over r in [1, near] minus mean over [W/2, W) (W: the trained context, the

@@ -4,7 +4,7 @@ computed from them (:mod:`evals.qk_study` says what is studied and why).
 - :func:`capture_layers`: every attention layer's q and k exactly as RoPE rotates them, through rope_ext's
   attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.projection_bias`);
 - :func:`study_layer`: per layer x head x rotary pair, mean, variance and energy of q and k; per head the
-  empirical (FFT cross-correlation, ``rope_ext.analysis``) and mean-field relative-position score profiles, with
+  empirical (FFT cross-correlation, ``rope_ext.strategies.analysis``) and mean-field relative-position score profiles, with
   the model's frequencies and the job's scaling; locality; the share of q/k energy beyond Liu et al. 2023's
   critical dimension (arXiv 2310.05209) and in the pairs a strategy changes; on a model with q/k biases (Qwen2.5,
   arXiv 2412.15115) how much of the means the biases are;
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import rope_ext
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 
 from .. import projection_bias as biases
 from ..scoring.nll import layer_progress
@@ -433,7 +433,7 @@ def strategy_rows(layers: list[Layer], job_scaling, compare: list, scaled: set, 
 
 
 def dimension_rows(layers: list[Layer], scaling, trained: int, max_distance: int) -> list[dict]:
-    """Per layer type and base: the per-dimension table of the job's scaling (``rope_ext.analysis``) with the
+    """Per layer type and base: the per-dimension table of the job's scaling (``rope_ext.strategies.analysis``) with the
     energy share the layers of that kind put in each pair."""
     import torch
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 import math
 
-from rope_ext import analysis
+from rope_ext.strategies import analysis
 
 from ..core.plots import matrix_heatmaps, pyplot
 from .measure import Layer

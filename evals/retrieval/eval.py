@@ -18,7 +18,8 @@ from ..core.measure import Measurement
 from ..core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
 from ..stats import wilson_interval
-from ..scoring.cost import available_bytes, estimate_forward_bytes, warn_if_too_large
+from ..core.run.peak import available_bytes
+from ..scoring.cost import estimate_forward_bytes, warn_if_too_large
 from ..scoring.oom import free_memory, is_out_of_memory
 
 

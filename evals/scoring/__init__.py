@@ -11,7 +11,8 @@ The names below are re-exported so ``from evals.scoring import token_nll`` keeps
 
 from __future__ import annotations
 
-from .cost import Cost, available_bytes, cost_of, estimate_forward_bytes, warn_if_too_large
+from ..core.run.peak import available_bytes
+from .cost import Cost, cost_of, estimate_forward_bytes, warn_if_too_large
 from .nll import layer_progress, logit_softcap, sliding_nll, token_nll
 from .oom import free_memory, is_out_of_memory
 

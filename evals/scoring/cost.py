@@ -1,5 +1,5 @@
 """What a forward will cost before it runs: its peak memory estimated from the model's shape
-(:func:`estimate_forward_bytes`) against what the device still has (:func:`available_bytes`), a warning when it
+(:func:`estimate_forward_bytes`) against what the device still has (:func:`evals.core.run.peak.available_bytes`), a warning when it
 will likely not fit (:func:`warn_if_too_large`), and the expected time and memory of a length said before the
 work (:class:`Cost`, one per loaded model: :func:`cost_of`); and what a strategy's time costs against the unscaled
 model's, from repeated paired timings with its spread, or nothing (:func:`time_ratio`, for the ranked answer)."""
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 import sys
+
+from ..core.run.peak import available_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -24,33 +26,6 @@ def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: in
     cached = query_tokens is not None
     head = 64 if cached else 2048  # retrieval keeps its last logits; perplexity's default eval.chunk_tokens
     return forward_bytes(model.config, length, width, query_tokens, head_tokens=head, cache=cached, eager=eager)
-
-
-def available_bytes(device: torch.device) -> int | None:
-    """Memory a new allocation can still get on ``device`` (CUDA: free memory; CPU: the least of available
-    RAM, the cgroup limit and the process's address-space limit), or None when it cannot be told."""
-    import torch
-
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    if device.type != "cpu":
-        return None
-    limits = []
-    try:
-        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-        limits.append(int(meminfo["MemAvailable"].split()[0]) * 1024)
-        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if soft != resource.RLIM_INFINITY:
-            limits.append(soft - int(status["VmSize"].split()[0]) * 1024)
-        cgroup = open("/sys/fs/cgroup/memory.max").read().strip()
-        if cgroup != "max":
-            limits.append(int(cgroup) - int(open("/sys/fs/cgroup/memory.current").read()))
-    except (OSError, KeyError, ValueError):
-        pass
-    return min(limits) if limits else None
 
 
 def warn_if_too_large(model: torch.nn.Module, length: int, what: str, query_tokens: int | None = None) -> bool:

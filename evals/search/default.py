@@ -5,7 +5,7 @@
   overrides when neither is given), so a search's trials are judged at one length, not each at its own
   trained x factor.
 - The published default for that length: the strategy's parameters as ``target=<length>`` sets them up
-  (:func:`rope_ext.targets.for_target`: YaRN's factor = length / trained, its published betas), its registered values
+  (:func:`rope_ext.strategies.targets.for_target`: YaRN's factor = length / trained, its published betas), its registered values
   elsewhere; a cos/sin factor left unset (YaRN's 0.1 ln s + 1, LongRoPE's sqrt(1 + ln s / ln L)) is the one the
   strategy applies, read from its own frequencies. Tried first as trial 0 when every searched value has one inside
   its range; otherwise none, and the line says why.
@@ -58,7 +58,7 @@ def published(strategy, scaling: dict, space: list, trained: int, length: int, s
     (None, why there is none). ``scaling``: the search's fixed scaling config; ``slots``: the scaled layers'
     rotary geometry (for a cos/sin factor the strategy computes)."""
     import rope_ext
-    from rope_ext.targets import for_target
+    from rope_ext.strategies.targets import for_target
 
     names = [dim.key.split(".", 1)[1] for dim in space]
     for dim in space:

@@ -4,7 +4,7 @@
   ``log``) or ``"monotone"`` -- and that the command line does not fix (``scaling.factor=2`` fixes it).
 - With ``target=``: the declared factor range of a strategy whose factor sets its reach (a static frequency
   strategy covers trained x factor) starts at target / trained, as a smaller factor cannot reach the target
-  (:func:`rope_ext.targets.reaching_factor`); said in one line.
+  (:func:`rope_ext.strategies.targets.reaching_factor`); said in one line.
 - Given: any strategy parameter (``scaling.<name>``) in Hydra's sweep syntax -- ``interval(a,b)``
   (``tag(log,interval(a,b))`` on a log scale), ``range(a,b[,step])``, ``choice(...)`` or ``a,b,c`` -- on the
   command line or in ``hydra.sweeper.params``; its range must lie inside the parameter's declared bounds (checked
@@ -139,7 +139,7 @@ def value_text(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def given(override: Override, strategy: rope_ext.registry.Strategy) -> Scalar:
+def given(override: Override, strategy: rope_ext.strategies.registry.Strategy) -> Scalar:
     """A range the user gave in Hydra's sweep syntax, checked against the declared bounds of a strategy parameter."""
     key, sweep = override.get_key_element(), override.value()
     text = override.input_line or key
@@ -205,12 +205,17 @@ def range_values(sweep: RangeSweep):
 
 
 def target_floors(
-    strategy: rope_ext.registry.Strategy, scaling: dict, skip: set, trained: int, target: int | None, given=None
+    strategy: rope_ext.strategies.registry.Strategy,
+    scaling: dict,
+    skip: set,
+    trained: int,
+    target: int | None,
+    given=None,
 ) -> tuple[dict, str]:
     """({parameter: its lower bound}, the line saying it) where ``target=`` needs more than the low end of the declared
-    range: the factor of a strategy whose factor sets its reach (:func:`rope_ext.targets.reaching_factor`) -- a
+    range: the factor of a strategy whose factor sets its reach (:func:`rope_ext.strategies.targets.reaching_factor`) -- a
     factor below target / trained cannot reach the target, a trial wasted. ``given``: the target as written."""
-    from rope_ext.targets import reaching_factor
+    from rope_ext.strategies.targets import reaching_factor
 
     param = strategy.params.get("factor")
     if target is None or param is None or not isinstance(param.search, tuple) or "scaling.factor" in skip:
@@ -226,7 +231,7 @@ def target_floors(
 
 
 def declared(
-    strategy: rope_ext.registry.Strategy, skip: set, pairs, extension: float, floors: dict | None = None
+    strategy: rope_ext.strategies.registry.Strategy, skip: set, pairs, extension: float, floors: dict | None = None
 ) -> list:
     """The strategy's declared search space without the keys in ``skip`` (fixed or given by the user).
     ``pairs()`` gives d/2 of the layers it scales (read only when a per-dimension parameter is searched);

@@ -83,7 +83,7 @@ class Search:
         from hydra.core.override_parser.overrides_parser import OverridesParser
 
         from rope_ext import STRATEGIES
-        from rope_ext.registry import resolve_name
+        from rope_ext.strategies.registry import resolve_name
 
         from ..core.job.parse import parse_job
         from ..core.inputs.models import resolve_model

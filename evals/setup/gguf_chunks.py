@@ -6,7 +6,7 @@ into ``<cache>/models/<gguf_file>`` (``$ROPE_EXT_CACHE`` or ``~/.cache/rope_ext`
 the SHA-256 and only then puts the file in place; a later call finds the file and only checks its size. The
 packages are located with importlib without importing them. Model resolution (:mod:`evals.core.inputs.models`) reads
 the assembled file and never assembles: a missing file is one line saying how to install it. (Not to be confused
-with :mod:`rope_ext.assembled`, attention assembled from a position rule.)
+with :mod:`rope_ext.attention.assembled`, attention assembled from a position rule.)
 
     python -m evals.setup.gguf_chunks qwen25    # what `make setup-models` runs for conf/model/qwen25.yaml
 """

@@ -1,5 +1,5 @@
 """A scaling as the engines that serve models take it: transformers' ``config.json``
-(:mod:`~rope_ext.export.hf_config`), vLLM and SGLang (:mod:`~rope_ext.export.servers`) and llama.cpp
+(:mod:`~rope_ext.rotary.native`), vLLM and SGLang (:mod:`~rope_ext.export.servers`) and llama.cpp
 (:mod:`~rope_ext.export.llamacpp`); what they share (engine versions, the model's geometry, the context served) in
 :mod:`~rope_ext.export.common`.
 
@@ -10,21 +10,10 @@ verdict judged; else what the scaling covers, trained x factor) and names the ``
 
 from __future__ import annotations
 
-from ..scaling import Scaling
-from .common import (
-    CHECKED,
-    ENGINE_TRANSFORMERS,
-    ENGINE_VERIFIED_MODELS,
-    ENGINES,
-    MINIMUM,
-    MODEL,
-    VERIFIED,
-    Geometry,
-    Unsupported,
-    covered,
-    geometry,
-)
-from .hf_config import rope_parameters, transformers_config
+from ..strategies.scaling import Scaling
+from ..rotary.native import Geometry, Unsupported, covered, geometry
+from .common import CHECKED, ENGINE_TRANSFORMERS, ENGINE_VERIFIED_MODELS, ENGINES, MINIMUM, MODEL, VERIFIED
+from ..rotary.native import rope_parameters, transformers_config
 from .llamacpp import LLAMA_CPP_ARCH, LLAMA_CPP_SCALING_TYPE, llama_cpp
 from .servers import QWEN2_FAMILY, sglang, vllm
 

@@ -10,9 +10,10 @@ Its Self-Extend (llama-cli's ``--grp-attn-n/--grp-attn-w``, ``tools/completion``
 
 from __future__ import annotations
 
-from ..frequency import ntk_base, yarn_mscale
-from ..scaling import Scaling
-from .common import MINIMUM, VERIFIED, Geometry, Unsupported, number, scaled_types, served, shell, trained_of, why_not
+from ..strategies.frequency import ntk_base, yarn_mscale
+from ..strategies.scaling import Scaling
+from ..rotary.native import Geometry, Unsupported, scaled_types, served, trained_of, why_not
+from .common import MINIMUM, VERIFIED, number, shell
 
 LLAMA_CPP_SCALING_TYPE = {"none": 0, "linear": 1, "yarn": 2}  # llama.h's LLAMA_ROPE_SCALING_TYPE_*
 # transformers model_type -> llama.cpp's GGUF architecture, the prefix of its metadata keys (src/llama-arch.cpp;

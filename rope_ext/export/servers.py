@@ -39,10 +39,11 @@ from __future__ import annotations
 import json
 import math
 
-from ..frequency import yarn_mscale
-from ..scaling import Scaling
-from .common import MODEL, Geometry, Unsupported, note, served, shell, table
-from .hf_config import rope_parameters, transformers_config
+from ..strategies.frequency import yarn_mscale
+from ..strategies.scaling import Scaling
+from ..rotary.native import Geometry, Unsupported, served, table
+from .common import MODEL, note, shell
+from ..rotary.native import rope_parameters, transformers_config
 
 QWEN2_FAMILY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")  # vLLM/SGLang models with dual chunk attention
 
@@ -72,7 +73,7 @@ MLA_YARN = ("deepseek_v3",)  # DeepSeek-V3's module: every rope type but default
 def softmax_temperature(own: dict) -> float:
     """The factor DeepSeek-V3's attention multiplies into its softmax scale, squared (transformers'
     ``yarn_apply_mscale``, vLLM's and SGLang's DeepSeek modules): yarn_mscale(factor, mscale_all_dim) for a scaled
-    rope dict with ``mscale_all_dim``, else 1. The patched model's is its strategy's (:mod:`rope_ext.softmax_scale`)."""
+    rope dict with ``mscale_all_dim``, else 1. The patched model's is its strategy's (:mod:`rope_ext.rotary.softmax_scale`)."""
     kind = own.get("rope_type") or own.get("type") or "default"
     if kind == "default" or not own.get("mscale_all_dim"):
         return 1.0
@@ -87,7 +88,7 @@ def _deepseek_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, e
     yarn_mscale(s, mscale) / yarn_mscale(s, mscale_all_dim) (SGLang times ``attn_factor``; ``attention_factor`` is
     not read) and the softmax scale times yarn_mscale(s, mscale_all_dim)^2 (vLLM: not when ``attention_factor`` is
     1.0). So YaRN and NTK-by-parts go as ``mscale``/``mscale_all_dim`` that give the measured magnitude and the
-    measured softmax scale -- the strategy's own, as the patch sets it (:mod:`rope_ext.softmax_scale`,
+    measured softmax scale -- the strategy's own, as the patch sets it (:mod:`rope_ext.rotary.softmax_scale`,
     :func:`softmax_temperature`); ``none`` as the model's own rope (the model as shipped, its softmax scale included),
     ``ntk``/``base`` as a default rope (the unscaled softmax scale, as measured); anything else is refused."""
     config = model_config or {}
@@ -148,7 +149,7 @@ def _served_rope(scaling: Scaling, geo: Geometry, model_config: dict | None, eng
 def _proportional(scaling: Scaling, geo: Geometry, model_config: dict | None) -> dict:
     """vLLM's 'proportional' rope (Gemma-4's, ``rotary_embedding/gemma4_rope.py``): pairs i < rotary_dim/2 keep
     b^(-2i/head_size), the rest do not rotate -- p-RoPE when the model rotates its whole head."""
-    from ..frequency import p_rope_pairs
+    from ..strategies.frequency import p_rope_pairs
 
     config = model_config or {}
     partial = (config.get("rope_parameters") or {}).get("partial_rotary_factor") or config.get("partial_rotary_factor")
@@ -255,7 +256,7 @@ def sglang(
 def _dca(scaling: Scaling, geo: Geometry, engine: str, context: int | None) -> dict:
     """Qwen2.5-1M's dual chunk attention; with a context to serve, ``max_position_embeddings`` set to it (else the
     model's own bounds the engine's context)."""
-    from ..attention_methods import dca_sizes
+    from ..strategies.attention_level import dca_sizes
 
     if geo.model_type not in QWEN2_FAMILY:
         raise Unsupported(

@@ -31,7 +31,7 @@ def scaling_schema_name(strategy: str) -> str:
 def scaling_schema(strategy) -> type:
     """The structured config of one rope_ext strategy: its name, its declared parameters with their
     defaults, and the patcher's ``layer_types``."""
-    from rope_ext.scaling import PATCH_KEYS
+    from rope_ext.strategies.scaling import PATCH_KEYS
 
     specs = [("name", str, field(default=strategy.name))]
     for key, param in strategy.params.items():

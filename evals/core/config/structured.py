@@ -99,6 +99,6 @@ class Config:
     objective: Any = None
     constraints: List[str] = field(default_factory=list)
     # the length the user wants the model to work at: tokens (32768) or a multiple of the trained context (4x);
-    # every strategy's parameters that follow from it are derived (rope_ext.targets; an explicit scaling.<key>=
+    # every strategy's parameters that follow from it are derived (rope_ext.strategies.targets; an explicit scaling.<key>=
     # wins) and the verdict answers for it; null: parameters as given, the verdict's target from verdict.target
     target: Any = None

@@ -91,7 +91,7 @@ class EvalContext:
                     loaded.model, self.job.scaling, self.job.scaled, self.trained_context
                 )
             self._report_check(checked)
-            if self._patch.softmax_scale:  # MLA's softmax scale follows the strategy (rope_ext.softmax_scale)
+            if self._patch.softmax_scale:  # MLA's softmax scale follows the strategy (rope_ext.rotary.softmax_scale)
                 note_once(f"note: {self.job.scaling.label}: {self._patch.softmax_scale}")
             self.output.record.update(
                 "rope",

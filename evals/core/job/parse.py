@@ -86,7 +86,7 @@ def parse_job(cfg, out_dir: Path, multirun: bool = False, model: ResolvedModel |
         target_length(cfg.verdict, None, None, [])  # verdict.target's too
     needs = spec.needs_for(cfg.eval)
     with scaling_errors_as_user_errors():
-        strategy = rope_ext.STRATEGIES[rope_ext.registry.resolve_name(cfg.scaling.get("name"))]
+        strategy = rope_ext.STRATEGIES[rope_ext.strategies.registry.resolve_name(cfg.scaling.get("name"))]
     geometry = "geometry" in needs or strategy.name != "none"
     if model is None or (geometry and model.slots is None):
         model = resolve_model(cfg.model, geometry=geometry, weights="model" in needs)

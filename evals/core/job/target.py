@@ -1,5 +1,5 @@
 """What ``target=`` sets up, and the scaling resolved once: the target length parsed (``4x`` -> 4 x the trained
-context), each strategy's parameters derived for it (:mod:`rope_ext.targets`; a strategy that cannot reach it is
+context), each strategy's parameters derived for it (:mod:`rope_ext.strategies.targets`; a strategy that cannot reach it is
 :class:`~evals.core.errors.TargetUnreachable`), the scaling's frequencies computed on every rotary slot it will
 patch, the length the verdict answers for, and the settings that cannot do what they are for at the longest
 length -- each said in one line before the model loads.
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import rope_ext
 
-from rope_ext.targets import TargetError, set_up, shortfalls
+from rope_ext.strategies.targets import TargetError, set_up, shortfalls
 
 from ..config.lengths import parse_length
 from ..errors import ConfigError, TargetUnreachable, scaling_errors_as_user_errors
@@ -46,11 +46,11 @@ def parse_target(cfg, trained: int | None = None) -> int | None:
 def parse_scaling(
     cfg, model: ResolvedModel, longest: int | None, target: int | None = None
 ) -> tuple[rope_ext.Scaling, tuple | None, dict]:
-    """The scaling resolved once against the model (set up for ``target`` when given: :mod:`rope_ext.targets`;
+    """The scaling resolved once against the model (set up for ``target`` when given: :mod:`rope_ext.strategies.targets`;
     the derived values and why), the slots it patches selected once (handed to the patcher), and its frequencies
     computed on each (at the trained length and, for dynamic strategies, beyond it) so any bad value fails now."""
     derived = {}
-    # the one rule for a model that ships a scaling (rope_ext.shipped): the same-named strategy inherits its parameters
+    # the one rule for a model that ships a scaling (rope_ext.strategies.shipped): the same-named strategy inherits its parameters
     setting, shipped = rope_ext.inherit_shipped(container(cfg), model.config)
     with scaling_errors_as_user_errors():
         if target is None:
@@ -125,7 +125,7 @@ def target_length(cfg, scaling: rope_ext.Scaling, trained: int, lengths: list[in
 
 def setting_warnings(scaling: rope_ext.Scaling, trained: int, longest: int) -> list[str]:
     """Settings that run but cannot do what they are for at the longest length evaluated, said before the model
-    loads (:func:`rope_ext.targets.shortfalls`: a static factor that covers less, an attention-level rule whose last
+    loads (:func:`rope_ext.strategies.targets.shortfalls`: a static factor that covers less, an attention-level rule whose last
     query sees relative positions beyond what the model was trained on), with where to look."""
     return [
         problem

@@ -164,7 +164,7 @@ def check(model, eval_parts, lengths, attention_level: bool = False, have: int |
     some do (they are tried and recorded as out of memory, the others measured), or when the peak is close (above
     :data:`CLOSE` of it); otherwise the estimate, said."""
     from ..errors import ConfigError
-    from ...scoring.cost import available_bytes
+    from .peak import available_bytes
 
     if model.cfg.get("device_map"):
         return []  # sharded or offloaded by accelerate: not one device's memory
@@ -210,7 +210,7 @@ def budget_line(model_cfg, config, eval_cfg, work) -> str:
     from types import SimpleNamespace
 
     from ..inputs.models import resolve_device, resolve_dtype
-    from ...scoring.cost import available_bytes
+    from .peak import available_bytes
 
     device = resolve_device(model_cfg.device)
     model = SimpleNamespace(cfg=model_cfg, config=config, device=device, dtype=resolve_dtype(model_cfg.dtype, device))

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -19,6 +23,33 @@ def _resident() -> int | None:
             return int(handle.read().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return None
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory a new allocation can still get on ``device`` (CUDA: free memory; CPU: the least of available
+    RAM, the cgroup limit and the process's address-space limit), or None when it cannot be told."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    limits = []
+    try:
+        meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        limits.append(int(meminfo["MemAvailable"].split()[0]) * 1024)
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft - int(status["VmSize"].split()[0]) * 1024)
+        cgroup = open("/sys/fs/cgroup/memory.max").read().strip()
+        if cgroup != "max":
+            limits.append(int(cgroup) - int(open("/sys/fs/cgroup/memory.current").read()))
+    except (OSError, KeyError, ValueError):
+        pass
+    return min(limits) if limits else None
 
 
 MAX_FORWARDS = 4000  # forwards kept per job (a retrieval job's decode steps beyond it are not)

@@ -3,7 +3,7 @@
 GPT-J and CodeGen (transformers' ``GPTJRotaryEmbedding``, ``CodeGenRotaryEmbedding``) precompute a buffer whose row p
 is (sin(p * theta_i), cos(p * theta_i)) for p < max_position_embeddings, theta_i = b^(-2i/d) (RoPE, Su et al. 2021,
 RoFormer, arXiv 2104.09864), and index it with the position ids: a position past the table is an IndexError, and the
-frequencies are not a buffer the patcher could replace. A *table slot* (:class:`rope_ext.slots.RotarySlot` with
+frequencies are not a buffer the patcher could replace. A *table slot* (:class:`rope_ext.rotary.slot.RotarySlot` with
 ``table`` set) is a module buffer of shape (rows, d) such that
 
 - row 0 is sin(0) * a = 0 in d/2 columns and cos(0) * a = a in the other d/2 (the layout: which columns are the
@@ -19,7 +19,7 @@ before its weights load) a buffer of that shape, in a module without parameters 
 tensors, is read from the values loading will give it: transformers 5 fills a model's non-persistent buffers, which no
 checkpoint holds, with the model's own ``_init_weights`` (``PreTrainedModel._init_weights``; GPT-J's writes
 ``create_sinusoidal_positions``), so that is run on a CPU copy of the module (:func:`as_loaded`,
-:func:`rope_ext.slots.loaded_copy`). While patched (:mod:`rope_ext.patch`) the
+:func:`rope_ext.rotary.find.loaded_copy`). While patched (:mod:`rope_ext.patch`) the
 buffer is replaced by :func:`build_table` of the strategy's frequencies theta' and attention factor a,
 sin(p * theta'_i) * a and cos(p * theta'_i) * a in the same layout and dtype, with rows for every position a forward
 asks (grown in a forward pre-hook: extension past the table is the point); restore() puts the original buffer back.
@@ -33,16 +33,14 @@ A table held in half precision (``model.half()``, bfloat16) is read within its r
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from .rope import default_inv_freq
+from ..strategies.rope import default_inv_freq
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .slots import RotarySlot
 
 TOLERANCE = 1e-3  # a table within this of RoPE's sin/cos at the read base is one (float32 tables: ~1e-6 off)
 
@@ -60,7 +58,7 @@ def readable(table: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tenso
     here (``meta``, or offloaded under a device_map) or is no sin/cos table (any more)."""
     found = layout(table)
     if found is None:
-        from .registry import ScalingError
+        from ..strategies.registry import ScalingError
 
         why = "holds no values here (meta device, or offloaded)" if table.is_meta else "is no sin/cos table"
         raise ScalingError(f"{where}: its sin/cos table {why}: rope_ext cannot read or rebuild its frequencies")
@@ -162,99 +160,3 @@ def table_base(table: torch.Tensor) -> float | None:
             if error < gap:
                 best, gap = base, error
     return best if gap <= tolerance(table, TOLERANCE, a) else None
-
-
-def held(module: nn.Module, slot: RotarySlot) -> tuple[torch.Tensor, float]:
-    """(theta float32, a) the table slot of ``module`` holds now (read at the slot's original length); a one-line
-    ScalingError where it holds no values here (:func:`readable`)."""
-    table = getattr(module, slot.table)
-    readable(table, slot.module_name)
-    theta, a = read_table(table, slot.rows)
-    return theta.float(), a
-
-
-def own_base(slot: RotarySlot, table: torch.Tensor, label: str) -> float:
-    """The base of the RoPE ``table`` holds now (:func:`table_base`), or a one-line ScalingError naming the slot's
-    module where it holds no values or is not RoPE's form (patched already): no base to scale from or grow with."""
-    from .registry import ScalingError
-
-    readable(table, slot.module_name)
-    base = table_base(table)
-    if base is None or not base > 1:
-        raise ScalingError(
-            f"scaling '{label}': the sin/cos table of {slot.module_name} is not RoPE's theta_i = b^(-2i/d) (patched "
-            "already?): rope_ext reads no base to scale it from or grow it with"
-        )
-    return base
-
-
-def own_table(slot: RotarySlot, original: torch.Tensor, rows: int, base: float) -> torch.Tensor:
-    """The module's own table grown to ``rows``: its rows kept, the rest its own RoPE at ``base`` (:func:`own_base`)."""
-    rows = max(rows, original.shape[0])
-    table = build_table(default_inv_freq(slot.dim, base), layout(original)[2], rows, original, slot.module_name)
-    table[: original.shape[0]] = original
-    return table
-
-
-@contextmanager
-def grown(module: nn.Module, slot: RotarySlot, rows: int, base: float):
-    """The table slot grown to ``rows`` with the module's own RoPE at ``base`` while inside (its output past the
-    table, before any patch: what the patcher's check compares the patched output with)."""
-    original = getattr(module, slot.table)
-    put(module, slot.table, own_table(slot, original, rows, base))
-    try:
-        yield
-    finally:
-        put(module, slot.table, original)
-
-
-def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | None:
-    """The ``meta``-device ``module`` as loading will give it (:func:`rope_ext.slots.loaded_copy`), or None where
-    ``name`` cannot be a table rotary's: not of a table's shape, in a module with parameters, or a forward on ``meta``
-    at three positions that does not return two tensors of d/2 columns."""
-    import torch
-
-    from .slots import loaded_copy
-
-    buffer = getattr(module, name)
-    if not table_shaped(buffer) or next(module.parameters(), None) is not None:
-        return None
-    x = torch.zeros(1, 3, 1, device="meta")
-    try:
-        with torch.no_grad():
-            out = module(x, torch.zeros(1, 3, dtype=torch.int64, device="meta"))
-    except Exception:  # called otherwise: not a rotary this reads
-        return None
-    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(torch.is_tensor(t) for t in out)):
-        return None
-    if any(t.shape[-1] != buffer.shape[1] // 2 for t in out):
-        return None
-    return loaded_copy(model, module)
-
-
-def find_table_slots(model: nn.Module) -> list[RotarySlot]:
-    """Every table slot of ``model``: a buffer that is a RoPE table and that its module's forward returns at the
-    position ids it is called with (on the ``meta`` device: read from the values loading gives it, :func:`as_loaded`)."""
-    from .rotary_output import call_rotary, expected_mismatch
-    from .slots import RotarySlot
-
-    import torch
-
-    slots = []
-    for module_name, module in model.named_modules():
-        for name, buffer in module.named_buffers(recurse=False):
-            source = as_loaded(model, module, name) if buffer.is_meta else module
-            if source is None or layout(buffer := getattr(source, name)) is None:
-                continue
-            base = table_base(buffer)  # NaN: not RoPE's form (a table patched already): found, not scaled again
-            base = math.nan if base is None else base
-            slot = RotarySlot(module_name, "", int(buffer.shape[1]), base, table=name, rows=int(buffer.shape[0]))
-            positions = torch.tensor([[0, 1, buffer.shape[0] - 1]])
-            out = call_rotary(source, slot, positions)
-            theta, a = held(source, slot)
-            near = tolerance(buffer, 1e-4, a)  # float32: 1e-4; a half-precision table: its rounding
-            if out is not None and any(
-                expected_mismatch(out, theta, a, positions, sin_first) <= near for sin_first in (0, 1)
-            ):
-                slots.append(slot)
-    return slots

@@ -1,7 +1,7 @@
 """Attention of a position rule through PyTorch's FlexAttention (Dong et al. 2024, arXiv 2412.05496;
 ``torch.nn.attention.flex_attention``): one kernel call per piece, no dense mask.
 
-The same computation as :func:`rope_ext.assembled.assemble` -- each piece of the rule (:mod:`rope_ext.position_rule`)
+The same computation as :func:`rope_ext.attention.assembled.assemble` -- each piece of the rule (:mod:`rope_ext.strategies.position_rule`)
 attends with its query and key re-rotated to the positions it gives them, and the pieces' partial softmaxes are
 merged by their log-sum-exp -- but each piece is one ``flex_attention`` call whose block mask holds exactly the
 pairs the piece holds (lo(m) <= n < hi(m), causal, the sliding window, the call's padding): blocks no pair of the
@@ -23,15 +23,15 @@ import os
 import warnings
 from typing import TYPE_CHECKING
 
-from .assembled import _merge, _pair_index, rerotate, with_factors
+from .pieces import _merge, _pair_index, mask_heads, rerotate, with_factors
 
 if TYPE_CHECKING:
     import torch
 
-    from .position_rule import Piece, PositionRule
+    from ..strategies.position_rule import Piece, PositionRule
 
 BLOCK = 128  # flex_attention's block size (query and key), its default
-# "auto": flex on CUDA where torch has it, the blocks of rope_ext.assembled elsewhere; "flex" or "blocks" forces one
+# "auto": flex on CUDA where torch has it, the blocks of rope_ext.attention.assembled elsewhere; "flex" or "blocks" forces one
 BACKEND = os.environ.get("ROPE_EXT_ATTENTION", "auto")
 BACKENDS = ("auto", "flex", "blocks")
 _MASKS: dict = {}
@@ -257,15 +257,13 @@ def _score_mod(softcap: float | None, bias):
 
 def _padding(mask, q_len: int, k_len: int):
     """(allowed (batch, q, k) bool, bias (batch, q, k) or None) of the call's mask (its rows the queries, its first
-    ``k_len`` columns the keys, as rope_ext.assembled reads it); (None, None) without one."""
+    ``k_len`` columns the keys, as rope_ext.attention.assembled reads it); (None, None) without one."""
     import torch
-
-    from .assembled import mask_heads
 
     mask = mask_heads(mask, mask.shape[1] if mask is not None and mask.ndim == 4 else 1)
     if mask is None:
         return None, None
-    if mask.shape[1] > 1:  # the blocks path applies it (rope_ext.assembled)
+    if mask.shape[1] > 1:  # the blocks path applies it (rope_ext.attention.assembled)
         raise ValueError("a mask whose heads differ (a bias per head) is not taken by the FlexAttention path")
     part = mask[:, 0, :, :k_len].expand(mask.shape[0], q_len, k_len)
     if part.dtype == torch.bool:
@@ -290,7 +288,7 @@ def flex_assemble(
     softcap: float | None = None,
     block: int | None = None,
 ) -> torch.Tensor:
-    """:func:`rope_ext.assembled.assemble`'s output (batch, heads, q_len, v_dim), each piece one FlexAttention call."""
+    """:func:`rope_ext.attention.assembled.assemble`'s output (batch, heads, q_len, v_dim), each piece one FlexAttention call."""
     from torch.nn.attention.flex_attention import AuxRequest
 
     block = block or BLOCK

@@ -3,7 +3,7 @@
 A :class:`PositionRule` is a few :class:`Piece` s that split the causal pairs -- each holds, for the query at m,
 the keys n in an interval [lo(m), hi(m)) whose ends never decrease with m -- each giving the position its query and
 its key take there (RoPE then sees their difference); pairs no piece holds are not attended. The attention-level
-strategies (:mod:`rope_ext.attention_methods`) are such rules; :mod:`rope_ext.assembled` computes attention exactly
+strategies (:mod:`rope_ext.strategies.attention_level`) are such rules; :mod:`rope_ext.attention.assembled` computes attention exactly
 from the pieces, block by block; :meth:`PositionRule.relative` gives the dense map for analysis and display.
 """
 

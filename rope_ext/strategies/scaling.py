@@ -1,10 +1,10 @@
 """A validated scaling: a config resolved once against the registry into a frozen :class:`Scaling`.
 
 :func:`resolve` turns a config mapping (``{"name": "yarn", "factor": 4}``) into a :class:`Scaling`: the name
-with aliases resolved, every parameter checked against its :class:`rope_ext.registry.Param` declaration,
+with aliases resolved, every parameter checked against its :class:`rope_ext.strategies.registry.Param` declaration,
 defaults and the trained context filled in. Everything downstream (the patcher, the analyses, the exports)
 takes that value without validating again. A scaling knows what it changes -- the frequencies, the query inside
-attention, or which relative position each pair sees -- from its strategy's kind (:mod:`rope_ext.registry`).
+attention, or which relative position each pair sees -- from its strategy's kind (:mod:`rope_ext.strategies.registry`).
 
 ``compose`` applies stages in order, e.g. ``base`` then ``linear``, or ``yarn`` then ``logn``, or ``yarn`` then
 ``dca`` (Qwen2.5-1M's recipe): a :class:`Compose`, a scaling made of scalings. Its frequencies are the stages'
@@ -63,7 +63,7 @@ class Scaling:
         return self.strategy.kind == "attention"
 
     def position_rule(self):
-        """The :class:`rope_ext.position_rule.PositionRule` of its attention-level strategy (of the one stage of a
+        """The :class:`rope_ext.strategies.position_rule.PositionRule` of its attention-level strategy (of the one stage of a
         ``compose`` that has one), built once; None when it has none."""
         if self.strategy.kind != "attention":
             return None
@@ -244,7 +244,18 @@ SCALING_TYPES: dict[str, type[Scaling]] = {"compose": Compose}
 def resolve(scaling: "Mapping | Scaling", trained_context: int | None = None) -> Scaling:
     """Validate a scaling config once: name (aliases resolved), parameters against the registration,
     defaults filled in, ``original_max_position`` set to ``trained_context`` where a strategy takes it
-    and it is unset. Unset (None) keys mean "use the default"."""
+    and it is unset. Unset (None) keys mean "use the default". Args: ``scaling`` a mapping with ``name`` (or a
+    Scaling), ``trained_context`` the model's trained length. Returns a :class:`Scaling`. Raises ScalingError (one
+    line) for an unknown name or a bad parameter.
+
+    >>> s = resolve({"name": "linear", "factor": 4}, trained_context=4096)
+    >>> s.name, s.params["factor"]
+    ('linear', 4.0)
+    >>> resolve({"name": "linaer"})
+    Traceback (most recent call last):
+    ...
+    rope_ext.strategies.registry.ScalingError: unknown scaling name 'linaer'. Valid: ... Did you mean 'linear'?
+    """
     if isinstance(scaling, Scaling):
         if trained_context is None:
             return scaling

@@ -3,9 +3,9 @@
 Notation: d = rotary dimension, b = base (rope_theta), s = factor, L = trained context
 (``original_max_position``), theta_i = b^(-2i/d) for i = 0 .. d/2-1, wavelength lambda_i = 2*pi / theta_i.
 Every strategy returns the d/2 inverse frequencies and the factor the rotary module multiplies cos/sin
-by (the "attention factor", sqrt(1/t) in YaRN): the signature :class:`rope_ext.registry.FrequencyFn`, the shape
+by (the "attention factor", sqrt(1/t) in YaRN): the signature :class:`rope_ext.strategies.registry.FrequencyFn`, the shape
 of transformers' ``ROPE_INIT_FUNCTIONS``. Each is registered with its parameters, defaults and how they follow
-from a target length (:func:`rope_ext.registry.register`).
+from a target length (:func:`rope_ext.strategies.registry.register`).
 
 - ``none``          the model's own RoPE (Su et al. 2021, RoFormer, arXiv 2104.09864).
 - ``linear``/``pi`` positional interpolation, theta/s (Chen et al. 2023, arXiv 2306.15595).
@@ -19,8 +19,8 @@ from a target length (:func:`rope_ext.registry.register`).
 - ``mixed``         user-given per-dimension factors, as a list or as bands of dimensions/wavelengths.
 - ``p_rope``        keep the highest-frequency fraction of pairs, theta = 0 for the rest (Barbero et al. 2024, arXiv 2410.06205).
 
-The other kinds live apart: query scaling (``logn``) in :mod:`rope_ext.query_scaling`, attention-level
-strategies in :mod:`rope_ext.attention_methods`, and ``compose`` (stages in order) in :mod:`rope_ext.scaling`.
+The other kinds live apart: query scaling (``logn``) in :mod:`rope_ext.strategies.query_scaling`, attention-level
+strategies in :mod:`rope_ext.strategies.attention_level`, and ``compose`` (stages in order) in :mod:`rope_ext.strategies.scaling`.
 """
 
 from __future__ import annotations

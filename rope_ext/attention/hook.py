@@ -10,7 +10,7 @@ unchanged) and points the model's text config at it while hooks are attached. Th
 to the model's *observers* (they see the rotated q and k: :func:`capture`) and then to its *query
 transforms* (they may return a scaled query: query-scaling strategies such as ``logn``), then to its one
 *replacement*, if any (it may return the attention output itself: attention-level strategies such as
-Self-Extend, :mod:`rope_ext.assembled`), and otherwise calls the original function with the rest untouched. Forward pre-hooks on the modules that take
+Self-Extend, :mod:`rope_ext.attention.assembled`), and otherwise calls the original function with the rest untouched. Forward pre-hooks on the modules that take
 ``position_embeddings`` remember each layer's (cos, sin): that undoes the rotation for a capture and tells
 which rotary slot a layer uses (Gemma-3: sliding or global). Removing the last hook puts the config
 attribute back exactly and removes the pre-hooks.
@@ -29,8 +29,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from .slots import RotarySlot, find_rotary_slots
-from .registry import ScalingError
+from ..rotary.find import find_rotary_slots
+from ..rotary.slot import RotarySlot
+from ..strategies.registry import ScalingError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -405,175 +406,3 @@ def hook_attention(
     ``replace=True`` the one replacement, run last, returning the attention function's output
     ``(attn_output (batch, q_len, heads, head_dim), None)`` or None to call the original function."""
     return attention_hooks(model).add(fn, transform, replace)
-
-
-# -- capture -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class CapturedLayer:
-    """One attention layer's query and key as RoPE received them (after any q/k norm), with what RoPE did."""
-
-    layer: int | None
-    name: str
-    query: torch.Tensor  # (batch, heads, n, head_dim), float32, rotation undone (and the attention factor)
-    key: torch.Tensor  # (batch, kv_heads, n, head_dim)
-    pairs: tuple[torch.Tensor, torch.Tensor]  # dims (a_i, b_i) of rotary pair i: rotate_half or interleaved
-    inv_freq: torch.Tensor  # (d_rot/2,) the frequencies the layer's slot applied
-    attention_factor: float  # the factor on cos/sin (YaRN's temperature; 1 unscaled)
-    slot: RotarySlot | None
-    positions: torch.Tensor  # (batch, n)
-    scaling: float | None  # the softmax scale the module uses
-    call: AttentionCall = field(repr=False, default=None)
-
-
-def pair_layout(cos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotary pair dims from the layer's cos: (i, i + r/2) for rotate_half (cos = [f, f]), (2i, 2i+1) for
-    interleaved (cos repeats each frequency); rotate_half when both fit (only position 0 seen)."""
-    import torch
-
-    r = cos.shape[-1]
-    half = torch.arange(r // 2, device=cos.device)
-    if torch.equal(cos[..., : r // 2], cos[..., r // 2 :]):
-        return half, half + r // 2
-    if torch.equal(cos[..., 0::2], cos[..., 1::2]):
-        return 2 * half, 2 * half + 1
-    raise AttentionHookError(f"cos of width {r} is neither rotate_half nor interleaved: cannot tell the rotary pairs")
-
-
-def unrotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairs) -> torch.Tensor:
-    """x (batch, heads, n, d) as it was before ``x * cos + rotate(x) * sin``: per pair, the inverse rotation
-    divided by cos^2 + sin^2 (the attention factor squared). Dims beyond the rotary width pass through."""
-    a, b = pairs
-    c = cos.float()[..., a].unsqueeze(1)  # (batch, 1, n, r/2)
-    s = sin.float()[..., a].unsqueeze(1)
-    x = x.float()
-    xa, xb = x[..., a], x[..., b]
-    norm = c * c + s * s
-    out = x.clone()
-    out[..., a] = (xa * c + xb * s) / norm
-    out[..., b] = (xb * c - xa * s) / norm
-    return out
-
-
-def rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, pairs, attention_factor: float = 1.0):
-    """x (batch, heads, n, d) rotated by RoPE at ``positions`` (batch, n) with ``inv_freq``, pair layout ``pairs``."""
-    a, b = pairs
-    angle = positions.to(x.device).double()[..., None] * inv_freq.to(x.device).double()  # (batch, n, r/2)
-    c = (angle.cos() * attention_factor).unsqueeze(1)
-    s = (angle.sin() * attention_factor).unsqueeze(1)
-    x = x.double()
-    out = x.clone()
-    out[..., a] = x[..., a] * c - x[..., b] * s
-    out[..., b] = x[..., b] * c + x[..., a] * s
-    return out
-
-
-def capture(model: nn.Module, on_layer: Callable[[CapturedLayer], None]) -> Handle:
-    """Observe every attention layer: ``on_layer`` gets its query and key with the rotation undone, the pair
-    layout and the frequencies applied. Run one forward without a KV cache (queries and keys aligned)."""
-
-    def observe(call: AttentionCall) -> None:
-        if call.rotation is None:
-            raise AttentionHookError(
-                f"{call.name} ({type(call.module).__name__}) receives no position_embeddings: "
-                "its rotation cannot be undone"
-            )
-        if call.key.shape[-2] != call.query.shape[-2]:
-            raise AttentionHookError("capture needs one forward without a KV cache (query and key lengths differ)")
-        cos, sin = call.rotation
-        pairs = pair_layout(cos)
-        slot = call.slot()
-        if slot is None:
-            raise AttentionHookError(f"{call.name}: no rotary slot of the model reproduces its cos")
-        inv_freq, factor = slot.frequencies(model)
-        inv_freq = inv_freq.detach().float().cpu()
-        on_layer(
-            CapturedLayer(
-                call.layer,
-                call.name,
-                unrotate(call.query, cos, sin, pairs),
-                unrotate(call.key, cos, sin, pairs),
-                pairs,
-                inv_freq,
-                factor,
-                slot,
-                call.positions,
-                call.scaling,
-                call,
-            )
-        )
-
-    return hook_attention(model, observe)
-
-
-# -- probe -------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Probe:
-    """What a hooked forward saw: the attention modules that called the interface, with positions and rotations."""
-
-    layers: int  # the config's num_hidden_layers
-    called: list[str]
-    with_rotation: list[str]
-    with_position_ids: list[str]
-
-
-def _attention_class(model: nn.Module) -> str:
-    names = [type(m).__name__ for m in model.modules() if "attention" in type(m).__name__.lower()]
-    return names[0] if names else "its attention"
-
-
-def probe(model: nn.Module, tokens: int = 4) -> Probe:
-    """A ``tokens``-long forward of ``model`` (a ``meta``-device instance is enough) with an observer attached;
-    raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook."""
-    import torch
-
-    called, rotated, positioned = {}, set(), set()
-
-    def observe(call: AttentionCall) -> None:
-        called[call.name] = None
-        if call.rotation is not None:
-            rotated.add(call.name)
-        if "position_ids" in call.kwargs:
-            positioned.add(call.name)
-
-    parameter = next(model.parameters(), None)
-    device = parameter.device if parameter is not None else torch.device("cpu")
-    dtypes = [parameter.dtype if parameter is not None else torch.float32]
-    if device.type == "meta" and torch.bfloat16 not in dtypes:
-        # some kernels' meta implementations take bf16 only (torch._grouped_mm in MoE experts): a meta instance
-        # built in float32 for a bf16 checkpoint is probed in bf16 (free on meta), then put back
-        dtypes.append(torch.bfloat16)
-    failure = None
-    for dtype in dtypes:
-        called.clear()
-        try:
-            if dtype != dtypes[0]:
-                model.to(dtype)
-            with hook_attention(model, observe), torch.no_grad():
-                # with a cache (the default): no packed-sequence check, which reads values a meta tensor lacks
-                model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device=device))
-            failure = None
-            break
-        except AttentionHookError:
-            raise
-        except Exception as err:
-            failure = failure or err
-        finally:
-            if dtype != dtypes[0]:
-                model.to(dtypes[0])
-    if failure is not None:
-        raise AttentionHookError(
-            f"{type(model).__name__}: a {tokens}-token forward of the model fails on {device.type} "
-            f"({type(failure).__name__}: {str(failure).splitlines()[0][:160] if str(failure) else ''})"
-        ) from None
-    layers = int(getattr(text_config(model), "num_hidden_layers", 0) or 0)
-    if not called:
-        raise AttentionHookError(
-            f"{type(model).__name__}: its attention ({_attention_class(model)}) does not call transformers' "
-            "AttentionInterface, so rope_ext cannot hook where RoPE meets attention; models whose attention does: "
-            "Llama/SmolLM2, Qwen2/3, Gemma-3, GPT-NeoX, Mistral, Phi-3"
-        )
-    return Probe(layers, list(called), sorted(rotated), sorted(positioned))

@@ -2,19 +2,19 @@
 
 A strategy is a function registered under a name with :func:`register`, together with its parameters as
 :class:`Param` (default, type, meaning, accepted range). That declaration is the one place a parameter lives:
-:func:`rope_ext.scaling.resolve` validates configs against it, :mod:`rope_ext.targets` derives parameters from
+:func:`rope_ext.strategies.scaling.resolve` validates configs against it, :mod:`rope_ext.strategies.targets` derives parameters from
 a target length through it, and the Hydra schemas of ``evals`` are generated from it.
 
 There are three kinds of strategy, each with its own function signature (a :class:`typing.Protocol` below):
 
 - ``frequencies`` (:class:`FrequencyFn`): new inverse frequencies and a cos/sin factor, the shape of
-  transformers' ``ROPE_INIT_FUNCTIONS`` (catalogue: :mod:`rope_ext.frequency`; ``compose``: :mod:`rope_ext.scaling`);
+  transformers' ``ROPE_INIT_FUNCTIONS`` (catalogue: :mod:`rope_ext.strategies.frequency`; ``compose``: :mod:`rope_ext.strategies.scaling`);
 - ``query`` (:class:`QueryScaleFn`): a factor on the query at each position, applied inside attention through
-  rope_ext's attention hook (:mod:`rope_ext.attention`); the frequencies stay the model's own
-  (catalogue: :mod:`rope_ext.query_scaling`);
-- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.position_rule.PositionRule`, which relative position
-  each (query, key) pair sees, that the patcher assembles attention from (:mod:`rope_ext.assembled`)
-  (catalogue: :mod:`rope_ext.attention_methods`).
+  rope_ext's attention hook (:mod:`rope_ext.attention.hook`); the frequencies stay the model's own
+  (catalogue: :mod:`rope_ext.strategies.query_scaling`);
+- ``attention`` (:class:`PositionRuleFn`): a :class:`rope_ext.strategies.position_rule.PositionRule`, which relative position
+  each (query, key) pair sees, that the patcher assembles attention from (:mod:`rope_ext.attention.assembled`)
+  (catalogue: :mod:`rope_ext.strategies.attention_level`).
 
 Every name (and alias) is registered once: a second registration from another place is an error naming both
 places (:func:`where`); the same module imported again is none.
@@ -131,14 +131,14 @@ class QueryScaleFn(Protocol):
 
 class PositionRuleFn(Protocol):
     """``kind="attention"``: ``fn(params) -> PositionRule``: the relative position each query-key pair sees
-    (:class:`rope_ext.position_rule.PositionRule`); at most one per model."""
+    (:class:`rope_ext.strategies.position_rule.PositionRule`); at most one per model."""
 
     def __call__(self, params: dict, /) -> PositionRule: ...
 
 
 class TargetFn(Protocol):
     """How a parameter follows from a target length: ``fn(params so far, trained L, target N) -> (value, why)``
-    (:mod:`rope_ext.targets`)."""
+    (:mod:`rope_ext.strategies.targets`)."""
 
     def __call__(self, params: dict, trained: int, target: int, /) -> tuple[Any, str]: ...
 
@@ -163,7 +163,7 @@ class Strategy:
     dynamic: Callable[[dict], bool] = field(default=lambda p: False)
     kind: str = "frequencies"
     # how parameters follow from a target length: {key: fn(params so far, trained L, target N) -> (value, why)},
-    # applied in order to the keys a config leaves unset (rope_ext.targets.for_target)
+    # applied in order to the keys a config leaves unset (rope_ext.strategies.targets.for_target)
     targets: Mapping[str, TargetFn] = field(default_factory=dict)
     # defaults that follow from the trained context (DCA's chunk 3L/4 ...), filled in by resolve so that a run
     # records and labels the values it used: fn(params) -> {key: value}
@@ -188,8 +188,8 @@ def register(
     """Decorator: add ``fn(params, dim, base, seq_len) -> (inv_freq, attention_factor)`` to the registry
     (:class:`FrequencyFn`), or with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors``
     (:class:`QueryScaleFn`), or with ``kind="attention"`` a ``fn(params) -> PositionRule`` (:class:`PositionRuleFn`,
-    :mod:`rope_ext.attention_methods`). ``targets``: how some of its parameters follow from a target length
-    (:mod:`rope_ext.targets`); each must be a declared parameter."""
+    :mod:`rope_ext.strategies.attention_level`). ``targets``: how some of its parameters follow from a target length
+    (:mod:`rope_ext.strategies.targets`); each must be a declared parameter."""
     if kind not in KINDS:
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
     undeclared = sorted(set(targets or {}) - set(params))

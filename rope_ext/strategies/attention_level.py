@@ -1,7 +1,7 @@
 """Attention-level strategies: which relative position each (query, key) pair sees, instead of new frequencies.
 
-A method is a :class:`rope_ext.position_rule.PositionRule`: pieces of the causal (query m, key n) pairs, each
-giving the position its query and its key take there; :mod:`rope_ext.assembled` computes attention exactly from
+A method is a :class:`rope_ext.strategies.position_rule.PositionRule`: pieces of the causal (query m, key n) pairs, each
+giving the position its query and its key take there; :mod:`rope_ext.attention.assembled` computes attention exactly from
 those pieces, block by block.
 
 - ``self_extend``  Self-Extend (Jin et al. 2024, arXiv 2401.01325; datamllab/LongLM): neighbours (m - n < W)

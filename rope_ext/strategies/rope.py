@@ -14,6 +14,13 @@ if TYPE_CHECKING:
 
 
 def default_inv_freq(dim: int, base: float) -> torch.Tensor:
+    """RoPE's inverse frequencies theta_i = b^(-2i/d) for i < d/2 (Su et al. 2021, RoFormer, arXiv 2104.09864), float32
+    exactly as transformers computes them. Args: ``dim`` the rotary dim d (even), ``base`` b. Returns a (d/2,) tensor.
+    Raises nothing of its own.
+
+    >>> default_inv_freq(4, 10000.0).tolist()
+    [1.0, 0.009999999776482582]
+    """
     # theta_i = b^(-2i/d), in float32 exactly as transformers computes it
     import torch
 
@@ -22,6 +29,12 @@ def default_inv_freq(dim: int, base: float) -> torch.Tensor:
 
 
 def wavelengths(inv_freq: torch.Tensor) -> torch.Tensor:
+    """Wavelengths lambda_i = 2 pi / theta_i: the tokens per full rotation of each pair (inf where theta is 0). Args:
+    ``inv_freq`` a tensor of frequencies. Returns a tensor of the same shape. Raises nothing of its own.
+
+    >>> round(float(wavelengths(default_inv_freq(4, 10000.0))[1]), 1)
+    628.3
+    """
     # lambda_i = 2*pi / theta_i: tokens per full rotation of dimension pair i (inf for theta = 0)
     return 2 * math.pi / inv_freq
 

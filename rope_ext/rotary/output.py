@@ -7,7 +7,7 @@ patcher), and the output must (1) differ from the module's output before the pat
 the frequencies or the attention factor, and (2) be the patched frequencies, cos(p * theta_i) * a and
 sin(p * theta_i) * a at each probe position p -- compared layout-agnostically (each position's values sorted, so
 halves-concatenated and interleaved layouts are both read), in the order the module returned them before the patch
-((sin, cos) for GPT-J's table rotary, :mod:`rope_ext.tables`, whose frequencies are read from its table). A module whose forward recomputes its frequencies
+((sin, cos) for GPT-J's table rotary, :mod:`rope_ext.rotary.tables`, whose frequencies are read from its table). A module whose forward recomputes its frequencies
 from the config (PhiMoE calls ``self.rope_init_fn(self.config)`` in every forward) is patched through what it
 reads: :func:`route_init_fn` makes its ``rope_init_fn`` return the patched buffer and, where the output still
 differs because the forward branches on the config's ``rope_type``, :func:`route_config` sets that to ``default``
@@ -20,14 +20,15 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from .registry import ScalingError
-from .slots import held
+from ..strategies.registry import ScalingError
+from .slot import held_frequencies
+from .tables import tolerance
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .slots import RotarySlot
+    from .slot import RotarySlot
 
 _MISSING = object()
 
@@ -132,7 +133,7 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     after = call_rotary(module, slot, positions)
     if after is None or before is None:
         return "not callable alone: checked through the model's forward only (rope_ext.check)"
-    inv_freq, attention = held(module, slot)
+    inv_freq, attention = held_frequencies(module, slot)
     # the order the module returned (cos, sin) in before the patch: (sin, cos) for GPT-J's table rotary
     sin_first = bool(slot.table) and expected_mismatch(before, *own, positions, True) < expected_mismatch(
         before, *own, positions
@@ -156,8 +157,6 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     largest = float(positions.max()) * float(inv_freq.abs().max())
     near = (1e-4 + 4 * largest * 2.0**-24) * max(1.0, abs(attention))
     if slot.table:  # a table holds its values in its dtype: rounded to 2^-8 relative in bfloat16 (model.half() too)
-        from .tables import tolerance
-
         near = max(near, tolerance(getattr(module, slot.table), 0.0, attention))
     if not gap <= near:
         raise SilentPatchError(

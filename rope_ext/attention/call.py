@@ -1,7 +1,7 @@
 """An attention-level method applied to one attention call, recomputing attention as the model's own function would.
 
-The hook (:mod:`rope_ext.attention`) hands over the query and key as the module rotated them. To re-rotate them
-(:mod:`rope_ext.assembled`), the method must know exactly which dims the module's RoPE rotated, in which pairs and
+The hook (:mod:`rope_ext.attention.hook`) hands over the query and key as the module rotated them. To re-rotate them
+(:mod:`rope_ext.attention.assembled`), the method must know exactly which dims the module's RoPE rotated, in which pairs and
 at which frequency -- the layouts differ by family: every dim (Llama), the leading dims (partial rotary: GPT-NeoX,
 Phi-3), a rope sub-dimension after the no-position dims (multi-head latent attention, DeepSeek-V2 arXiv 2405.04434:
 DeepSeek-V3, MiniCPM3, GLM-4-MoE-Lite, ...), interleaved pairs whose cos is laid out as rotate_half's (DeepSeek's
@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .assembled import _causal, assemble
-from .attention import AttentionHookError, _takes_position_embeddings, pair_layout
+from .hook import AttentionHookError, _takes_position_embeddings
+from .capture import pair_layout
 
 if TYPE_CHECKING:
     import torch
 
-    from .attention import AttentionCall
-    from .position_rule import PositionRule
+    from .hook import AttentionCall
+    from ..strategies.position_rule import PositionRule
 
 MASK_CARRIES_WINDOW = ("eager", "sdpa")  # the original functions that take the sliding window from the mask only
 
@@ -90,7 +91,7 @@ def _causal_mask(hidden: torch.Tensor) -> torch.Tensor:
 
     n = hidden.shape[1]
     dtype = hidden.dtype if hidden.is_floating_point() else torch.float32
-    sees = _causal(n, hidden.device)  # rope_ext.assembled's lower triangle
+    sees = _causal(n, hidden.device)  # rope_ext.attention.assembled's lower triangle
     return torch.zeros(1, 1, n, n, dtype=dtype, device=hidden.device).masked_fill(~sees, torch.finfo(dtype).min)
 
 
@@ -231,7 +232,7 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
 def require_hooked(model, label: str) -> None:
     """Raise (one line) when attention-level scaling ``label`` would leave ``model`` unchanged: no attention layer
     calls transformers' AttentionInterface, or none receives the rotation the method re-rotates."""
-    from .attention import probe
+    from .capture import probe
 
     found = probe(model)
     if not found.with_rotation:

@@ -15,10 +15,10 @@ the export use the same value):
   :mod:`rope_ext.patch`), and the line says so;
 - either way, a model whose attention modules build a constant from the rope parameters (DeepSeek's MLA: the
   softmax scale x mscale(factor, mscale_all_dim)^2) gets the one transformers builds for the strategy's parameters,
-  the unscaled one where transformers has no counterpart (:mod:`rope_ext.softmax_scale`; the patch's line says so);
+  the unscaled one where transformers has no counterpart (:mod:`rope_ext.rotary.softmax_scale`; the patch's line says so);
   ``none`` and the strategies that change no frequency keep the model as shipped, that constant included;
 - the trained context is the shipped ``original_max_position_embeddings`` wherever the family keeps it (in the rope
-  parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.slots.trained_context`.
+  parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.rotary.find.trained_context`.
 
 :func:`inherit_shipped` returns the setting and one line saying which of these happened.
 """

@@ -1,8 +1,8 @@
 """Query-scaling strategies: the query at each position multiplied by a factor inside attention.
 
-Their function maps 0-based query positions to factors (the signature :class:`rope_ext.registry.QueryScaleFn`);
+Their function maps 0-based query positions to factors (the signature :class:`rope_ext.strategies.registry.QueryScaleFn`);
 the frequencies stay the model's own (L = the trained context, ``original_max_position``). The patcher applies the factors through rope_ext's attention hook
-(:mod:`rope_ext.attention`); they compose with any frequency strategy through ``compose`` (:mod:`rope_ext.scaling`).
+(:mod:`rope_ext.attention.hook`); they compose with any frequency strategy through ``compose`` (:mod:`rope_ext.strategies.scaling`).
 
 - ``logn``          query scaling beyond L growing with log n (Su 2021, kexue.fm/archives/8823; Qwen logn-attn; Llama-4).
 """

@@ -15,7 +15,7 @@ A patch that changes only the rotary would leave that constant at the shipped va
 patcher, :mod:`rope_ext.patch`, for every strategy that changes the frequencies): the attention modules get what
 transformers would build for the strategy --
 
-- the strategy's own ``rope_parameters`` where transformers has them (:func:`rope_ext.export.hf_config.
+- the strategy's own ``rope_parameters`` where transformers has them (:func:`rope_ext.rotary.native.
   rope_parameters`: YaRN with the ``mscale``/``mscale_all_dim`` it declares or inherits, linear, dynamic NTK, ...),
   so a patched model equals the model natively configured so;
 - the model's **unscaled** RoPE (``rope_type: default`` at its ``rope_theta``) for a strategy transformers has no
@@ -30,7 +30,7 @@ model's own rope parameters and once with the strategy's; a plain float attribut
 build reproduces from the live module and the second changes is set on the live module for the patch and restored
 exactly. Builds are cached per (class, layer, config, parameters), so a sweep pays once per strategy. A module whose
 constructor takes other arguments is not rebuilt (its constants are left as they are). Attention-level methods read
-the softmax scale from the ``scaling`` argument the module passes (:mod:`rope_ext.attention`), so they follow it.
+the softmax scale from the ``scaling`` argument the module passes (:mod:`rope_ext.attention.hook`), so they follow it.
 """
 
 from __future__ import annotations
@@ -43,15 +43,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-    from .scaling import Scaling
+    from ..strategies.scaling import Scaling
 
 
 def target_parameters(model: nn.Module, scaling: Scaling, slots) -> dict | None:
     """The ``rope_parameters`` transformers would build the model's attention from for ``scaling`` (the model's
     unscaled RoPE where transformers has no counterpart); None where it reads none (no ``rope_parameters``)."""
-    from .export.common import Unsupported, geometry
-    from .export.hf_config import transformers_config
-    from .scaling import resolve
+    from ..strategies.scaling import resolve
+    from .native import Unsupported, geometry, transformers_config
 
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     own = getattr(config, "rope_parameters", None)

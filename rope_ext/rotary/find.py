@@ -12,79 +12,23 @@ on a ``meta``-device instance -- shapes only, no weights -- name the same places
 harness finds and selects them once, before anything loads, and hands them to the patcher.
 
 A rotary that holds a sin/cos table instead (GPT-J, CodeGen) is a *table slot*: ``table`` names its buffer, ``rows``
-its length, the base and frequencies are read from the values (:mod:`rope_ext.tables`; on ``meta``, from the values
+its length, the base and frequencies are read from the values (:mod:`rope_ext.rotary.tables`; on ``meta``, from the values
 the model's own initialiser writes into a CPU copy of the module, as loading does).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .registry import ScalingError
-from .tables import find_table_slots
+from ..strategies.registry import ScalingError
+from .output import call_rotary, expected_mismatch
+from .slot import RotaryNotFoundError, RotarySlot, held_frequencies
+from .tables import layout, table_base, table_shaped, tolerance
 
 if TYPE_CHECKING:
     from torch import nn
     import torch
-
-
-class RotaryNotFoundError(ScalingError):
-    """The model has no rotary embedding module rope_ext can patch."""
-
-
-@dataclass(frozen=True)
-class RotarySlot:
-    """One set of rotary frequencies in a model: the module's qualified name, the buffer prefix, rotary dim
-    and base (of the rotating pairs); for a sin/cos table rotary, the table buffer's name and its number of rows; the
-    number of ``still`` pairs the buffer holds at frequency zero after the rotating ones. A slot is a place: two are
-    equal when they name the same buffer, whatever dim, base, rows and still pairs it held when each was found (a
-    table patched to other frequencies is the same slot; its base is NaN where the table is not of RoPE's form; a
-    buffer patched with p-RoPE holds more zeros)."""
-
-    module_name: str
-    prefix: str
-    dim: int = field(compare=False)  # of the rotating pairs: 2 * (pairs held) - 2 * still
-    base: float = field(compare=False)  # what the place held when found (a patched table reads otherwise)
-    table: str = ""
-    rows: int = field(default=0, compare=False)
-    still: int = field(default=0, compare=False)  # pairs held at frequency 0 (proportional RoPE): never rotated
-
-    @property
-    def width(self) -> int:
-        """2 x the pairs the buffer holds: the rotating dim plus 2 x the still pairs (the cos/sin width)."""
-        return self.dim + 2 * self.still
-
-    @property
-    def buffer(self) -> str:
-        """The name of the buffer that holds this slot's frequencies (``<prefix>inv_freq``, or the table)."""
-        return self.table or f"{self.prefix}inv_freq"
-
-    @property
-    def layer_type(self) -> str | None:
-        return self.prefix[:-1] if self.prefix else None
-
-    def module(self, model: nn.Module) -> nn.Module:
-        """The rotary module of ``model`` this slot names."""
-        return model.get_submodule(self.module_name)
-
-    def frequencies(self, model: nn.Module) -> tuple[torch.Tensor, float]:
-        """(the inverse frequencies, the attention factor) ``model`` holds in this slot now."""
-        return held(self.module(model), self)
-
-    def describe(self) -> dict:
-        found = {"module": self.module_name, "layer_type": self.layer_type, "rotary_dim": self.dim, "base": self.base}
-        found.update({"still_pairs": self.still} if self.still else {})
-        return {**found, "table": self.table, "table_rows": self.rows} if self.table else found
-
-
-def held(module: nn.Module, slot: RotarySlot) -> tuple[torch.Tensor, float]:
-    """(the inverse frequencies, the attention factor) ``module`` holds in ``slot`` now (a table's: read from it)."""
-    if slot.table:
-        from .tables import held as table_held
-
-        return table_held(module, slot)
-    return getattr(module, f"{slot.prefix}inv_freq"), float(getattr(module, f"{slot.prefix}attention_scaling"))
 
 
 def _rope_parameters(module: nn.Module, model: nn.Module, layer_type: str | None) -> dict:
@@ -129,7 +73,7 @@ def held_base(inv_freq: torch.Tensor | None, base: float) -> float:
     is the slot's base then, so every strategy starts from the frequencies the model holds, not b^(-2i/d)."""
     import torch
 
-    from .rope import default_inv_freq
+    from ..strategies.rope import default_inv_freq
 
     if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
         return base
@@ -153,7 +97,7 @@ def held_geometry(inv_freq: torch.Tensor | None, base: float, pairs: int | None 
     base, 0)."""
     import torch
 
-    from .rope import default_inv_freq
+    from ..strategies.rope import default_inv_freq
 
     if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
         return 2 * (pairs if pairs is not None else 0 if inv_freq is None else inv_freq.numel()), base, 0
@@ -177,6 +121,53 @@ def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
         )
     dim = 2 * inv_freq.numel()
     return float(inv_freq[1].double() ** (-dim / 2))
+
+
+def as_loaded(model: nn.Module, module: nn.Module, name: str) -> nn.Module | None:
+    """The ``meta``-device ``module`` as loading will give it (:func:`loaded_copy`), or None where
+    ``name`` cannot be a table rotary's: not of a table's shape, in a module with parameters, or a forward on ``meta``
+    at three positions that does not return two tensors of d/2 columns."""
+    import torch
+
+    buffer = getattr(module, name)
+    if not table_shaped(buffer) or next(module.parameters(), None) is not None:
+        return None
+    x = torch.zeros(1, 3, 1, device="meta")
+    try:
+        with torch.no_grad():
+            out = module(x, torch.zeros(1, 3, dtype=torch.int64, device="meta"))
+    except Exception:  # called otherwise: not a rotary this reads
+        return None
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(torch.is_tensor(t) for t in out)):
+        return None
+    if any(t.shape[-1] != buffer.shape[1] // 2 for t in out):
+        return None
+    return loaded_copy(model, module)
+
+
+def find_table_slots(model: nn.Module) -> list[RotarySlot]:
+    """Every table slot of ``model``: a buffer that is a RoPE table and that its module's forward returns at the
+    position ids it is called with (on the ``meta`` device: read from the values loading gives it, :func:`as_loaded`)."""
+    import torch
+
+    slots = []
+    for module_name, module in model.named_modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            source = as_loaded(model, module, name) if buffer.is_meta else module
+            if source is None or layout(buffer := getattr(source, name)) is None:
+                continue
+            base = table_base(buffer)  # NaN: not RoPE's form (a table patched already): found, not scaled again
+            base = math.nan if base is None else base
+            slot = RotarySlot(module_name, "", int(buffer.shape[1]), base, table=name, rows=int(buffer.shape[0]))
+            positions = torch.tensor([[0, 1, buffer.shape[0] - 1]])
+            out = call_rotary(source, slot, positions)
+            theta, a = held_frequencies(source, slot)
+            near = tolerance(buffer, 1e-4, a)  # float32: 1e-4; a half-precision table: its rounding
+            if out is not None and any(
+                expected_mismatch(out, theta, a, positions, sin_first) <= near for sin_first in (0, 1)
+            ):
+                slots.append(slot)
+    return slots
 
 
 def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
@@ -230,7 +221,13 @@ def trained_context(model_or_config) -> int:
     """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
     the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
     config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
-    ``max_position_embeddings`` after extension need the real value passed (transformers #38224)."""
+    ``max_position_embeddings`` after extension need the real value passed (transformers #38224). Returns an int;
+    raises AttributeError where the config has no ``max_position_embeddings``.
+
+    >>> from transformers import LlamaConfig
+    >>> trained_context(LlamaConfig(max_position_embeddings=2048))
+    2048
+    """
     config = getattr(model_or_config, "config", model_or_config)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     params = dict(getattr(config, "rope_parameters", None) or {})

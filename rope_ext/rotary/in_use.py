@@ -1,6 +1,6 @@
 """Whether a model's output depends on the rotary slots a patch scales: no silent patch where no layer uses them.
 
-The patcher proves that each patched rotary module outputs the patched frequencies (:mod:`rope_ext.rotary_output`),
+The patcher proves that each patched rotary module outputs the patched frequencies (:mod:`rope_ext.rotary.output`),
 but a model may not read that output at all: a hybrid whose config has only linear-attention or NoPE layers (a
 Qwen3-Next or Falcon-H1-style model cut to a few layers), a key temperature of zero, a rotary slot of a layer type
 no layer has. Every strategy then changes nothing, and nothing would be said.
@@ -12,7 +12,7 @@ change. Equal logits (bit-identical) mean no layer reads what the patch changed:
 the modules. The patcher runs it for the strategies that act through the rotary (frequency and attention-level
 ones); query scaling acts on the query itself -- in NoPE layers too, as Llama-4's temperature tuning -- and is checked
 by the attention hook's reach (:mod:`rope_ext.check`). A model whose short forward cannot run here (multimodal inputs, the meta device) or a table rotary
-(:mod:`rope_ext.tables`: read by the attention that holds it) is not probed.
+(:mod:`rope_ext.rotary.tables`: read by the attention that holds it) is not probed.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import inspect
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
-from .rotary_output import SilentPatchError
+from .output import SilentPatchError
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from .slots import RotarySlot
+    from .slot import RotarySlot
 
 PROBE_TOKENS = 6
 
