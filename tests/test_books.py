@@ -75,3 +75,17 @@ def test_bad_export_input_is_one_line_and_writes_nothing(tmp_path, novels):
     assert "run `python -m evals.setup.books fetch` first" in result.stderr
     assert [p.name for p in full.iterdir()] == ["mine.txt"] and not (tmp_path / "new").exists()
     assert not any(locked.iterdir())
+
+
+def test_documents_under_data_min_tokens_are_named_in_one_note(tmp_path, compose, capfd):
+    from evals.core.inputs.data import load_documents
+    from evals.core.inputs.loading import bundled_tokenizer
+
+    (tmp_path / "long.txt").write_text("It is a truth universally acknowledged. " * 40)
+    (tmp_path / "short.txt").write_text("A short one.")
+    data = compose(*TINY, "data=text_files", f"data.glob={tmp_path / '*.txt'}", "data.min_tokens=50").data
+    data.cache_dir = str(tmp_path / "cache")
+    documents = load_documents(data, bundled_tokenizer())
+    assert [d.name for d in documents] == ["long"]
+    said = [line for line in capfd.readouterr().err.splitlines() if "data.min_tokens" in line]
+    assert said == ["note: data.min_tokens=50: 1 shorter documents not used: short (4 tokens)"], said
