@@ -135,3 +135,21 @@ def test_the_perplexity_figure_draws_the_unscaled_line_on_top_in_its_own_style()
                 line.get_markerfacecolor(),
             )
     assert main.get_legend().get_zorder() > main.get_lines()[0].get_zorder()  # the legend stays readable
+
+
+def test_the_report_chart_draws_the_unscaled_line_last():
+    """The report's SVG chart paints in document order: the unscaled series comes after the strategies' (on top),
+    in both panels, while the legend keeps the runs' order."""
+    from evals.report.charts import length_chart
+
+    series = [
+        {"label": f"{name} ×2", "strategy": name, "points": [(L, 10.0, None, None) for L in (1024, 2048)]}
+        for name in ("none", "yarn", "linear")
+    ]
+    chart = length_chart("perplexity", series, ylabel="perplexity", log=False, trained=1024, target=2048, limit=1.1)
+    drawn = [chart[i:].split('"', 2)[1] for i in range(len(chart)) if chart.startswith('data-strategy="', i)]
+    assert drawn == ["yarn", "linear", "none", "yarn", "linear", "none"]
+    legend = chart.split('class="legend"')[1].split("<svg")[0]
+    assert [legend.index(f"{name} ×2") for name in ("none", "yarn", "linear")] == sorted(
+        legend.index(f"{name} ×2") for name in ("none", "yarn", "linear")
+    )

@@ -3,7 +3,8 @@
 Conventions: context length on a log2 axis with plain tick labels (``8k``, ``16k``, not ``2^13``); the
 trained context (dashed) and the target length (dotted) marked; one fixed colour per strategy (by its
 registration order, so ``yarn`` has the same colour in every figure of every run and report; variants of
-one strategy, e.g. two factors, differ by line style); 95% intervals as bands; heatmaps with a labelled
+one strategy, e.g. two factors, differ by line style; the unscaled reference on top, dashed, hollow markers); 95%
+intervals as bands; heatmaps with a labelled
 colour bar, the trials behind each cell, and one colour scale across the panels compared; a length figure's legend
 outside the plotted data, to its right. Each function
 returns a figure; the output sink (``Output.figure``) writes it as ``<name>.png`` and ``<name>.svg``.
