@@ -3,7 +3,8 @@
 Conventions: context length on a log2 axis with plain tick labels (``8k``, ``16k``, not ``2^13``); the
 trained context (dashed) and the target length (dotted) marked; one fixed colour per strategy (by its
 registration order, so ``yarn`` has the same colour in every figure of every run and report; variants of
-one strategy, e.g. two factors, differ by line style); 95% intervals as bands; heatmaps with a labelled
+one strategy, e.g. two factors, differ by line style; the unscaled reference on top, dashed, hollow markers); 95%
+intervals as bands; heatmaps with a labelled
 colour bar, the trials behind each cell, and one colour scale across the panels compared; a length figure's legend
 outside the plotted data, to its right. Each function
 returns a figure; the output sink (``Output.figure``) writes it as ``<name>.png`` and ``<name>.svg``.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 STYLES = ("-", "--", ":", "-.")
 # a length figure's legend: right of the plot, never over the lines and bands (loc="best" put it on the bands)
+REFERENCE_Z = 3.5  # the unscaled line: above the other lines and bands (2), the legend stays above it (5)
 OUTSIDE = dict(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
@@ -120,16 +122,12 @@ def length_figure(
         rows = [r for r in curve.rows if r.get(y) is not None]
         x = [r["length"] for r in rows]
         lengths += x
-        ax.plot(
-            x,
-            [r[y] for r in rows],
-            marker="o",
-            markersize=4,
-            linewidth=1.5,
-            color=colour,
-            linestyle=style,
-            label=curve.label,
-        )
+        # the unscaled reference on top of the strategies (drawn first, it vanished under them up to the trained
+        # context, where they agree with it), dashed with hollow markers so the lines beneath show through
+        line = dict(marker="o", markersize=4, linewidth=1.5, color=colour, linestyle=style)
+        if curve.strategy in (None, "none"):
+            line.update(zorder=REFERENCE_Z, linestyle="--" if style == "-" else style, markerfacecolor="white")
+        ax.plot(x, [r[y] for r in rows], label=curve.label, **line)
         if band and any(r.get(band[0]) is not None for r in rows):  # where a row has no interval, a gap
             nan = float("nan")
             ax.fill_between(
@@ -144,15 +142,7 @@ def length_figure(
             pairs = [
                 (r["length"], r[y] / curve.reference[r["length"]]) for r in rows if curve.reference.get(r["length"])
             ]
-            axes[1][0].plot(
-                [p[0] for p in pairs],
-                [p[1] for p in pairs],
-                marker="o",
-                markersize=4,
-                linewidth=1.5,
-                color=colour,
-                linestyle=style,
-            )
+            axes[1][0].plot([p[0] for p in pairs], [p[1] for p in pairs], **line)
     length_axis(ax, lengths, trained, target)
     values = [r[y] for c in curves for r in c.rows if r.get(y)]
     if logy and values and max(values) > 2 * min(values):  # a log axis only where the values span a factor of 2
@@ -249,6 +239,7 @@ def _heatmap_on(
     *,
     vmax: float = 1,
     ylabel: str | None = "needle depth",
+    xlabel: str | None = "context length (* beyond trained)",
     wrap: int = 28,
     fontsize: int = 8,
     cell=lambda value: f"{value:.2f}",
@@ -260,7 +251,8 @@ def _heatmap_on(
     for i, row in enumerate(grid):
         for j, value in enumerate(row):
             ax.text(j, i, cell(value), ha="center", va="center", fontsize=8)
-    ax.set(xlabel="context length (* beyond trained)")
+    if xlabel:
+        ax.set(xlabel=xlabel)
     if ylabel:
         ax.set(ylabel=ylabel)
     ax.set_title(textwrap.fill(title, wrap), fontsize=fontsize)
@@ -278,13 +270,17 @@ def heatmaps(
     plt = pyplot()
 
     width = sum(max(2.6, 1.2 + 0.9 * len(p[2])) for p in panels)
-    height = 1.6 + 0.5 * max(len(p[3]) for p in panels)
-    fig, axes = plt.subplots(1, len(panels), figsize=(width + 1.0, height), squeeze=False)
-    for ax, (title, grid, lengths, depths, trained) in zip(axes[0], panels):
-        image = _heatmap_on(ax, grid, lengths, [f"{d:.2f}" for d in depths], title, trained)
+    height = 2.0 + 0.5 * max(len(p[3]) for p in panels)
+    # constrained layout keeps every label inside the figure and off the neighbouring panel; the axis labels are
+    # said once (a per-panel x label wider than its panel ran into the next one's, a y label into the previous)
+    fig, axes = plt.subplots(1, len(panels), figsize=(width + 1.0, height), squeeze=False, layout="constrained")
+    for k, (ax, (title, grid, lengths, depths, trained)) in enumerate(zip(axes[0], panels)):
+        image = _heatmap_on(ax, grid, lengths, [f"{d:.2f}" for d in depths], title, trained, xlabel=None)
+        if k:
+            ax.set_ylabel("")
     fig.colorbar(image, ax=axes[0].tolist(), fraction=0.046, label=f"{label} (one scale, 0-1)")
-    if trials:
-        fig.suptitle(f"{trials} trial{'s' if trials != 1 else ''} per cell", fontsize=9, y=0.02, va="bottom")
+    said = f"; {trials} trial{'s' if trials != 1 else ''} per cell" if trials else ""
+    fig.supxlabel(f"context length (* beyond trained){said}", fontsize=9)
     return fig
 
 

@@ -215,11 +215,18 @@ def length_chart(
     )
     seen: dict[str, int] = {}
     styles, legend = [], []
-    for k, s in enumerate(series):
+    for s in series:
         n = seen.get(s["strategy"], 0)
         seen[s["strategy"]] = n + 1
-        colour, dash = to_hex(strategy_colour(s["strategy"])), DASHES[STYLES[n % len(STYLES)]]
-        styles.append((colour, dash))
+        styles.append((to_hex(strategy_colour(s["strategy"])), DASHES[STYLES[n % len(STYLES)]]))
+        legend.append(
+            f'<span data-series="{len(legend)}" title="click to hide or show"><i style="background:{styles[-1][0]}">'
+            f"</i>{html.escape(s['label'])}</span>"
+        )
+    # the unscaled reference drawn last, on top: drawn first it vanished under the strategies that equal it
+    order = sorted(range(len(series)), key=lambda k: series[k]["strategy"] == "none")
+    for k in order:
+        s, (colour, dash) = series[k], styles[k]
         pts = sorted((p for p in s["points"] if p[1] is not None), key=lambda p: p[0])
         within = [p for p in pts if p[2] is not None and p[3] is not None]
         if within:  # upper edge left to right, lower edge back: one polygon
@@ -246,10 +253,6 @@ def length_chart(
                 + f" at {p[0]} tokens"
             ),
         )
-        legend.append(
-            f'<span data-series="{k}" title="click to hide or show"><i style="background:{colour}"></i>'
-            f"{html.escape(s['label'])}</span>"
-        )
     parts.append("</g>")
     if any(ratios):
         _panel(
@@ -273,7 +276,8 @@ def length_chart(
                 f'<line class="level" x1="0" x2="{inner_w}" y1="{ry(level):.1f}" y2="{ry(level):.1f}" '
                 f'stroke="{colour}" stroke-dasharray="6,4"><title>{name}</title></line>'
             )
-        for k, (s, rs, (colour, dash)) in enumerate(zip(series, ratios, styles)):
+        for k in order:
+            s, rs, (colour, dash) = series[k], ratios[k], styles[k]
             if rs:
                 _line(
                     parts,

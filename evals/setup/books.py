@@ -5,6 +5,7 @@ read from R's lazy-load database with PyPI ``rdata``. Nothing of the text is kep
 
     python -m evals.setup.books fetch    # what `make setup` runs
     python -m evals.setup.books stats    # each novel's length in characters
+    python -m evals.setup.books export DIR   # the novels as UTF-8 text files, for data=text_files or your own use
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ import zlib
 from pathlib import Path
 
 from ..core.errors import DataError
-from ..core.files import cache_dir
+from ..core.files import cache_dir, unwritable
 
 AUSTEN_PACKAGE = "r-cran-janeaustenr"
+AUSTEN_DATA = "janeaustenr/usr/lib/R/site-library/janeaustenr/data"  # where the package keeps them, under the cache
+FETCH = "python -m evals.setup.books fetch"
+USAGE = "usage: python -m evals.setup.books [fetch|stats|export DIR]"
 
 
 def fetch_austen(root: Path) -> Path:
     """Download and unpack the Debian package once; returns the R data directory."""
-    data_dir = root / "janeaustenr" / "usr/lib/R/site-library/janeaustenr/data"
+    data_dir = root / AUSTEN_DATA
     if (data_dir / "Rdata.rdb").is_file():
         return data_dir
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,18 +72,50 @@ def read_austen(data_dir: Path) -> dict[str, str]:
     return books
 
 
+def export_austen(root: Path, out: Path) -> list[Path]:
+    """Write the fetched novels into ``out`` (new or empty) as UTF-8 files ``<name>.txt``, named as ``data.books``
+    names them, each exactly the text ``data=books`` reads; a DataError, before anything is written, when ``out``
+    cannot take them or the books are not fetched yet (this never downloads)."""
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()):
+        raise DataError(f"{out} is not empty; export into a new or empty directory (nothing is overwritten)")
+    problem = unwritable(out) if not out.exists() or out.is_dir() else f"{out} is a file, not a directory"
+    if problem:
+        raise DataError(f"{out} cannot be written: {problem}; choose another directory")
+    data_dir = root / AUSTEN_DATA
+    if not (data_dir / "Rdata.rdb").is_file():
+        raise DataError(f"the books are not fetched yet (no {data_dir / 'Rdata.rdb'}); run `{FETCH}` first")
+    written = []
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in read_austen(data_dir).items():
+            path = out / f"{name}.txt"
+            path.write_bytes(text.encode("utf-8"))
+            written.append(path)
+    except OSError as err:
+        raise DataError(f"could not write the books into {out}: {err.strerror or err}") from None
+    return written
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else "fetch"
+    if command not in ("fetch", "stats", "export") or max(len(argv), 1) != (2 if command == "export" else 1):
+        print(USAGE, file=sys.stderr)
+        return 2
     root = cache_dir()
-    if command == "fetch":
-        print(f"books: {fetch_austen(root)}")
-        return 0
-    if command == "stats":
-        for name, text in read_austen(fetch_austen(root)).items():
-            print(f"{name}: {len(text):,} characters")
-        return 0
-    print("usage: python -m evals.setup.books [fetch|stats]", file=sys.stderr)
-    return 2
+    try:
+        if command == "fetch":
+            print(f"books: {fetch_austen(root)}")
+        elif command == "stats":
+            for name, text in read_austen(fetch_austen(root)).items():
+                print(f"{name}: {len(text):,} characters")
+        else:
+            for path in export_austen(root, Path(argv[1]).expanduser()):
+                print(f"{path}: {path.stat().st_size:,} bytes (UTF-8)")
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

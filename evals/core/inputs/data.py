@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..files import cache_dir, read_cache, sha256_file, write_cache
+from ..files import cache_dir, note_once, read_cache, sha256_file, write_cache
 from ..config.structured import AUSTEN_BOOKS
 from ..errors import DataError
 from ..progress import progress
@@ -175,10 +175,16 @@ def load_documents(cfg, tokenizer, count: int | None = None, min_tokens: int = 0
     once ``count`` of them have at least ``min_tokens`` tokens (the shorter ones read so far are returned too)."""
     root = cache_dir(cfg.cache_dir)
     texts = load_texts(cfg)
-    documents, enough = [], 0
+    documents, enough, dropped = [], 0, []
     for name, text in progress(texts, "tokenize", "doc", stop=lambda: count is not None and enough >= count):
         document = Document(name, tokenize(tokenizer, name, text, root), text)
         if len(document.ids) >= cfg.min_tokens:
             documents.append(document)
             enough += len(document.ids) >= min_tokens
+        else:
+            dropped.append(f"{name} ({len(document.ids)} tokens)")
+    if dropped:
+        note_once(
+            f"note: data.min_tokens={cfg.min_tokens}: {len(dropped)} shorter documents not used: {', '.join(dropped)}"
+        )
     return documents
