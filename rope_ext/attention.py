@@ -245,13 +245,18 @@ class AttentionHooks:
             self._rotations[id(module)] = rotation
             if self.replacement is not None and self.calibrating is None:  # what rotary_layout calls the module with
                 hidden = args[0] if args else kwargs.get("hidden_states")
-                if hidden is not None and hidden.ndim == 3:
-                    self._inputs[id(module)] = hidden[:1, :4].detach().clone()
-                    if id(module) not in self.layouts:  # kept only until its layout is read (rotary_layout)
-                        bound = signature.bind_partial(None, *args, **kwargs).arguments
-                        self._required[id(module)] = {
-                            name: bound[name] for name in _required_others(signature) if name in bound
-                        }
+                if hidden is not None and hidden.ndim == 3 and id(module) not in self.layouts:
+                    # kept only until its layout is read (rotary_layout): the 4 tokens of largest norm, in order --
+                    # not the first row's first tokens, which in a left-padded batch are padding (zero hidden
+                    # states where the pad embedding is zero: no dim moves, the layer was read as one without RoPE
+                    # and the method silently left out for the rest of the session)
+                    flat = hidden.detach().reshape(-1, hidden.shape[-1])
+                    keep = flat.float().norm(dim=-1).topk(min(4, flat.shape[0])).indices.sort().values
+                    self._inputs[id(module)] = flat[keep][None].clone()
+                    bound = signature.bind_partial(None, *args, **kwargs).arguments
+                    self._required[id(module)] = {
+                        name: bound[name] for name in _required_others(signature) if name in bound
+                    }
 
     # -- calls ---------------------------------------------------------------------------------------------
     def run(

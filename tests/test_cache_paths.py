@@ -9,15 +9,20 @@ patched recompute differs from the unpatched one). A static cache hands attentio
 (unfilled slots masked); a sliding-window static layer (Mistral's, Gemma-3's local layers) rolls its buffer once
 full: the keys' positions are those of the slots, not of a cache that ends at the last query.
 
-The quantized cache's stored keys are lossy (fp8 here; quanto and HQQ are optional backends), so its decode cannot
-equal a recompute: its error under the patch is compared with the unpatched model's under the same cache.
+The quantized cache's stored keys are lossy (fp8; quanto and HQQ are optional backends, skipped where not installed),
+so its decode cannot equal a recompute: its error under the patch is compared with the unpatched model's under the
+same cache. The offloaded caches move layers from CUDA to the CPU (skipped without CUDA): the same layers, the same
+keys.
 """
+
+import importlib
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
+from rope_ext import flex
 
 TRAINED = 64
 PROMPT = 24  # beyond every window below
@@ -40,7 +45,8 @@ FAMILIES = {
     "llama": {},
     "qwen2": {},
     "qwen3": {},
-    "mistral": {"sliding_window": 16},  # every layer sliding: a static buffer of 16 that rolls
+    # every layer sliding: a static buffer of 28 slots, 24 written by the prompt, full at the 4th new token, then rolled
+    "mistral": {"sliding_window": 28},
     # sliding + global layers (layer_types=all below: the method on both, the sliding buffer rolling)
     "gemma3_text": {"sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"]},
     # multi-head latent attention: a rope sub-dimension, a value head of another size
@@ -159,31 +165,55 @@ def test_eager_attention_under_the_static_cache(method):
     assert decode_error("llama", method, "static", "eager") <= 1e-4
 
 
+@pytest.mark.parametrize("family,method", [("llama", "dca"), ("mistral", "self_extend")])
+def test_flex_attention_path_under_the_static_cache(family, method):
+    """rope_ext.flex (FlexAttention, eager on the CPU) takes the same key positions as the blocks."""
+    with flex.backend("flex"):
+        assert decode_error(family, method, "static") <= 1e-4
+
+
 def test_left_padded_batch_under_the_static_cache_decodes_each_row_as_alone():
+    """The first call under the patch a left-padded batch: its first tokens padding (zero hidden states here) are
+    not what the rotary layout is read from (it was: the layers read as without RoPE, the method silently off)."""
     model = build("llama")
     short, long_ = prompt(2)[:, :18], prompt(3)
     batch = torch.cat([torch.cat([torch.zeros(1, PROMPT - 18, dtype=torch.long), short], 1), long_])
     mask = torch.ones_like(batch)
     mask[0, : PROMPT - 18] = 0
+    _, plain = generated(model, batch, "static", attention_mask=mask)
     with rope_ext.patch(model, scaling("self_extend"), original_max_position=TRAINED):
         both, steps = generated(model, batch, "static", attention_mask=mask)
         for row, ids in enumerate((short, long_)):
             alone, alone_steps = generated(model, ids, "dynamic")
             assert torch.equal(both[row, PROMPT:], alone[0, ids.shape[1] :])
             assert float((steps[row] - alone_steps[0]).abs().max()) <= 1e-4
+    assert float((steps[1] - plain[1]).abs().max()) > 1e-3  # the method is on
 
 
-def test_quantized_cache_is_as_close_under_the_patch_as_without_it():
-    """fp8 keys and values (transformers' built-in backend; quanto and HQQ are optional): lossy, so compared with
-    the unpatched model's error under the same cache, not with zero."""
+def backend(name):
+    """pytest.param of a quantized cache's backend, skipped (saying so) where its optional package is not installed."""
+    package = {"quanto": "optimum.quanto", "hqq": "hqq"}.get(name)
+    missing = False
+    if package is not None:
+        try:
+            importlib.import_module(package)
+        except ImportError:
+            missing = True
+    reason = f"the quantized cache's {name} backend needs {package}, not installed here"
+    return pytest.param(name, marks=pytest.mark.skipif(missing, reason=reason))
+
+
+@pytest.mark.parametrize("name", [backend("fp8"), backend("quanto"), backend("hqq")])
+def test_quantized_cache_is_as_close_under_the_patch_as_without_it(name):
+    """Its keys and values are stored lossy (fp8 is transformers' built-in backend), so its decode cannot equal a
+    recompute: its error under the patch is compared with the unpatched model's under the same cache."""
     model = build("llama")
     ids = prompt()
     errors = []
     for patched in (False, True):
         patch = rope_ext.patch(model, scaling("self_extend"), original_max_position=TRAINED) if patched else None
         try:
-            kwargs = dict(cache_config={"backend": "fp8"})
-            sequences, steps = generated(model, ids, "quantized", **kwargs)
+            sequences, steps = generated(model, ids, "quantized", cache_config={"backend": name})
             errors.append(float((steps - recomputed(model, sequences)).abs().max()))
         finally:
             if patch is not None:
