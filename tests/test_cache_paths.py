@@ -190,6 +190,17 @@ def test_left_padded_batch_under_the_static_cache_decodes_each_row_as_alone():
     assert float((steps[1] - plain[1]).abs().max()) > 1e-3  # the method is on
 
 
+@pytest.mark.slow  # transformers compiles its flex_attention: ~30 s on the CPU
+def test_a_mask_that_does_not_say_which_keys_are_written_is_refused_in_one_line():
+    """transformers' flex_attention implementation hands attention a BlockMask: which slots of a static buffer are
+    written cannot be read from it, so the method refuses (it crashed on the mask before)."""
+    model = build("llama", "flex_attention")
+    with rope_ext.patch(model, scaling("dca"), original_max_position=TRAINED):
+        with pytest.raises(rope_ext.AttentionHookError, match="BlockMask.*sdpa or eager") as err:
+            generated(model, prompt(), "static")
+    assert "\n" not in str(err.value)
+
+
 def backend(name):
     """pytest.param of a quantized cache's backend, skipped (saying so) where its optional package is not installed."""
     package = {"quanto": "optimum.quanto", "hqq": "hqq"}.get(name)
