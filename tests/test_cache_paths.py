@@ -7,7 +7,8 @@ whose logits at each generated step must equal the step's (1e-4) and whose greed
 The prompts are longer than each method's window, group or chunk, so the method changes attention (checked: the
 patched recompute differs from the unpatched one). A static cache hands attention its whole preallocated buffer
 (unfilled slots masked); a sliding-window static layer (Mistral's, Gemma-3's local layers) rolls its buffer once
-full: the keys' positions are those of the slots, not of a cache that ends at the last query.
+full: the keys' positions are those of the slots, not of a cache that ends at the last query. Chunked prefill, a
+left-padded batch, eager attention and rope_ext's FlexAttention path are checked under the static cache too.
 
 The quantized cache's stored keys are lossy (fp8; quanto and HQQ are optional backends, skipped where not installed),
 so its decode cannot equal a recompute: its error under the patch is compared with the unpatched model's under the
@@ -116,12 +117,12 @@ def recomputed(model, sequences):
         return model(input_ids=sequences[:, :-1], use_cache=False).logits[:, PROMPT - 1 :]
 
 
-def decode_error(family, method, cache, implementation="sdpa") -> float:
+def decode_error(family, method, cache, implementation="sdpa", **kwargs) -> float:
     """max |logits of generate under ``cache`` - logits of a full recompute| under the patch; the tokens equal."""
     model = build(family, implementation)
     ids = prompt()
     with rope_ext.patch(model, scaling(method), original_max_position=TRAINED):
-        sequences, steps = generated(model, ids, cache)
+        sequences, steps = generated(model, ids, cache, **kwargs)
         full = recomputed(model, sequences)
     error = float((steps - full).abs().max())
     assert error <= 1e-4, f"{family} {method} {cache}: generate's logits {error:.3g} off a full recompute's"
@@ -158,6 +159,14 @@ def test_static_cache_decodes_as_a_full_recompute(family, method):
 )
 def test_each_cache_decodes_as_a_full_recompute(family, method, cache):
     assert decode_error(family, method, cache) <= 1e-4
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("family,method", [("llama", "dca"), ("gemma3_text", "self_extend"), ("mistral", "rerope")])
+def test_chunked_prefill_decodes_as_a_full_recompute(family, method, cache):
+    """The prompt prefilled 10 tokens at a time: a chunk sees the cached keys and its own (Gemma-3's sliding static
+    layer rolls inside the prefill)."""
+    assert decode_error(family, method, cache, prefill_chunk_size=10) <= 1e-4
 
 
 @pytest.mark.parametrize("method", ["self_extend", "lm_infinite"])
