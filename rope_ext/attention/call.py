@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .assembled import _causal, assemble
-from .hook import AttentionHookError, _takes_position_embeddings
+from .hook import AttentionHookError, _takes_position_embeddings, last_query_slot
 from .capture import pair_layout
 
 if TYPE_CHECKING:
@@ -182,8 +182,10 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
 
     k_len = call.key.shape[-2]
     query_positions = call.positions
-    # the cached keys precede the queries: key i is at the last query's position - (k_len - 1 - i)
-    key_positions = query_positions[:, -1:] - (k_len - 1) + torch.arange(k_len, device=query_positions.device)
+    # key i is at the last query's position - (the last query's slot - i): a static cache's buffer runs past the last
+    # query (its unfilled slots, masked, fall after it and are never attended); a dynamic cache ends at it
+    last = last_query_slot(call.query, call.key, call.attention_mask, call.implementation).to(query_positions.device)
+    key_positions = query_positions[:, -1:] - last[:, None] + torch.arange(k_len, device=query_positions.device)
     first, last = int(query_positions.min()), int(query_positions.max())
     if rule.identity_for(first, last, last - int(key_positions.min())):
         return None

@@ -246,13 +246,18 @@ class AttentionHooks:
             self._rotations[id(module)] = rotation
             if self.replacement is not None and self.calibrating is None:  # what rotary_layout calls the module with
                 hidden = args[0] if args else kwargs.get("hidden_states")
-                if hidden is not None and hidden.ndim == 3:
-                    self._inputs[id(module)] = hidden[:1, :4].detach().clone()
-                    if id(module) not in self.layouts:  # kept only until its layout is read (rotary_layout)
-                        bound = signature.bind_partial(None, *args, **kwargs).arguments
-                        self._required[id(module)] = {
-                            name: bound[name] for name in _required_others(signature) if name in bound
-                        }
+                if hidden is not None and hidden.ndim == 3 and id(module) not in self.layouts:
+                    # kept only until its layout is read (rotary_layout): the 4 tokens of largest norm, in order --
+                    # not the first row's first tokens, which in a left-padded batch are padding (zero hidden
+                    # states where the pad embedding is zero: no dim moves, the layer was read as one without RoPE
+                    # and the method silently left out for the rest of the session)
+                    flat = hidden.detach().reshape(-1, hidden.shape[-1])
+                    keep = flat.float().norm(dim=-1).topk(min(4, flat.shape[0])).indices.sort().values
+                    self._inputs[id(module)] = flat[keep][None].clone()
+                    bound = signature.bind_partial(None, *args, **kwargs).arguments
+                    self._required[id(module)] = {
+                        name: bound[name] for name in _required_others(signature) if name in bound
+                    }
 
     # -- calls ---------------------------------------------------------------------------------------------
     def run(
@@ -265,7 +270,7 @@ class AttentionHooks:
             self.calibrating.append((query.detach().clone(), key.detach().clone()))
             shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
             return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
-        positions = _positions(query, key, kwargs.get("position_ids"))
+        positions = _positions(query, key, kwargs.get("position_ids"), attention_mask, implementation)
         rotation = self._rotations.get(id(module))
         if rotation is not None and not isinstance(rotation, (tuple, list)) and rotation.is_complex():
             # one complex tensor, cos + i sin per frequency (Llama-4's and DeepSeek-V2's freqs_cis): one column each
@@ -376,8 +381,15 @@ def _sin_first(rotation: tuple, positions: torch.Tensor, hooks: "AttentionHooks"
     return min(fits)[1] if fits else None
 
 
-def _positions(query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tensor | None) -> torch.Tensor:
-    """(batch, q_len) query positions: the call's position_ids, else the last q_len of the key positions."""
+def _positions(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    position_ids: torch.Tensor | None,
+    mask=None,
+    implementation: str = "eager",
+) -> torch.Tensor:
+    """(batch, q_len) query positions: the call's position_ids, else the key slots of the queries (the q_len slots
+    that end at :func:`last_query_slot`)."""
     import torch
 
     batch, q_len = query.shape[0], query.shape[-2]
@@ -386,8 +398,39 @@ def _positions(query: torch.Tensor, key: torch.Tensor, position_ids: torch.Tenso
             position_ids = position_ids[0]
         if position_ids.shape[-1] == q_len:
             return position_ids.expand(batch, q_len)
-    k_len = key.shape[-2]
-    return torch.arange(k_len - q_len, k_len, device=query.device).expand(batch, q_len)
+    # a mask of another kind (a BlockMask): the keys taken to end at the last query, as observers always took them
+    last = last_query_slot(query, key, mask if isinstance(mask, torch.Tensor) else None, implementation)
+    return (last[:, None] - q_len + 1 + torch.arange(q_len, device=query.device)).expand(batch, q_len)
+
+
+def last_query_slot(query: torch.Tensor, key: torch.Tensor, mask, implementation: str = "eager") -> torch.Tensor:
+    """(batch,) the index among the call's keys of each row's last query (its own key), read as the model's own
+    attention function reads it. A cache need not end at the last query: a static cache (``StaticLayer``, the path
+    of torch.compile and CUDA graphs) hands attention its whole preallocated buffer, the slots not yet written masked,
+    and a sliding-window static layer its window-long buffer until it is full (then rolled: it ends at the last query).
+    So: the last key the last query's mask row lets it see (causal: itself; a padding mask, flash attention's, the
+    last key written); without a mask, sdpa's ``is_causal`` aligns the queries with the first keys (``is_causal``
+    is top-left in torch: a static cache's prefill, whose mask transformers skips), else (decoding one token, a
+    dynamic cache, flash attention's bottom-right alignment) the keys end at the last query."""
+    import torch
+
+    batch, q_len, k_len = query.shape[0], query.shape[-2], key.shape[-2]
+    if mask is None:
+        last = q_len - 1 if implementation == "sdpa" and 1 < q_len < k_len else k_len - 1
+        return torch.full((batch,), last, dtype=torch.long, device=query.device)
+    if not isinstance(mask, torch.Tensor) or mask.ndim not in (2, 4):
+        raise AttentionHookError(
+            f"an attention mask of type {type(mask).__name__}: cannot tell which cached keys the queries see "
+            "(use model.attn_implementation=sdpa or eager)"
+        )
+    row = mask[..., :k_len] if mask.ndim == 2 else mask[:, :, -1, :k_len]  # (batch, k) or (batch, heads, k)
+    sees = row.bool() if row.dtype == torch.bool or mask.ndim == 2 else row > torch.finfo(row.dtype).min / 2
+    if sees.ndim == 3:
+        sees = sees.any(1)
+    index = torch.arange(sees.shape[-1], device=sees.device)
+    last = torch.where(sees, index, -1).amax(-1).to(query.device)
+    # a row that sees no key (a padded query): its keys end at the last query, as before
+    return torch.where(last < 0, k_len - 1, last).expand(batch)
 
 
 def attention_hooks(model: nn.Module) -> AttentionHooks:
