@@ -143,3 +143,38 @@ def test_smollm2_served_with_self_extend_answers_as_the_harness(compose):
             answers[name] = client.complete(url, prompt, new, timeout=300)["choices"][0]["text"]
     assert answers["self_extend"] == text
     assert answers["none"] != text
+
+
+def test_a_self_extend_job_deploys_the_server_command_and_the_answer_names_it(checkpoint, tmp_path):
+    """deploy/ of a Self-Extend job: transformers-serve.sh, whose command the launcher takes as it is (the job's
+    model, scaling, trained context and judged context), README.md saying it is servable there and keeping the
+    other engines' reasons."""
+    import shlex
+
+    from evals.core.run.deploy import write_deploy
+    from evals.serve.__main__ import parse, prepare
+    from rope_ext.export import geometry
+
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    scaling = rope_ext.resolve(STRATEGIES["self_extend"], MICRO_TRAINED)
+    verdict = {"target": 256, "trained": MICRO_TRAINED, "lengths": [{"length": 256, "state": "yes", "reason": "r"}]}
+    results = {"config": {"model": {"name": "mine", "path": str(checkpoint), "dtype": "float32"}}, "verdict": verdict}
+    write_deploy(scaling, geometry(model, scaling), model.config.to_dict(), tmp_path, results)
+    readme = (tmp_path / "deploy" / "README.md").read_text()
+    assert (
+        "- transformers serve: transformers-serve.sh, serves 256 tokens; servable on transformers' server "
+        "(rope_ext's patch in the server process), checked by tests/test_serve.py"
+    ) in readme
+    for engine in ("transformers", "vllm", "sglang", "llama.cpp"):
+        assert f"- {engine}: cannot express it (" in readme
+    assert readme.startswith("verdict at the target 256, 4x the trained 64: yes (r); the commands serve 256 tokens.")
+    script = (tmp_path / "deploy" / "transformers-serve.sh").read_text().splitlines()
+    assert script[0] == "# servable on transformers' server (rope_ext's patch in the server process), " + (
+        "checked by tests/test_serve.py"
+    )
+    line = shlex.split(script[-1])
+    assert line[:3] == ["python", "-m", "evals.serve"]
+    ready = prepare(parse(line[3:]))
+    assert ready["rope"]["route"] == "patch" and ready["rope"]["context"] == 256 and ready["rope"]["trained"] == 64
+    assert rope_ext.resolve(ready["rope"]["scaling"]) == scaling
+    assert ready["options"]["force_model"] == str(checkpoint) and ready["options"]["dtype"] == "float32"

@@ -65,6 +65,8 @@ def prepare(args) -> dict:
     dtype = resolve_dtype(args.dtype, device)
     meta = meta_model(config, args.attn_implementation)
     geo = geometry(config, scaling, rope_ext.find_rotary_slots(meta), trained)
+    if not args.context and not scaling.factor:
+        raise ConfigError(f"--context is needed: {scaling.label} declares no factor to derive the context served from")
     context = args.context or covered(scaling, trained)
     how, keys = route(scaling, geo, config.to_dict(), context)
     rope = {
