@@ -88,14 +88,15 @@ def complete(url: str, prompt: str, max_tokens: int, timeout: float = 300, **ext
     return found
 
 
-def stream(url: str, prompt: str, max_tokens: int, timeout: float = 900) -> tuple[str, float, float, int]:
-    """A greedy streamed ``/v1/completions``: (text, seconds to the first token, seconds from it to the last, text
-    chunks) -- prefill and decode timed apart over HTTP."""
+def stream(url: str, prompt: str, max_tokens: int, timeout: float = 900) -> tuple[str, float, float, dict]:
+    """A greedy streamed ``/v1/completions``: (text, seconds to the first token, seconds from it to the last, the
+    usage: prompt and completion tokens) -- prefill and decode timed apart over HTTP."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    body["stream_options"] = {"include_usage": True}
     request = urllib.request.Request(
         url + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
-    started, first, last, parts = time.perf_counter(), None, None, []
+    started, first, last, parts, usage = time.perf_counter(), None, None, [], {}
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         for raw in answer:
             line = raw.decode().strip()
@@ -104,6 +105,7 @@ def stream(url: str, prompt: str, max_tokens: int, timeout: float = 900) -> tupl
             chunk = json.loads(line[6:])
             if "error" in chunk:
                 raise RuntimeError(f"the stream failed: {chunk['error']}")
+            usage = chunk.get("usage") or usage
             text = "".join(c.get("text") or "" for c in chunk.get("choices") or [])
             if text:
                 now = time.perf_counter()
@@ -112,4 +114,4 @@ def stream(url: str, prompt: str, max_tokens: int, timeout: float = 900) -> tupl
                 parts.append(text)
     if first is None:
         raise RuntimeError("the stream returned no text")
-    return "".join(parts), first - started, last - first, len(parts)
+    return "".join(parts), first - started, last - first, usage
