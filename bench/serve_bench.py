@@ -8,7 +8,8 @@ own answer (PromptScorer.generate under rope_ext.patch, in this process) is prin
     python bench/serve_bench.py --length 16384    # SmolLM2's 2x: minutes per server on a 2-core CPU
 
 Prints one markdown row per server (docs/benchmarks.md's table). Both servers serve ``--context`` tokens (default:
-16384, 2x SmolLM2's trained 8192)."""
+16384, 2x SmolLM2's trained 8192, or the prompt and its answer where longer: the server refuses a prompt that leaves
+no room for the answer)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def harness_answer(cfg, prompt, max_new: int, scaling: dict, trained: int) -> st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--length", type=int, default=2048, help="prompt tokens")
-    parser.add_argument("--context", type=int, default=16384, help="the context both servers serve")
+    parser.add_argument(
+        "--context", type=int, help="the context both servers serve (default: 2x trained, or the prompt and answer)"
+    )
     parser.add_argument("--scaling", default=json.dumps(SELF_EXTEND), help="the strategy served, as JSON")
     parser.add_argument("--trained-context", type=int, default=8192)
     parser.add_argument("--no-harness", action="store_true", help="skip the harness's own answer")
@@ -82,7 +85,8 @@ def main() -> int:
     scaling = json.loads(args.scaling)
     expected = None if args.no_harness else harness_answer(cfg, prompt, max_new, scaling, args.trained_context)
     where = ["--model", str(package_dir(SMOLLM2_PACKAGE)), "--gguf-file", SMOLLM2_GGUF, "--dtype", "float32"]
-    common = ["--trained-context", str(args.trained_context), "--context", str(args.context)]
+    context = args.context or max(2 * args.trained_context, len(prompt.ids) + max_new)  # the server's limit: both
+    common = ["--trained-context", str(args.trained_context), "--context", str(context)]
     print("| length | served | prompt tokens | prefill tok/s | decode tok/s | answer | passkey | = harness |")
     print("|---|---|---|---|---|---|---|---|")
     for served in (scaling, {"name": "none"}):
