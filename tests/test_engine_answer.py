@@ -76,7 +76,12 @@ def test_the_answer_names_the_best_strategy_each_engine_can_serve(sweep):
     answer = (root / "report_answer.txt").read_text().splitlines()
     assert answer[0].startswith(f"at 512 (2x) on tinyllama[random]: {dca} ≈ {self_extend} (tied), then {yarn}; ")
     engines = {line.split(":")[0].strip(): line.strip() for line in answer[1:]}
-    assert set(engines) == {"transformers", "vllm", "sglang", "llama.cpp"}
+    assert set(engines) == {"transformers", "vllm", "sglang", "llama.cpp", "transformers serve"}
+    # transformers' own server serves what was measured: the best, attention-level as it is (evals.serve)
+    assert engines["transformers serve"] == (
+        f"transformers serve: {dca} (the best; servable on transformers' server (rope_ext's patch in the server "
+        f"process), checked by tests/test_serve.py)"
+    )
     # dca and self_extend are attention-level: no config.json or vLLM setting, and dca is vLLM's on Qwen2 only
     assert (
         engines["vllm"].startswith(f"vllm: {yarn}, x1.02")
@@ -88,7 +93,8 @@ def test_the_answer_names_the_best_strategy_each_engine_can_serve(sweep):
     assert engines["llama.cpp"].startswith(f"llama.cpp: {yarn}, x1.02")
     assert f"- vllm: {yarn}" in (root / "report.md").read_text()
     chosen = {r["strategy"]: r["best_for_engines"] for r in csv.DictReader((root / "report_ranking.csv").open())}
-    assert chosen[yarn] == "transformers, vllm, sglang, llama.cpp" and not chosen[self_extend] and not chosen[dca]
+    assert chosen[yarn] == "transformers, vllm, sglang, llama.cpp" and not chosen[self_extend]
+    assert chosen[dca] == "transformers serve"
     ratio = engines["vllm"].split(", ", 1)[1].split(" of ")[0]
     low, high = (float(x) for x in ratio.split("[")[1].rstrip("]").split(", "))
     assert 1 < low < 1.027 < high  # the simultaneous interval of the ranking's own comparison: yarn is worse than dca

@@ -1,5 +1,6 @@
 """An answer per serving engine: of a sweep's recommended strategies (ranking.py), the best one each engine
-(transformers' config.json, vLLM, SGLang, llama.cpp) can serve, and how far it is from the overall best.
+(transformers' config.json, vLLM, SGLang, llama.cpp, and transformers' own server with the strategy in its model
+process, :mod:`evals.serve`, which serves every strategy measured) can serve, and how far it is from the overall best.
 
 Whether an engine serves a strategy is :func:`rope_ext.export.export` itself (its :class:`Unsupported` says why
 not): the scaling and the model's geometry are rebuilt from what the finished job recorded in results.json
@@ -16,6 +17,7 @@ import json
 import rope_ext
 from rope_ext.export import ENGINES, Unsupported, export, geometry
 
+from ...serve import SERVER
 from ..errors import UserError
 
 
@@ -42,8 +44,13 @@ def setup(config: dict):
 
 def refusal(config: dict, engine: str) -> tuple[str | None, str | None]:
     """(why ``engine`` cannot serve the job's scaling (one line), None where it can; the export's "not verified ..."
-    note, None where the tests checked the engine's code path for it)."""
+    note, None where the tests checked the engine's code path for it -- for transformers' server, how it serves the
+    strategy and what checks it)."""
     scaling, geo, model_config = setup(config)
+    if engine == SERVER:  # transformers' own server serves every strategy measured (evals.serve): how, said
+        from ...serve import route, servable
+
+        return None, servable(route(scaling, geo, model_config)[0])
     try:
         found = export(scaling, geo, engine, model_config)
     except Unsupported as err:
@@ -62,7 +69,7 @@ def per_engine(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
     if not recommended or any(r["strategy"] not in configs for r in recommended):
         return []
     found = []
-    for engine in ENGINES:
+    for engine in (*ENGINES, SERVER):
         skipped, chosen, note = [], None, None
         for r in recommended:
             try:

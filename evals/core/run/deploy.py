@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rope_ext.export import CHECKED, ENGINE_TRANSFORMERS, ENGINES, MINIMUM, VERIFIED, Unsupported, export
-from rope_ext.export.common import ENGINE_VERIFIED_NAMES
+from rope_ext.export import CHECKED, ENGINE_TRANSFORMERS, ENGINES, MINIMUM, VERIFIED, Unsupported, covered, export
+from rope_ext.export.common import ENGINE_VERIFIED_NAMES, trained_of
 
+from ...serve import FILE as SERVER_FILE, SERVER, command, route, servable
 from ..files import atomic_write
 
 FILES = {"transformers": "transformers.json", "vllm": "vllm.sh", "sglang": "sglang.sh", "llama.cpp": "llama.cpp.sh"}
@@ -156,5 +157,26 @@ def write_deploy(scaling, geo, model_config: dict, out: Path, results: dict | No
             + (" (the keys to set in config.json)" if engine == "transformers" else serves)
             + f"; {versions(engine, found)}"
         )
+    written.append(write_server(scaling, geo, model_config, context, models, results, deploy, readme))
     atomic_write(deploy / "README.md", "\n".join(readme) + "\n")
     return [*written, deploy / "README.md"]
+
+
+def write_server(scaling, geo, model_config: dict, context, models: dict, results: dict, deploy: Path, readme: list):
+    """deploy/transformers-serve.sh: transformers' own server with the measured strategy in its model process
+    (:mod:`evals.serve`: the exported config.json, or rope_ext's patch where no config expresses it); its line in
+    README.md."""
+    trained = trained_of(scaling, geo)
+    served = context or (covered(scaling, trained) if scaling.factor else None)
+    model_cfg = (results.get("config") or {}).get("model")
+    how, _ = route(scaling, geo, model_config, served)
+    lines = [f"# {servable(how)}"]
+    if not (models.get("hf") or models.get("gguf")) and models.get("why"):
+        lines.append(f"# {models['why']}")
+    if served is None:
+        lines.append("# CONTEXT: the job judged no length; give the context to serve")
+    path = deploy / SERVER_FILE
+    atomic_write(path, "\n".join([*lines, command(scaling, models, trained, served or "CONTEXT", model_cfg)]) + "\n")
+    serves = f", serves {served} tokens" if served else ""
+    readme.append(f"- {SERVER}: {path.name}{serves}; {servable(how)}")
+    return path
