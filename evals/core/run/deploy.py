@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 
 from rope_ext.export import CHECKED, ENGINE_TRANSFORMERS, ENGINES, MINIMUM, VERIFIED, Unsupported, covered, export
-from rope_ext.export.common import ENGINE_VERIFIED_NAMES, trained_of
+from rope_ext.export.common import ENGINE_VERIFIED_NAMES
+from rope_ext.rotary.native import trained_of
 
 from ...serve import FILE as SERVER_FILE, SERVER, command, route, servable
 from ..files import atomic_write
