@@ -13,10 +13,12 @@ def multiple(length: int, trained: int) -> str:
 
 
 def word(verdict) -> str:
-    """A state as printed: ``yes``, ``NO``, ``inconclusive``, ``?`` (a bool or None: yes / NO / ?)."""
+    """A state as printed, in the one vocabulary: ``yes``, ``NO``, ``inconclusive`` (the interval straddles the limit)
+    and ``not judged`` (``?``: nothing could be compared; the reason beside it); a bool or None: yes / NO / not
+    judged."""
     if isinstance(verdict, str):
-        return verdict
-    return {True: "yes", False: "NO", None: "?"}[verdict]
+        return "not judged" if verdict == "?" else verdict
+    return {True: "yes", False: "NO", None: "not judged"}[verdict]
 
 
 RULE = (
@@ -52,7 +54,7 @@ def format_job(title: str, judgement: dict) -> list[str]:
         )
     summary = judgement["summary"]
     if target:
-        state = summary.get("verdict_state", word(summary["verdict"]))
+        state = word(summary.get("verdict_state", summary["verdict"]))
         lines.append(
             f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
             + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})")
