@@ -39,6 +39,8 @@ def format_job(title: str, judgement: dict) -> list[str]:
         lines.append(f"  no answer: {judgement['missing']}")
     for note in (judgement.get("reference") or {}).get("notes", []):
         lines.append(f"  note: {note}")
+    for dropped in judgement.get("dropped") or []:  # what the numbers leave out (evals/core/run/output.py dropped)
+        lines.append(f"  dropped: {dropped}")
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
         looks = [
