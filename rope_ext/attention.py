@@ -179,6 +179,8 @@ class AttentionHooks:
         self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
         self.sin_first: dict[int, bool] = {}  # id(attention module) -> it receives (sin, cos) (GPT-J, CodeGen)
         self.complex_rotation: set[int] = set()  # id(attention module) it receives cos + i sin (Llama-4, DeepSeek-V2)
+        self._calls: dict[int, int] = {}  # id(attention module) -> interface calls in its current forward
+        self.most_calls: dict[int, int] = {}  # id(attention module) -> the most interface calls in one of its forwards
 
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
@@ -233,9 +235,11 @@ class AttentionHooks:
         self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
         self._required = {}
         self.sin_first, self.complex_rotation = {}, set()
+        self._calls, self.most_calls = {}, {}
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
+        self._calls[id(module)] = 0  # a forward of the module starts: its interface calls counted anew
         rotation = kwargs.get("position_embeddings")
         if rotation is None and args:
             rotation = signature.bind_partial(None, *args, **kwargs).arguments.get("position_embeddings")
@@ -264,6 +268,9 @@ class AttentionHooks:
             self.calibrating.append((query.detach().clone(), key.detach().clone()))
             shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
             return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
+        if id(module) in self._calls:  # two calls in one forward (DiffLlama's differential attention): see probe()
+            count = self._calls[id(module)] = self._calls[id(module)] + 1
+            self.most_calls[id(module)] = max(count, self.most_calls.get(id(module), 0))
         positions = _positions(query, key, kwargs.get("position_ids"))
         rotation = self._rotations.get(id(module))
         if rotation is not None and not isinstance(rotation, (tuple, list)) and rotation.is_complex():
@@ -518,6 +525,26 @@ class Probe:
     called: list[str]
     with_rotation: list[str]
     with_position_ids: list[str]
+    repeated: dict = field(default_factory=dict)  # {layer: interface calls in one of its forwards}, those with > 1
+    with_sinks: list = field(default_factory=list)  # layers given attention sinks (s_aux, sinks)
+
+    def attention_refusal(self) -> str | None:
+        """Why an attention-level method (its layout probe, its re-assembled attention) cannot run on this model, in
+        one line that reads after "in model X", or None: what a run checks before it loads weights and ``python -m
+        evals.models`` reports, so that no refusal waits for the first forward."""
+        missing = [name for name in self.called if name not in self.with_rotation]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            return f"{missing[0]}{more} receives no position_embeddings to re-rotate its query and key"
+        if self.repeated:
+            name, count = next(iter(self.repeated.items()))
+            return (
+                f"{name} makes {count} attention calls per forward (differential attention): an attention-level "
+                "method re-assembles one"
+            )
+        if self.with_sinks:
+            return f"{self.with_sinks[0]} is given attention sinks, which attention-level methods do not support"
+        return None
 
 
 def _attention_class(model: nn.Module) -> str:
@@ -530,10 +557,12 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
     raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook."""
     import torch
 
-    called, rotated, positioned = {}, set(), set()
+    called, rotated, positioned, sinks = {}, set(), set(), {}
 
     def observe(call: AttentionCall) -> None:
         called[call.name] = None
+        if any(call.kwargs.get(name) is not None for name in ("s_aux", "sinks")):
+            sinks[call.name] = None
         if call.rotation is not None:
             rotated.add(call.name)
         if "position_ids" in call.kwargs:
@@ -552,9 +581,11 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
         try:
             if dtype != dtypes[0]:
                 model.to(dtype)
-            with hook_attention(model, observe), torch.no_grad():
+            with hook_attention(model, observe) as handle, torch.no_grad():
                 # with a cache (the default): no packed-sequence check, which reads values a meta tensor lacks
                 model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device=device))
+                hooks = handle.hooks
+                repeated = {hooks._names.get(i, "?"): n for i, n in hooks.most_calls.items() if n > 1}
             failure = None
             break
         except AttentionHookError:
@@ -576,4 +607,4 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
             "AttentionInterface, so rope_ext cannot hook where RoPE meets attention; models whose attention does: "
             "Llama/SmolLM2, Qwen2/3, Gemma-3, GPT-NeoX, Mistral, Phi-3"
         )
-    return Probe(layers, list(called), sorted(rotated), sorted(positioned))
+    return Probe(layers, list(called), sorted(rotated), sorted(positioned), repeated, list(sinks))

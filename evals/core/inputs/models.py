@@ -444,12 +444,9 @@ def check_attention_hook(model: ResolvedModel, why: str, rotation: bool = False)
         probed = rope_ext.probe(meta_model(model.config, model.cfg.attn_implementation))
     except rope_ext.AttentionHookError as err:
         raise ModelLoadError(f"{why}, but model '{model.name}' cannot be hooked: {err}") from None
-    missing = sorted(set(probed.called) - set(probed.with_rotation))
-    if rotation and missing:
-        raise ModelLoadError(
-            f"{why}, but in model '{model.name}' {missing[0]} (and {len(missing) - 1} more) receives "
-            "no position_embeddings to re-rotate its query and key"
-        )
+    refusal = probed.attention_refusal() if rotation else None  # the check python -m evals.models reports too
+    if refusal:
+        raise ModelLoadError(f"{why}, but in model '{model.name}' {refusal}")
 
 
 def rotary_slots(model) -> list:

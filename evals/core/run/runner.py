@@ -21,9 +21,11 @@ import sys
 import traceback
 from pathlib import Path
 
+from rope_ext import ScalingError
+
 from ..files import atomic_write
 from ..inputs.context import EvalContext
-from ..errors import ConfigError, EvalDefect, TargetUnreachable, UserError
+from ..errors import ConfigError, EvalDefect, ScalingConfigError, TargetUnreachable, UserError
 from .interrupt import as_interrupt
 from ..job.job import Job
 from ..job.parse import parse_job
@@ -122,6 +124,10 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     except (UserError, EvalDefect) as err:
         error = _error(err, with_traceback=False)
         raise
+    except ScalingError as err:  # rope_ext refusing at the first forward: one line and exit 2, like every refusal
+        refused = ScalingConfigError(str(err).splitlines()[0] if str(err) else type(err).__name__)
+        error = _error(refused, with_traceback=False)
+        raise refused from None
     except Exception as err:
         error = _error(err, with_traceback=True)
         raise
