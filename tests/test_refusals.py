@@ -17,10 +17,11 @@ FREQUENCIES = ["scaling=yarn", "scaling.factor=2"]
 REFUSED = {
     "diffllama": ATTENTION,  # two attention calls per layer
     "recurrent_gemma": ATTENTION,  # no position embeddings given to its attention
-    "gpt_neox_japanese": ATTENTION,  # attention outside transformers' interface
-    "flint": ATTENTION,  # attention sinks (gpt-oss and HY-V4 too, not tiny at these sizes)
-    "granite_swa": ATTENTION,
-    "granitemoe_swa": ATTENTION,
+    # attention outside transformers' interface; eager: their only implementation
+    "gpt_neox_japanese": [*ATTENTION, "model.attn_implementation=eager"],
+    "flint": [*ATTENTION, "model.attn_implementation=eager"],  # attention sinks (gpt-oss, HY-V4: not tiny here)
+    "granite_swa": [*ATTENTION, "model.attn_implementation=eager"],  # its only implementation
+    "granitemoe_swa": [*ATTENTION, "model.attn_implementation=eager"],
     # no rotary module found (docs/models.md's refused rows)
     "zamba": FREQUENCIES,
     "jamba": FREQUENCIES,
@@ -45,6 +46,7 @@ def checkpoints(tmp_path_factory):
             text = tiny.get_text_config()
             # the bundled tokenizer's vocabulary; trained as long as the default preset says (no note on stderr)
             text.vocab_size, text.max_position_embeddings = 49152, 8192
+            text.bos_token_id, text.eos_token_id, text.pad_token_id = 1, 2, 0  # within it
             torch.manual_seed(0)
             path = root / model_type
             AutoModelForCausalLM.from_config(tiny).save_pretrained(path)
@@ -70,6 +72,7 @@ def test_a_refused_family_is_one_line_and_exit_2(tmp_path, run_cli, checkpoints,
     )
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-3000:]
+    print(model_type, lines[0])  # pytest -s: what each family is refused with
 
 
 def test_python_m_evals_models_reports_the_refusal_a_run_would_make(checkpoints):
