@@ -52,13 +52,14 @@ def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
         why = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
         return [f"  {', '.join(query + attention)}: refused: {why}"]
     lines = [f"  {', '.join(query)}: query scaled in the {len(found.called)} attention layers that call the interface"]
-    if found.with_rotation:
+    refusal = found.attention_refusal()  # the check a run makes before it loads the weights
+    if refusal:
+        lines.append(f"  {', '.join(attention)}: refused: {refusal}")
+    else:
         lines.append(
             f"  {', '.join(attention)}: attention re-assembled in {len(found.with_rotation)} of "
             f"{len(found.called)} attention layers (those that receive the rotation)"
         )
-    else:
-        lines.append(f"  {', '.join(attention)}: refused: no attention layer receives position_embeddings to re-rotate")
     return lines
 
 

@@ -125,15 +125,75 @@ def test_a_checkpoint_shipped_with_rope_scaling_says_whether_the_strategy_replac
     ]
 
 
-def test_a_transformers_checkpoint_under_the_default_gguf_preset_says_how_to_load_it(tmp_path, run_cli, tiny_llama):
-    """``python run.py model.path=<a transformers checkpoint>`` (the default preset, SmolLM2's GGUF) said only that the
-    GGUF file was not found in the checkpoint, which the user never named."""
-    checkpoint = _checkpoint(tmp_path, tiny_llama, trained=256)
-    result = run_cli(f"model.path={checkpoint}", "logger=none", f"output_dir={tmp_path / 'run'}")
-    assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [
-        f"error: model.path='{checkpoint}' is a transformers checkpoint (config.json), but model 'smollm2' reads its "
-        "GGUF file 'SmolLM2-135M-Instruct.Q4_1.gguf' from model.path: add model.gguf_file=null to load the checkpoint "
-        "(or model=<its family>: gemma3, llama, llama3, mistral, qwen2, qwen25, smollm2, tinyllama)"
-    ]
-    assert not (tmp_path / "run").exists()  # nothing loaded, nothing written
+def _qwen3(tmp_path, name="my-qwen3"):
+    """A user's own small Qwen3 (512-token context), saved with save_pretrained, the bundled tokenizer beside it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from evals.core.inputs.loading import bundled_tokenizer
+
+    config = AutoConfig.for_model(
+        "qwen3",
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=49152,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(0)
+    checkpoint = tmp_path / name
+    AutoModelForCausalLM.from_config(config).save_pretrained(checkpoint)
+    bundled_tokenizer().save_pretrained(checkpoint)
+    return checkpoint
+
+
+def test_a_local_checkpoint_under_the_default_preset_is_logged_as_itself(tmp_path, compose, caplog):
+    """``model.path=<a 512-token Qwen3>`` under the default preset (SmolLM2's GGUF) needed ``model.gguf_file=null``,
+    and was then logged as SmolLM2: results.json and W&B's config said hub_id HuggingFaceTB/SmolLM2-135M-Instruct,
+    original_max_position 8192, a 30-layer llama of hidden size 576; the log said ``loading smollm2``; the job
+    folders were named ``..._smollm2_...``. It runs with ``model.path=`` alone and is itself everywhere."""
+    import logging
+
+    import run as rope_run
+    from omegaconf import OmegaConf
+
+    checkpoint = _qwen3(tmp_path)
+    overrides = (f"model.path={checkpoint}", "data.books=[persuasion]", "eval.lengths=[64]", "verdict.baseline=false")
+    hydra = compose(*overrides, return_hydra_config=True).hydra
+    assert OmegaConf.select(hydra, "run.dir").endswith("_my-qwen3_none")  # the job folder, as Hydra names it
+    assert "${rope_ext.model_name:${model}}_" in OmegaConf.to_container(hydra.sweep)["subdir"]  # a sweep's, the same
+    cfg = compose(*overrides, "logger=none", "force=true", f"output_dir={tmp_path / 'run'}")
+    with caplog.at_level(logging.INFO, logger="evals.core.inputs.loading"):
+        rope_run.run(cfg)
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    model = results["config"]["model"]  # what W&B's run config is made of (evals/core/run/tracking.py flatten)
+    assert (model["name"], model["family"], model["path"]) == ("my-qwen3", "smollm2", str(checkpoint.resolve()))
+    assert (model["hub_id"], model["gguf_file"], model["gguf_package"]) == (None, None, None)
+    assert model["original_max_position"] == 512 == results["job"]["trained_context"]
+    architecture = model["architecture"]
+    assert (architecture["model_type"], architecture["hidden_size"], architecture["num_hidden_layers"]) == (
+        "qwen3",
+        32,
+        2,
+    )
+    assert results["job"]["name"].startswith("my-qwen3-")  # the W&B run name
+    loading = [r.getMessage() for r in caplog.records if r.getMessage().startswith(("loading", "model "))]
+    assert loading and all("my-qwen3" in line and "smollm2" not in line for line in loading), loading
+
+
+def test_a_gguf_file_or_a_folder_holding_one_is_a_local_checkpoint(tmp_path, compose):
+    """``model.path=<x.gguf>`` (docs/running.md) read the preset's file name inside a path that is a file."""
+    import shutil
+
+    from evals.core.inputs.models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, locate, model_name, package_dir
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    shutil.copy(package_dir(SMOLLM2_PACKAGE) / SMOLLM2_GGUF, folder / "tiny-q4.gguf")
+    for path in (folder / "tiny-q4.gguf", folder):
+        cfg = compose(f"model.path={path}").model
+        source = locate(cfg)
+        assert (source.kind, source.file, model_name(cfg)) == ("gguf", "tiny-q4.gguf", "tiny-q4")

@@ -341,10 +341,9 @@ def test_a_resumed_sweep_counts_each_job_once_resumes_in_place_continues_its_wan
     # the time left: unknown while only a rejected job finished, then from the job that ran (2 s and more)
     progress = [line for line in second.stdout.splitlines() if line.startswith("sweep: job")]
     assert progress[0] == (
-        "sweep: job 1/3 finished (1 reused or not started); the time left is known once a job has run here "
-        "(so far each was finished already)"
+        "sweep: job 1/3 finished (1 unreachable); the time left is known once a job has run here (none has so far)"
     ), progress
-    assert progress[1].startswith("sweep: job 2/3 finished (1 reused or not started); about "), progress
+    assert progress[1].startswith("sweep: job 2/3 finished (1 unreachable); about "), progress
     assert progress[1].endswith(" per job run, 1 still to run)") and progress[2].startswith("sweep: job 3/3 finished")
     import re
 

@@ -118,7 +118,7 @@ def test_a_sweep_ends_in_a_ranked_answer_with_ties_failures_disagreements_and_co
     assert "string fails perplexity, passkey" in group["answer"]
     unmeasured = next(r for r in group["rows"] if r["strategy"] == "ntk_by_parts")
     assert not unmeasured["recommended"] and unmeasured["evals"]["passkey"] == "?"
-    assert "ntk_by_parts not answered on passkey" in group["answer"]
+    assert "ntk_by_parts not judged on passkey" in group["answer"]
     printed = "\n".join(format_group(group))
     assert printed.startswith("answer: at 16384") and "cost: memory x1.00" in printed and "time x" not in printed
     rows = table(group)

@@ -127,7 +127,7 @@ def test_runs_on_other_text_are_never_compared_silently(runs, tmp_path):
     assert "two_books/yarn" in warnings and "eval.documents: 2 vs 1" in warnings
     verdicts = {(r[2], r[3], r[-1]): r for r in table(md, "## Verdict")[2:]}
     (row,) = [r for (e, s, ref), r in verdicts.items() if "not compared" in ref]
-    assert row[3] == "yarn-factor2" and "?" in row and "yes" not in row[6:] and "NO" not in row[6:]
+    assert row[3] == "yarn-factor2" and "not judged" in row and "yes" not in row[6:] and "NO" not in row[6:]
     retained = table(md, "## Short-context retention")
     assert sum(r[2] == "perplexity" and r[3] == "yarn-factor2" for r in retained[2:]) == 1  # the comparable yarn only
     assert "perplexity:eval.documents" in md.split("## Jobs", 1)[1].splitlines()[2]

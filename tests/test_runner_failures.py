@@ -326,3 +326,59 @@ def test_a_sweep_stopped_with_sigterm_keeps_its_finished_jobs_finished_and_reada
     rerun = run_cli(*args, env=env)
     assert rerun.returncode == 0 and rerun.stdout.count("skip: the same job finished") == 1
     assert read(sweep / "2_tinyllama_ntk_x2" / "results.json")["status"] == "done"
+
+
+# --- what is dropped or failed is said where the user looks ----------------------------------------------------
+
+
+def test_a_document_too_short_for_the_lengths_is_said_in_the_terminal_the_verdict_the_report_and_w_b(
+    tmp_path, run_job, capsys
+):
+    """``data=text_files eval.documents=null``: a file too short for the lengths was dropped with only results.json's
+    ``excluded_documents`` naming it (the terminal said ``2/2 document done``)."""
+    from evals.core.decision.verdict_text import format_job
+    from evals.report.write import write_report
+
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    book = (ROOT / "README.md").read_text()
+    (texts / "long.txt").write_text(book)
+    (texts / "short.txt").write_text("A few words only.")
+    _, results = run_job(
+        tmp_path / "run",
+        "data=text_files",
+        f"data.glob={texts / '*.txt'}",
+        "eval.documents=null",
+        "eval.lengths=[128]",
+    )
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.startswith("warning: dropped document short (")]
+    assert len(said) == 1 and "shorter than the 128 tokens" in said[0], err[-2000:]
+    assert (
+        "document short (" in results["summary"]["dropped"]
+    )  # the summary W&B receives (evals/core/run/output.py close)
+    assert results["dropped"][0]["what"].startswith("document short (")
+    printed = format_job("none on tiny", results["verdict"])
+    assert any(line.startswith("  dropped: document short (") for line in printed), printed
+    write_report([tmp_path / "run"])
+    assert "dropped document short (" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_a_failed_job_of_a_sweep_is_counted_as_failed_never_as_reused(tmp_path, run_cli):
+    """A sweep whose job failed ended with ``sweep: job 2/2 finished (1 reused or not started)``."""
+    sweep_dir = tmp_path / "sweep"
+    result = run_cli(
+        "-m",
+        *TINY,
+        "data.books=[persuasion]",
+        "eval.lengths=[64]",
+        "verdict.baseline=false",
+        f"hydra.sweep.dir={sweep_dir}",
+        "resume_from=[]",
+        "scaling=linear",
+        "scaling.factor=0.5,2",
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    progress = [line for line in result.stdout.splitlines() if line.startswith("sweep: job")]
+    assert progress[0].startswith("sweep: job 1/2 finished (1 failed)"), progress
+    assert progress[1].startswith("sweep: job 2/2 finished (1 failed)") and "reused" not in " ".join(progress)

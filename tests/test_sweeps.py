@@ -126,7 +126,7 @@ def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, s
     # the sweep's report is a run of the same group, with the verdict table and the page as an artifact
     summary, run, history, _ = wandb_read(sweep_dir)
     assert run["run_group"] == f"sweep-{tmp_path.name}_sweep" and run["job_type"] == "report"
-    assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "inconclusive", "?")
+    assert summary["summary"]["verdict/perplexity/yarn-factor2"] in ("yes", "NO", "inconclusive", "not judged")
     assert summary["summary"]["answer"].startswith("at 4096 (2x) on tinyllama[random]: ")  # the ranked answer
     assert {k for k in summary["summary"] if k.startswith("rank/")} == {
         "rank/tinyllama[random]@4096/none",

@@ -420,3 +420,29 @@ def test_too_few_units_are_never_decided_and_prompt_level_nll_is_labelled_by_its
     ref = Measurement("passkey_nll", 8192, 2.0, 20, "prompt", units).record()
     check = verdict([own], [ref], nll, target=8192)["lengths"][0]["checks"][0]
     assert check["method"].startswith("Hall-corrected t over paired prompts") and check["n"] == 20
+
+
+def test_a_length_nobody_could_judge_is_inconclusive_never_not_working():
+    """One 256-token block beyond the trained context has no interval: the effective length said ``none (not working
+    at 16384: ... [no interval])`` -- a failure for what is undecided. One vocabulary: yes / NO / inconclusive / not
+    judged, and "not working" for NO only."""
+    from evals.core.decision.verdict_text import format_job
+
+    def block(length, ppl):
+        return Measurement(
+            "ppl", length, ppl, 256, "256-token block", {"doc0/0": (256 * math.log(ppl), 256.0)}
+        ).record()
+
+    scaled = [block(4096, 25.2), block(16384, 26.0)]
+    found = verdict(scaled, [block(4096, 25.0), block(8192, 25.0)])
+    summary = found["summary"]
+    assert summary["verdict_state@4096"] == "inconclusive" and "no interval" in summary["verdict_reason@4096"]
+    assert summary["effective_length"] is None and summary["effective_length_reason"].startswith("inconclusive at 4096")
+    printed = "\n".join(format_job("yarn on tiny", found))
+    assert "not working" not in printed and "effective length: none (inconclusive at 4096" in printed
+    nothing = verdict(scaled, None)  # no reference: not judged, with its reason
+    assert nothing["summary"]["effective_length_reason"].startswith("not judged at 4096: no reference here")
+    rows = format_job("yarn on tiny", nothing)[1:]  # the head asks "keep working?"
+    assert all("not judged" in row and "?" not in row for row in rows if "4096" in row), rows
+    failing = verdict(ppl(PI, seed=1), ppl(NONE))["summary"]
+    assert failing["effective_length_reason"].startswith("not working at 1024")  # NO is still "not working"

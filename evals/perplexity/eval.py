@@ -157,7 +157,14 @@ def evaluate(cfg, ctx) -> dict:
             f"no document has the {minimum} tokens eval.min_document_tokens asks for (longest: "
             f"{longest_doc}); lower it, or 0 to score each document at the lengths it reaches"
         )
-    excluded = [d.name for d in documents if len(d.ids) < minimum]
+    short = [d for d in documents if len(d.ids) < minimum]
+    excluded = [d.name for d in short]
+    if short:  # said where the user looks, not only in results.json's excluded_documents
+        ctx.output.dropped(
+            ", ".join(f"document {d.name} ({len(d.ids)} tokens)" for d in short),
+            f"shorter than the {minimum} tokens eval.min_document_tokens asks for (default: the longest length); "
+            f"eval.min_document_tokens=0 scores a document at the lengths it reaches",
+        )
     documents = eligible[: cfg.documents] if cfg.documents is not None else eligible
     bos = ctx.tokenizer().bos_token_id if cfg.bos_per_window else None
     if cfg.bos_per_window and bos is None:

@@ -35,11 +35,11 @@ class ReportCallback(Callback):
         self._job_since = time.monotonic()
 
     def on_job_end(self, config, job_return, **kwargs) -> None:
-        """Where the sweep is: ``sweep: job 4/6 finished (2 reused or not started); about 12 min left at the rate
+        """Where the sweep is: ``sweep: job 4/6 finished (1 failed, 2 reused); about 12 min left at the rate
         measured so far (6 min per job run, 2 still to run)``.
         The time left comes from the jobs that ran in this sweep, never from those reused (a finished job found
         again takes a second: counted in, a resumed sweep's estimate read seconds for minutes of work)."""
-        from ..core.run.runner import last_job_ran
+        from ..core.run.runner import last_job_outcome, last_job_ran
 
         jobs = getattr(self, "_jobs", None)
         if not jobs:
@@ -48,10 +48,15 @@ class ReportCallback(Callback):
         spent = time.monotonic() - getattr(self, "_job_since", self._since)
         if last_job_ran():
             self._ran, self._ran_s = self._ran + 1, self._ran_s + spent
+        ends = getattr(self, "_ends", {})  # failed / unreachable / reused: each counted as what it is
+        outcome = last_job_outcome()
+        if outcome in ("failed", "unreachable", "reused"):
+            ends[outcome] = ends.get(outcome, 0) + 1
+        self._ends = ends
         ran = self._ran
         left = jobs - self._finished
-        reused = self._finished - ran
-        line = f"sweep: job {self._finished}/{jobs} finished" + (f" ({reused} reused or not started)" if reused else "")
+        said = ", ".join(f"{n} {what}" for what in ("failed", "unreachable", "reused") if (n := ends.get(what)))
+        line = f"sweep: job {self._finished}/{jobs} finished" + (f" ({said})" if said else "")
         if left > 0 and ran:
             per_job = self._ran_s / ran
             line += (
@@ -59,7 +64,7 @@ class ReportCallback(Callback):
                 f"run, {left} still to run)"
             )
         elif left > 0:
-            line += "; the time left is known once a job has run here (so far each was finished already)"
+            line += "; the time left is known once a job has run here (none has so far)"
         print(line, flush=True)
 
     def on_multirun_end(self, config, **kwargs) -> None:

@@ -57,6 +57,11 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
     verdicts, references, warnings = {}, {}, []
     for index, job in enumerate(jobs):
         info, declared = job_info(job), job.get("declared") or {}
+        for dropped in job.get("dropped") or []:  # what a job's numbers leave out (evals/core/run/output.py)
+            warnings.append(
+                f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): dropped {dropped.get('what')}: "
+                f"{dropped.get('why')}"
+            )
         if job["state"] != "done" or not any(d.get("verdict") for d in declared.values()):
             continue
         measured, missing = job.get("measurements") or [], None

@@ -40,7 +40,14 @@ def html_table(rows: list[dict], columns: list[str], cls: str = "") -> str:
 def _cell_class(value) -> str:
     """The CSS class of a verdict cell (yes, no, unknown, inconclusive); none for other values."""
     return (
-        {"yes": "yes", "NO": "no", "?": "unknown", "inconclusive": "inconclusive", "recommended": "yes"}.get(value, "")
+        {
+            "yes": "yes",
+            "NO": "no",
+            "?": "unknown",
+            "not judged": "unknown",
+            "inconclusive": "inconclusive",
+            "recommended": "yes",
+        }.get(value, "")
         if isinstance(value, str)
         else ""
     )

@@ -39,7 +39,7 @@ def warnings_section(warnings: list[str]) -> tuple[list[str], list[str]]:
     """What could not be compared, and why."""
     if not warnings:
         return [], []
-    md = ["", "## Warnings: what could not be compared", "", *[f"- {w}" for w in warnings]]
+    md = ["", "## Warnings: what could not be compared, what was dropped", "", *[f"- {w}" for w in warnings]]
     parts = [
         "<h2>Warnings: what could not be compared</h2><div class=warn><ul>"
         + "".join(f"<li>{html.escape(w)}</li>" for w in warnings)

@@ -128,6 +128,26 @@ class Probe:
     called: list[str]
     with_rotation: list[str]
     with_position_ids: list[str]
+    repeated: dict = field(default_factory=dict)  # {layer: interface calls in one of its forwards}, those with > 1
+    with_sinks: list = field(default_factory=list)  # layers given attention sinks (s_aux, sinks)
+
+    def attention_refusal(self) -> str | None:
+        """Why an attention-level method (its layout probe, its re-assembled attention) cannot run on this model, in
+        one line that reads after "in model X", or None: what a run checks before it loads weights and ``python -m
+        evals.models`` reports, so that no refusal waits for the first forward."""
+        missing = [name for name in self.called if name not in self.with_rotation]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            return f"{missing[0]}{more} receives no position_embeddings to re-rotate its query and key"
+        if self.repeated:
+            name, count = next(iter(self.repeated.items()))
+            return (
+                f"{name} makes {count} attention calls per forward (differential attention): an attention-level "
+                "method re-assembles one"
+            )
+        if self.with_sinks:
+            return f"{self.with_sinks[0]} is given attention sinks, which attention-level methods do not support"
+        return None
 
 
 def _attention_class(model: nn.Module) -> str:
@@ -140,10 +160,12 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
     raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook."""
     import torch
 
-    called, rotated, positioned = {}, set(), set()
+    called, rotated, positioned, sinks = {}, set(), set(), {}
 
     def observe(call: AttentionCall) -> None:
         called[call.name] = None
+        if any(call.kwargs.get(name) is not None for name in ("s_aux", "sinks")):
+            sinks[call.name] = None
         if call.rotation is not None:
             rotated.add(call.name)
         if "position_ids" in call.kwargs:
@@ -162,9 +184,11 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
         try:
             if dtype != dtypes[0]:
                 model.to(dtype)
-            with hook_attention(model, observe), torch.no_grad():
+            with hook_attention(model, observe) as handle, torch.no_grad():
                 # with a cache (the default): no packed-sequence check, which reads values a meta tensor lacks
                 model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device=device))
+                hooks = handle.hooks
+                repeated = {hooks._names.get(i, "?"): n for i, n in hooks.most_calls.items() if n > 1}
             failure = None
             break
         except AttentionHookError:
@@ -186,4 +210,4 @@ def probe(model: nn.Module, tokens: int = 4) -> Probe:
             "AttentionInterface, so rope_ext cannot hook where RoPE meets attention; models whose attention does: "
             "Llama/SmolLM2, Qwen2/3, Gemma-3, GPT-NeoX, Mistral, Phi-3"
         )
-    return Probe(layers, list(called), sorted(rotated), sorted(positioned))
+    return Probe(layers, list(called), sorted(rotated), sorted(positioned), repeated, list(sinks))

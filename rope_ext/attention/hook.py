@@ -180,6 +180,8 @@ class AttentionHooks:
         self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
         self.sin_first: dict[int, bool] = {}  # id(attention module) -> it receives (sin, cos) (GPT-J, CodeGen)
         self.complex_rotation: set[int] = set()  # id(attention module) it receives cos + i sin (Llama-4, DeepSeek-V2)
+        self._calls: dict[int, int] = {}  # id(attention module) -> interface calls in its current forward
+        self.most_calls: dict[int, int] = {}  # id(attention module) -> the most interface calls in one of its forwards
 
     # -- attaching -----------------------------------------------------------------------------------------
     def add(self, fn: Callable, transform: bool = False, replace: bool = False) -> Handle:
@@ -234,9 +236,11 @@ class AttentionHooks:
         self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
         self._required = {}
         self.sin_first, self.complex_rotation = {}, set()
+        self._calls, self.most_calls = {}, {}
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
+        self._calls[id(module)] = 0  # a forward of the module starts: its interface calls counted anew
         rotation = kwargs.get("position_embeddings")
         if rotation is None and args:
             rotation = signature.bind_partial(None, *args, **kwargs).arguments.get("position_embeddings")
@@ -270,6 +274,9 @@ class AttentionHooks:
             self.calibrating.append((query.detach().clone(), key.detach().clone()))
             shape = (query.shape[0], query.shape[2], query.shape[1], value.shape[-1])
             return query, (torch.zeros(shape, dtype=value.dtype, device=value.device), None)
+        if id(module) in self._calls:  # two calls in one forward (DiffLlama's differential attention): see probe()
+            count = self._calls[id(module)] = self._calls[id(module)] + 1
+            self.most_calls[id(module)] = max(count, self.most_calls.get(id(module), 0))
         positions = _positions(query, key, kwargs.get("position_ids"), attention_mask, implementation)
         rotation = self._rotations.get(id(module))
         if rotation is not None and not isinstance(rotation, (tuple, list)) and rotation.is_complex():

@@ -1,5 +1,6 @@
 """The OmegaConf resolvers the configs use, registered on import: ``${rope_ext.factor:...}`` (the ``_x2`` /
-``_to4x`` suffix of run and sweep directory names, conf/hydra/default.yaml) and ``${rope_ext.groups:}`` (the
+``_to4x`` suffix of run and sweep directory names, conf/hydra/default.yaml), ``${rope_ext.model_name:...}`` (the
+model's name there: a local checkpoint's own) and ``${rope_ext.groups:}`` (the
 config groups and their options, as ``--help`` lists them).
 """
 
@@ -21,6 +22,14 @@ def _factor_suffix(name, factor, target=None) -> str:
     return "" if factor in (None, "") else f"_x{float(factor):g}"
 
 
+def _model_name(model) -> str:
+    """The model's name in run and sweep directory names: a local checkpoint's own (``model.path``), not its
+    preset's (:func:`evals.core.inputs.models.model_name`, the one rule)."""
+    from ..inputs.models import model_name
+
+    return model_name(model)
+
+
 def _option_groups() -> str:
     """The config groups a user chooses from, with their options, as ``--help`` lists them (Hydra's own and the
     internal ``schema/`` groups left out); groups on ``hydra.searchpath`` (plugins) included."""
@@ -32,4 +41,5 @@ def _option_groups() -> str:
 
 
 OmegaConf.register_new_resolver("rope_ext.factor", _factor_suffix, replace=True)
+OmegaConf.register_new_resolver("rope_ext.model_name", _model_name, replace=True)
 OmegaConf.register_new_resolver("rope_ext.groups", _option_groups, replace=True)

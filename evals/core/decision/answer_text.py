@@ -4,7 +4,7 @@ the printed block (:func:`format_group`)."""
 
 from __future__ import annotations
 
-from .verdict_text import multiple
+from .verdict_text import multiple, word
 from ...scoring.cost import time_text
 
 
@@ -73,8 +73,8 @@ def answer_line(
         elif r["state"] == "cannot reach":
             parts.append(f"{r['strategy']} cannot reach {target}")
         elif not r["recommended"] and not r.get("tied_with") and not (r["state"] == "yes" and r.get("unjudged")):
-            word = "undecided" if r["state"] == "inconclusive" else "not answered"
-            parts.append(f"{r['strategy']} {word} on {', '.join(r['undecided'])}")
+            said = "inconclusive" if r["state"] == "inconclusive" else "not judged"
+            parts.append(f"{r['strategy']} {said} on {', '.join(r['undecided'])}")
     if pairs:
         parts.append(f"simultaneous 95% (Bonferroni, {pairs} pair{'s' if pairs > 1 else ''})")
     return head + "; ".join(parts)
@@ -97,7 +97,11 @@ def table(group: dict) -> list[dict]:
                 "target": group["target"],
                 "rank": place,
                 "strategy": r["strategy"],
-                "answer": "reference" if r["strategy"] == "none" else "recommended" if r["recommended"] else r["state"],
+                "answer": "reference"
+                if r["strategy"] == "none"
+                else "recommended"
+                if r["recommended"]
+                else word(r["state"]),
                 "tie_group": r["tie_group"],
                 f"{metric}@target": r["value"],
                 "vs_best": versus.get("ratio"),

@@ -57,6 +57,7 @@ from .paired import paired_ratio, same_units, units_of
 from .positions import position_drift
 from .reference import Reference
 from .verdict_text import lever as more_of
+from .verdict_text import word
 
 AT = re.compile(r"^(.+)@(\d+)$")  # <metric>@<length> as a user types it (a search's objective)
 DEFAULTS = {key: getattr(VerdictConfig(), key) for key in ("tolerance", "retained")}  # declared once, in VerdictConfig
@@ -351,8 +352,9 @@ def _effective(rows: list[dict], trained: int) -> tuple[int | None, str | None]:
     best = None
     for row in rows:
         if row["state"] != "yes":
-            if best is None:
-                return None, f"not working at {row['length']}: {row['reason']}"
+            if best is None:  # the one vocabulary (verdict_text.word): "not working" is said for NO only
+                said = "not working" if row["state"] == "NO" else word(row["state"])
+                return None, f"{said} at {row['length']}: {row['reason']}"
             break
         best = row["length"]
     return best, None

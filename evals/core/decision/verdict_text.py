@@ -13,10 +13,12 @@ def multiple(length: int, trained: int) -> str:
 
 
 def word(verdict) -> str:
-    """A state as printed: ``yes``, ``NO``, ``inconclusive``, ``?`` (a bool or None: yes / NO / ?)."""
+    """A state as printed, in the one vocabulary: ``yes``, ``NO``, ``inconclusive`` (the interval straddles the limit)
+    and ``not judged`` (``?``: nothing could be compared; the reason beside it); a bool or None: yes / NO / not
+    judged."""
     if isinstance(verdict, str):
-        return verdict
-    return {True: "yes", False: "NO", None: "?"}[verdict]
+        return "not judged" if verdict == "?" else verdict
+    return {True: "yes", False: "NO", None: "not judged"}[verdict]
 
 
 RULE = (
@@ -37,6 +39,8 @@ def format_job(title: str, judgement: dict) -> list[str]:
         lines.append(f"  no answer: {judgement['missing']}")
     for note in (judgement.get("reference") or {}).get("notes", []):
         lines.append(f"  note: {note}")
+    for dropped in judgement.get("dropped") or []:  # what the numbers leave out (evals/core/run/output.py dropped)
+        lines.append(f"  dropped: {dropped}")
     for row in judgement["lengths"]:
         mark = " <- target" if row["length"] == target else ""
         looks = [
@@ -52,7 +56,7 @@ def format_job(title: str, judgement: dict) -> list[str]:
         )
     summary = judgement["summary"]
     if target:
-        state = summary.get("verdict_state", word(summary["verdict"]))
+        state = word(summary.get("verdict_state", summary["verdict"]))
         lines.append(
             f"  -> at the target {target} ({multiple(target, trained)} the trained {trained}): {state}"
             + ("" if state in ("yes", "NO") else f" ({summary['verdict_reason']})")

@@ -115,7 +115,7 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
         kwargs = {"gguf_file": source.file} if source.kind == "gguf" else {}
         if cfg.device_map:
             kwargs["device_map"] = cfg.device_map
-        log.info("loading %s from %s", cfg.name, source.location)
+        log.info("loading %s from %s", model.name, source.location)
         try:
             with gguf_progress() if source.kind == "gguf" else contextlib.nullcontext():
                 loaded = AutoModelForCausalLM.from_pretrained(
@@ -138,5 +138,5 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     if not cfg.device_map:
         loaded.to(model.device)
     loaded.eval()
-    log.info("model %s: %s; %s on %s", cfg.name, where, model.dtype, model.device)
+    log.info("model %s: %s; %s on %s", model.name, where, model.dtype, model.device)
     return LoadedModel(loaded, tokenizer, model.device, model.dtype, where)

