@@ -45,7 +45,7 @@ SHELL := /bin/bash
 PIP   := $(BIN)/python -m pip install -q --disable-pip-version-check
 QUIET := 2>&1 | { grep -v "^WARNING: Location '.*' is ignored: " || true; }
 
-.PHONY: setup setup-models setup-engines setup-llama-cpp run lint format test test-slow test-all newest lock clean FORCE
+.PHONY: setup setup-models setup-engines setup-llama-cpp run lint format test test-slow test-all ci-half newest lock clean FORCE
 setup: $(STAMP) $(BOOKS)
 setup-models: $(GEMMA3_STAMP) $(QWEN25)
 
@@ -113,6 +113,10 @@ test-slow: setup setup-models setup-engines $(LLAMA_CPP_IF_WHEEL)
 	$(if $(XDIST),OMP_NUM_THREADS=1 )$(PYTEST) -m slow $(XDIST) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-all: test test-slow
+
+# the half of the slow set CI runs on this commit (tests/conftest.py): A when main's commit count is even, else B
+ci-half:
+	@echo $$(( $$(git rev-list --count HEAD) % 2 )) | sed 's/0/A/; s/1/B/'
 
 # The newest releases of every dependency (no lock) in a venv of their own, then the compatibility suite on them -- the
 # RoPE families of transformers, the exports, the engines' own code: a new transformers is noticed here, never
