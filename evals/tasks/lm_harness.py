@@ -28,7 +28,7 @@ from ..core.registry import Metric, register_eval
 from ..lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
 from ..core.stats import wilson_interval
 
-TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
+TASKS_DIR = Path(__file__).parents[1] / "lm_eval_tasks"  # evals/lm_eval_tasks
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
 NETWORK_TASKS = tuple(f"rope_ext_ruler_{task}" for task in RULER_HUB)  # ours, but their documents are downloaded
 
