@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests import test_advice as advice  # noqa: E402
 from tests import test_calibration as sim  # noqa: E402
-from evals.stats import cluster_interval, tang_interval  # noqa: E402
+from evals.core.stats import cluster_interval, tang_interval  # noqa: E402
 
 DOC = ROOT / "docs" / "verdict.md"
 

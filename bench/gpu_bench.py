@@ -8,7 +8,7 @@ Steps (each skipped, and said so, once the deadline has passed):
   log-sum-exp, :mod:`rope_ext.attention.assembled`) against a float64 matmul reference on a 2-layer model of the same
   shape, and the frequency path in bf16 (YaRN patched onto a default-RoPE model against transformers' native
   YaRN, same weights): relative logit differences.
-- ``curve``: the perplexity curve (prefix, one forward + chunked LM head, :func:`evals.scoring.token_nll`) at
+- ``curve``: the perplexity curve (prefix, one forward + chunked LM head, :func:`evals.core.scoring.token_nll`) at
   every length up to the longest, against one bare decoder forward at the longest; and the per-length approach
   of public scripts (one ``model(ids, labels)`` per length) until it runs out of memory.
 - ``frequency``: a frequency strategy (YaRN), a dynamic one (dynamic NTK) and the log-n query hook at one
@@ -61,7 +61,7 @@ class Bench:
 
     def timed(self, work, repeat: int = 1):
         """(median seconds, peak GiB above the start, result) of ``work()``; OOM -> (None, None, 'oom')."""
-        from evals.scoring import is_out_of_memory
+        from evals.core.scoring import is_out_of_memory
 
         times, result = [], None
         cuda = torch.cuda.is_available()
@@ -204,7 +204,7 @@ def kernels(bench: Bench, args) -> None:
 def curve(bench: Bench, args, model, ids, peak) -> None:
     from perplexity_bench import flops
 
-    from evals.scoring import token_nll
+    from evals.core.scoring import token_nll
 
     longest = max(args.lengths)
     x = ids[None, :longest].to(model.device)

@@ -45,7 +45,7 @@ def main() -> None:
     from evals.core.inputs.data import load_documents
     from evals.core.inputs.loading import load_model
     from evals.core.inputs.models import resolve_model
-    from evals.scoring.nll import token_nll
+    from evals.core.scoring.nll import token_nll
     from rope_ext.export import export, geometry
 
     load_evals()

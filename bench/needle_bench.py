@@ -43,7 +43,7 @@ def main() -> int:
     from evals.core.config.store import config_dir, register_configs
     from evals.core.job.parse import parse_job
     from evals.core.run.runner import started
-    from evals.retrieval import evaluate
+    from evals.tasks.retrieval import evaluate
 
     load_evals()
     register_configs()
@@ -104,7 +104,7 @@ def chunk_costs(model, length: int, cached_lengths: list[int], chunks: list[int]
     """Seconds to extend a cached prefix to ``length`` in chunks, against a fresh prefill of the same tail."""
     import torch
 
-    from evals.retrieval import PromptScorer
+    from evals.tasks.retrieval import PromptScorer
 
     def best_of_2(step) -> float:
         times = []

@@ -77,9 +77,9 @@ def run_mode(args) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from evals.perplexity import sliding_nll
-    from evals.scoring.nll import token_nll
-    from evals.scoring.oom import is_out_of_memory
+    from evals.tasks.perplexity import sliding_nll
+    from evals.core.scoring.nll import token_nll
+    from evals.core.scoring.oom import is_out_of_memory
 
     loaded, ids = load(args)
     model, lengths, device = loaded.model, sorted(args.lengths), loaded.device

@@ -108,8 +108,8 @@ def main() -> int:
     from evals.core.config.store import config_dir, register_configs
     from evals.core.job.parse import parse_job
     from evals.core.run.runner import started
-    from evals.retrieval import eval as retrieval_eval
-    from evals.retrieval import evaluate
+    from evals.tasks.retrieval import eval as retrieval_eval
+    from evals.tasks.retrieval import evaluate
     from tests.tiny import TINY
 
     load_evals()

@@ -32,7 +32,7 @@ def passkey(length: int):
     from evals.core.config.store import config_dir, register_configs
     from evals.core.inputs.loading import load_tokenizer
     from evals.core.inputs.models import resolve_model
-    from evals.retrieval.haystack import PromptBuilder, haystack_ids
+    from evals.tasks.retrieval.haystack import PromptBuilder, haystack_ids
 
     load_evals()
     register_configs()
@@ -50,7 +50,7 @@ def harness_answer(cfg, prompt, max_new: int, scaling: dict, trained: int) -> st
 
     from evals.core.inputs.loading import load_model
     from evals.core.inputs.models import resolve_model
-    from evals.retrieval.scorer import PromptScorer
+    from evals.tasks.retrieval.scorer import PromptScorer
 
     loaded = load_model(resolve_model(cfg.model, geometry=False, weights=True))
     scorer = PromptScorer(loaded.model, share=False, max_new_tokens=max_new, eos_id=loaded.tokenizer.eos_token_id)
@@ -70,7 +70,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from evals.core.inputs.models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, package_dir
-    from evals.retrieval.scorer import is_correct
+    from evals.tasks.retrieval.scorer import is_correct
     from evals.serve import client
 
     cfg, tokenizer, prompt, max_new = passkey(args.length)

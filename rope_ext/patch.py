@@ -63,7 +63,22 @@ if TYPE_CHECKING:
 
 
 class RopePatch:
-    """A scaling strategy applied to a model; a context manager that restores the model on exit."""
+    """A scaling strategy applied to a model; a context manager that restores the model on exit. Built by
+    :func:`patch` (same arguments). ``scaling`` is the resolved :class:`Scaling`, ``slots`` the slots it scales,
+    ``shipped`` one line on what the model's shipped scaling did to the request (or None); ``restore()`` puts back
+    every buffer, table, hook and attribute it changed. Raises what :func:`patch` raises.
+
+    >>> from rope_ext import patch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> with patch(model, {"name": "linear", "factor": 2}) as rope:
+    ...     type(rope).__name__, rope.scaling.label, model.model.rotary_emb.inv_freq[0].item()
+    ('RopePatch', 'linear-factor2', 0.5)
+    >>> model.model.rotary_emb.inv_freq[0].item()
+    1.0
+    """
 
     def __init__(
         self,
@@ -345,5 +360,19 @@ def patch(
     ``.restore()``. A resolved :class:`Scaling` is applied as it is; a mapping is resolved here, its trained
     context defaulting to ``original_max_position`` or the config's. ``slots``: the rotary slots to scale,
     found and selected already (e.g. on a ``meta``-device instance, before the model loaded); default: the
-    model's, selected by the scaling's ``layer_types``."""
+    model's, selected by the scaling's ``layer_types``. Returns the :class:`RopePatch`. Raises ScalingError (one
+    line) for a config :func:`resolve` refuses or one the model cannot take, RotaryNotFoundError for a model
+    without RoPE, AttentionHookError where a query or attention-level strategy cannot hook the attention.
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> rope = patch(model, {"name": "linear", "factor": 4})
+    >>> model.model.rotary_emb.inv_freq[0].item()
+    0.25
+    >>> rope.restore()
+    >>> model.model.rotary_emb.inv_freq[0].item()
+    1.0
+    """
     return RopePatch(model, scaling, original_max_position, slots)

@@ -229,7 +229,7 @@ import torch
 import rope_ext
 from evals import Measurement, Metric, register_eval, token_blocks
 from evals.core.config import lengths, option
-from evals.scoring.nll import token_nll
+from evals.core.scoring.nll import token_nll
 
 if os.environ.get("TEST_MEMORY_LIMIT_GIB"):  # a process memory limit, so an allocation fails without harm
     with open("/proc/self/status") as status:

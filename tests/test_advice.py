@@ -1,4 +1,4 @@
-"""The advice of an inconclusive verdict, followed (evals/planning.py, evals/core/decision/verdict.py): seeded
+"""The advice of an inconclusive verdict, followed (evals/core/planning.py, evals/core/decision/verdict.py): seeded
 simulations with known truth in which the units a line names are added from the same truth and the verdict judged
 again -- how often "about k more units would likely decide it" then decides, per scenario (documents alike, unequal or
 freshly drawn weights, skewed documents, two documents, prompts), counting the lines as printed; the rates the lines
@@ -7,8 +7,8 @@ state are these (docs/verdict.md's table, bench/calibration_tables.py)."""
 import numpy as np
 import pytest
 
-from evals.planning import FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, more_units
-from evals.stats import cluster_critical, cluster_interval, document_critical, influence, tang_interval
+from evals.core.planning import FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, more_units
+from evals.core.stats import cluster_critical, cluster_interval, document_critical, influence, tang_interval
 
 
 def test_more_documents_followed_decide_it():
@@ -62,7 +62,7 @@ def test_more_prompts_followed_decide_it():
 def plan(n: int, estimate: float, low: float, high: float, se: float, df, effective, limit: float):
     """(kind, k) of the advice the verdict prints for an inconclusive log-ratio interval (evals/core/decision/verdict.py
     ``_advice``: the side facing the limit, no shorter than t se, in the log)."""
-    from evals.planning import advise
+    from evals.core.planning import advise
 
     half = high - estimate if limit > estimate else estimate - low
     half = max(half, float(cluster_critical(df, n)(n)) * se)
@@ -73,7 +73,7 @@ def plan(n: int, estimate: float, low: float, high: float, se: float, df, effect
 
 
 def followed_documents(rng, weights, sigma: float, reps: int, fresh=None):
-    """{kind: (decided, asked)} of the advice followed, by what the line says (evals/planning.py ``advise``: "promise"
+    """{kind: (decided, asked)} of the advice followed, by what the line says (evals/core/planning.py ``advise``: "promise"
     = "about k more documents would likely decide it", "few" = two documents, k with its measured rate; "plain" =
     more than 20x for a plan that holds, the plan on the current spread followed where it is within 20x; "none":
     no number): documents of ``weights`` (the added ones repeat the pattern; ``fresh(rng, k)``:
@@ -125,7 +125,7 @@ def exponential_weights(rng, k):
 def followed_prompts(rng, n: int, p_ref: float, p_own: float, reps: int):
     """{kind: (decided, asked)} of "about k more prompts" followed (as :func:`followed_documents`): the strategy right
     independently of the reference."""
-    from evals.planning import advise
+    from evals.core.planning import advise
 
     found = {"promise": [0, 0], "few": [0, 0], "plain": [0, 0], "none": [0, 0]}
 
@@ -182,7 +182,7 @@ def rate(decided: int, asked: int) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", list(ADVICE))
 def test_more_units_followed_decide_it_in_every_scenario(scenario):
-    """Followed, each line's number decides as often as the line says (evals/planning.py ``advise``), counted by
+    """Followed, each line's number decides as often as the line says (evals/core/planning.py ``advise``), counted by
     what the user reads: "about k more ... would likely decide it" >= 80% (the point plan of the earlier code:
     29-72% in these scenarios), or the measured floor the line states (FOLLOWED) in the scenarios marked lower;
     two documents' line its rate (FEW_RATE); "cannot decide" lines their range (PLAIN_RATES). 1000 samples a

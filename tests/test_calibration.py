@@ -1,4 +1,4 @@
-"""Calibration of the verdict's intervals (evals/stats.py): seeded simulations with known truth, one per interval the
+"""Calibration of the verdict's intervals (evals/core/stats.py): seeded simulations with known truth, one per interval the
 verdict uses, each measured for coverage (the 95% interval holds the truth) and false yes (the truth sits exactly on
 the limit and the interval excludes it on the passing side; nominal 2.5%). Monte Carlo error at 2000 replications:
 +-0.5 points on a 95% coverage, +-0.35 on a 2.5% rate. The numbers are in docs/verdict.md (``pytest -s`` prints them).
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 
-from evals.stats import (
+from evals.core.stats import (
     MIN_BLOCKS,
     MIN_PROMPTS,
     cluster_interval,

@@ -1,5 +1,5 @@
 """Costs with their noise (issue #55): a strategy's time against the unscaled model's is measured on paired forwards
-(evals/scoring/cost.py) and said with its 95% interval, or not at all; one elapsed time against one is not a ratio.
+(evals/core/scoring/cost.py) and said with its 95% interval, or not at all; one elapsed time against one is not a ratio.
 Checked by simulation with a known truth (timings of a busy machine: lognormal noise per forward, a shared drift),
 and on a real job, which keeps its timed forwards."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from evals.core.decision.ranking import format_group, rank
 from evals.core.decision.verdict import DEFAULTS
 from evals.report.judge import judge_all
-from evals.scoring.cost import time_ratio, time_text
+from evals.core.scoring.cost import time_ratio, time_text
 from tests.test_ranking import ppl_job
 
 

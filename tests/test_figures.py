@@ -10,7 +10,7 @@ import pytest
 
 from evals.core.decision.answer_figures import metric_figure
 from evals.core.plots import Curve, heatmap, matrix_heatmaps, task_heatmap
-from evals.retrieval.eval import report_figures
+from evals.tasks.retrieval.eval import report_figures
 
 
 def _drawn_ticks(axis, coordinate: int) -> list:

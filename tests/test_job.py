@@ -261,7 +261,9 @@ def test_a_name_registered_twice_is_an_error_naming_both_places():
             return None
 
     assert "my_pi" not in rope_ext.STRATEGIES
-    with pytest.raises(ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/retrieval/eval.py:\d+"):
+    with pytest.raises(
+        ValueError, match=r"eval name 'passkey' is registered twice: by .*evals/tasks/retrieval/eval.py:\d+"
+    ):
 
         @register_eval("passkey", config=dict)
         def passkey_again(cfg, ctx):

@@ -15,7 +15,7 @@ import rope_ext
 from evals.core.inputs.data import load_documents
 from evals.core.inputs.loading import load_model
 from evals.core.inputs.models import resolve_model
-from evals.scoring.nll import token_nll
+from evals.core.scoring.nll import token_nll
 from rope_ext.export import VERIFIED, Geometry, Unsupported, export, geometry
 
 # Engine and harness differ by numeric noise (the engine's Q4_1 x q8_1 products and f16 KV cache against fp32): up to

@@ -11,9 +11,9 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from evals.core.inputs.loading import bundled_tokenizer
-from evals.lm_harness import TASKS_DIR, HarnessError, check_tasks
-from evals.perplexity import sliding_nll
-from evals.scoring.nll import token_nll
+from evals.tasks.lm_harness import TASKS_DIR, HarnessError, check_tasks
+from evals.tasks.perplexity import sliding_nll
+from evals.core.scoring.nll import token_nll
 
 
 @pytest.fixture(scope="module")

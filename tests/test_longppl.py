@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import torch
 
-from evals.perplexity import key_tokens
+from evals.tasks.perplexity import key_tokens
 from evals.core.inputs.loading import bundled_tokenizer, random_model
 from evals.core.inputs.models import resolve_model
 from tests.tiny import TINY
@@ -187,7 +187,7 @@ def test_evaluator_given_as_a_model_config_finds_the_same_spans(text_file, tmp_p
     ],
 )
 def test_check_without_a_job(values, message, structured):
-    from evals import perplexity
+    from evals.tasks import perplexity
 
     cfg = structured(
         perplexity.PerplexityConfig, lengths=[128, 300], longppl=True, key_tokens=key_tokens.KeyTokensConfig(**values)

@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 
-from evals import perplexity
+from evals.tasks import perplexity
 from evals.core.config.fields import check_options
 from evals.core.config.lengths import check_lengths, resolve_lengths
 from evals.core.errors import ConfigError
-from evals.perplexity import PerplexityConfig
-from evals.scoring.nll import token_nll
+from evals.tasks.perplexity import PerplexityConfig
+from evals.core.scoring.nll import token_nll
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""evals/projection_bias.py on Qwen2's attention (q/k/v biases, GQA): zeroing a bias moves the captured means by exactly the
+"""evals/core/projection_bias.py on Qwen2's attention (q/k/v biases, GQA): zeroing a bias moves the captured means by exactly the
 bias, centring leaves mean 0 with the variance kept, both are undone exactly; qk_study reports the bias share and
 runs ablated; the ablation is in the job key; on a model without biases it is one line before the model loads."""
 
@@ -9,10 +9,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from evals import projection_bias as bias
+from evals.core import projection_bias as bias
 from evals.core.job.parse import parse_job
-from evals.perplexity import PerplexityError
-from evals.qk_study import QKStudyError
+from evals.tasks.perplexity import PerplexityError
+from evals.tasks.qk_study import QKStudyError
 from tests.tiny import MODELS
 
 

@@ -9,7 +9,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
 from evals.core.job.parse import parse_job
-from evals.qk_study import QKStudyError, claims
+from evals.tasks.qk_study import QKStudyError, claims
 from rope_ext.strategies import analysis
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import rope_ext
-from evals import projection_bias as bias
+from evals.core import projection_bias as bias
 from evals.core.inputs.data import load_documents
 
 pytestmark = pytest.mark.slow

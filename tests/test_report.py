@@ -367,7 +367,7 @@ def test_an_eval_from_outside_gets_its_verdict_retention_and_report_section_with
         "verdict@128",
     }
     assert summary["verdict_state@128"] in ("yes", "NO", "inconclusive"), summary["verdict_reason@128"]
-    # 32 tokens are 4 blocks of one document: fewer than the calibrated minimum (evals/stats.py MIN_BLOCKS)
+    # 32 tokens are 4 blocks of one document: fewer than the calibrated minimum (evals/core/stats.py MIN_BLOCKS)
     assert summary["verdict@32"] is None and "at least 8 are needed" in summary["verdict_reason@32"]
     report = subprocess.run(
         [sys.executable, "-m", "evals.report", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300

@@ -5,14 +5,14 @@ import json
 import pytest
 import torch
 
-from evals import retrieval as needle
+from evals.tasks import retrieval as needle
 from evals.core.config.fields import check_options
 from evals.core.config.lengths import check_lengths
 from evals.core.inputs.data import Document
 from evals.core.errors import ConfigError
 from evals.core.inputs.loading import bundled_tokenizer
-from evals.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
-from evals.retrieval import RetrievalConfig
+from evals.tasks.retrieval.haystack import HaystackError, PromptBuilder, haystack_ids
+from evals.tasks.retrieval import RetrievalConfig
 
 
 @pytest.fixture(scope="module")
@@ -282,7 +282,7 @@ def test_an_interrupted_passkey_run_keeps_its_finished_prompts_and_the_rerun_sco
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_greedy_picks_the_first_maximum_like_torch(dtype):
-    from evals.retrieval.scorer import greedy
+    from evals.tasks.retrieval.scorer import greedy
 
     logits = torch.randn(5, 49152, generator=torch.Generator().manual_seed(0)).to(dtype)
     logits[1, [7, 300]] = 40.0  # a tie: the first one
@@ -296,7 +296,7 @@ def test_greedy_picks_the_first_maximum_like_torch(dtype):
 def test_the_scorer_keeps_the_cache_length_it_tracks(eval_context, retrieval, tokenizer):
     """The scorer counts the cached tokens itself (the cache's own count walks every layer); after every prompt,
     teacher-forced answer and rewind the count is the cache's."""
-    from evals.retrieval.scorer import PromptScorer
+    from evals.tasks.retrieval.scorer import PromptScorer
 
     ctx = eval_context(None, "model.architecture.vocab_size=49152")
     cfg = retrieval(haystack="filler", lengths=[512])

@@ -11,8 +11,8 @@ import pytest
 
 from evals.core.inputs.loading import bundled_tokenizer
 from evals.lm_eval_tasks import rope_ext_ruler_utils as R
-from evals.lm_harness import TASKS_DIR
-from evals.ruler import RulerError, effective_length
+from evals.tasks.lm_harness import TASKS_DIR
+from evals.tasks.ruler import RulerError, effective_length
 from tests.tiny import ROOT, TINY
 
 
@@ -94,7 +94,7 @@ def test_scoring_is_lm_evals(prediction):
 
 
 def test_the_default_task_set_never_depends_on_the_network():
-    from evals.ruler import RulerConfig, selected
+    from evals.tasks.ruler import RulerConfig, selected
 
     assert selected(RulerConfig()) == list(R.SYNTHETIC) and len(R.SYNTHETIC) == 11
     assert selected(RulerConfig(tasks=["vt", "qa_squad", "vt"])) == ["vt", "qa_squad"]

@@ -267,3 +267,27 @@ def test_the_docs_own_checkpoint_dry_run_works_as_written(tmp_path):
     assert "trained context 512 from the checkpoint's own config, not the preset llama's 4096" in result.stderr
     assert "-> at the target 1024 (2x the trained 512): " in result.stdout
     assert (tmp_path / "ckpt" / "tiny" / "tokenizer.json").is_file()
+
+
+def test_every_module_of_evals_tasks_registers_an_eval():
+    """evals/tasks/ holds the evals and nothing else (load_evals imports every module there, listing none): each
+    module, imported alone in a fresh process, adds at least one eval to the registry. A helper module dropped there
+    fails here; it belongs beside its eval (inside that eval's package) or in evals/core/."""
+    import pkgutil
+
+    import evals.tasks
+
+    names = sorted(m.name for m in pkgutil.iter_modules(evals.tasks.__path__))
+    assert names  # the built-in evals are there
+    probe = (
+        "import importlib, sys; from evals.core.registry import EVALS; before = set(EVALS); "
+        "importlib.import_module(sys.argv[1]); print(' '.join(sorted(set(EVALS) - before)))"
+    )
+    added = {}
+    for name in names:
+        result = subprocess.run(
+            [sys.executable, "-c", probe, f"evals.tasks.{name}"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        added[name] = result.stdout.split()
+    assert not [name for name, evals_added in added.items() if not evals_added], added

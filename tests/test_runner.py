@@ -126,7 +126,7 @@ def test_every_input_that_changes_a_number_changes_the_key(tmp_path, models, com
 def test_the_code_in_the_key_covers_the_lm_eval_task_files():
     """Our lm-eval tasks are code: their YAMLs, ``*_yaml`` templates and functions change numbers too."""
     from evals.core.job.identity import code_files
-    from evals.lm_harness import TASKS_DIR
+    from evals.tasks.lm_harness import TASKS_DIR
 
     files = set(code_files())
     for name in (
@@ -240,7 +240,7 @@ def test_bad_files_and_models_are_one_line_and_exit_2_from_the_cli(tmp_path, mod
 
 
 def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context, structured):
-    from evals import perplexity
+    from evals.tasks import perplexity
 
     ctx = eval_context()
     cfg = structured(perplexity.PerplexityConfig, lengths=[64, 128], protocol="sliding", stride=32, max_tokens=300)

@@ -78,7 +78,7 @@ def test_default_run_shows_failure_past_8k_and_yarn_fixes_it(tmp_path, compose):
     assert 10 < none["ppl@8192"] < 60
     assert none["ppl@16384"] > 1.5 * none["ppl@8192"]
     assert none["effective_length"] == 8192 and none["target_length"] == 16384
-    # the one-document interval at 2x takes its long-run variance from the blocks both lengths share (evals/stats.py):
+    # the one-document interval at 2x takes its long-run variance from the blocks both lengths share (evals/core/stats.py):
     # the unscaled model's doubling is NO on one document (x2.06 [1.53, 2.78] on Emma), not inconclusive
     assert none["verdict_state"] == "NO", none["verdict_reason"]
     verdict = json.loads((tmp_path / "none" / "results.json").read_text())["verdict"]

@@ -1,4 +1,4 @@
-"""Honest intervals (evals/stats.py): the t interval and Wilson's interval against scipy, and the interval each
+"""Honest intervals (evals/core/stats.py): the t interval and Wilson's interval against scipy, and the interval each
 perplexity row gets (a block bootstrap for one document, t for several)."""
 
 import json
@@ -8,9 +8,9 @@ import pytest
 import torch
 from scipy import stats
 
-from evals import perplexity
+from evals.tasks import perplexity
 from evals.core.inputs.data import Document
-from evals.stats import block_bootstrap, t_interval
+from evals.core.stats import block_bootstrap, t_interval
 
 
 @pytest.mark.parametrize("n", [2, 5])
@@ -51,7 +51,7 @@ def test_one_document_gets_a_block_bootstrap_interval_and_two_a_t_interval(eval_
 
 @pytest.mark.parametrize("k,n", [(0, 3), (2, 3), (3, 3), (7, 20)])
 def test_wilson_interval_matches_scipy(k, n):
-    from evals.stats import wilson_interval
+    from evals.core.stats import wilson_interval
 
     expected = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
     assert wilson_interval(k, n) == pytest.approx((expected.low, expected.high), abs=1e-12)

@@ -178,9 +178,9 @@ def test_no_engine_config_is_exported_for_pairs_held_still_or_a_sin_cos_table(mo
 
 
 def test_the_qk_study_compares_the_rotating_pairs_and_keeps_the_still_ones_still(models):
-    """The q/k study's own and strategy frequencies (evals/qk_study/measure.py) are the patcher's: the strategy on
+    """The q/k study's own and strategy frequencies (evals/tasks/qk_study/measure.py) are the patcher's: the strategy on
     the rotating pairs, the pairs held at 0 still -- never rebuilt over the whole head from the rotating base."""
-    from evals.qk_study.measure import _changed, slot_frequencies
+    from evals.tasks.qk_study.measure import _changed, slot_frequencies
 
     (slot,) = rope_ext.find_rotary_slots(model_of(models, "llama"))
     own, _ = slot_frequencies(slot, slot.width)

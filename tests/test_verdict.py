@@ -88,7 +88,7 @@ def test_identical_runs_give_a_ratio_of_exactly_one_and_yes():
     thirty = verdict([acc(4096, [1] * 30)], [acc(4096, [1] * 30)], ACC, target=4096)["summary"]
     assert thirty["needle_acc_ratio@4096"] == 1.0 and thirty["verdict_state@4096"] == "yes"
     # 20/20 against 20/20 cannot yet tell "keeps all" from "keeps 85%" (Tang's interval: 24 prompts are needed); a
-    # plan that holds in the suite (evals/planning.py) asks for more than 20x: said plainly, with the current plan
+    # plan that holds in the suite (evals/core/planning.py) asks for more than 20x: said plainly, with the current plan
     twenty = verdict([acc(4096, [1] * 20)], [acc(4096, [1] * 20)], ACC, target=4096)["summary"]
     assert (
         twenty["verdict_state@4096"] == "inconclusive" and "20 prompts cannot decide" in twenty["verdict_reason@4096"]

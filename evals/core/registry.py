@@ -36,7 +36,7 @@ class Metric:
     which must match the reference's for a comparison; ``interval``: whether ``<name>_ci95_low@L`` and
     ``<name>_ci95_high@L`` are reported; ``label``: how tables and figures name it; ``log``: drawn on a log
     axis; ``bounds``: the range its values live in (accuracies 0-1, RULER scores 0-100), the axis range and, for a
-    higher-is-better metric, what makes its paired comparison a proportion's (evals/stats.py); ``nll``: its units
+    higher-is-better metric, what makes its paired comparison a proportion's (evals/core/stats.py); ``nll``: its units
     are NLL sums, so two runs compare as exp of their paired mean difference (a perplexity ratio); ``unit``: what
     its values average over (``token block``, ``prompt``, ``sample``: evals/core/measure.py)."""
 

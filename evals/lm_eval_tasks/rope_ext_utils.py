@@ -1,7 +1,7 @@
 """Data and scoring for rope_ext's lm-eval tasks (used through ``!function`` from the YAMLs here).
 
 The tasks build their data offline: passkey and needle prompts with rope_ext's prompt builder
-(evals/retrieval/haystack.py) and the wording of ``conf/eval/{passkey,needle}.yaml``, sized by the tokenizer
+(evals/tasks/retrieval/haystack.py) and the wording of ``conf/eval/{passkey,needle}.yaml``, sized by the tokenizer
 named in the metadata (``tokenizer``, else the model's ``pretrained``, else the bundled SmolLM2
 tokenizer); the books task reads the Austen novels fetched at set-up. Lengths come from
 ``metadata.max_seq_lengths`` (lm-eval/RULER style).
@@ -27,8 +27,8 @@ def _tokenizer(name: str | None, gguf_file: str | None):
 def _retrieval_docs(task: str, overrides: dict, **metadata) -> dict:
     from evals.core.config.structured import DataConfig
     from evals.core.inputs.data import load_documents
-    from evals.retrieval.haystack import PromptBuilder, haystack_ids
-    from evals.retrieval import RetrievalConfig
+    from evals.tasks.retrieval.haystack import PromptBuilder, haystack_ids
+    from evals.tasks.retrieval import RetrievalConfig
 
     tokenizer = _tokenizer(metadata.get("tokenizer") or metadata.get("pretrained"), metadata.get("gguf_file"))
     lengths = [int(L) for L in metadata.get("max_seq_lengths", [1024, 4096])]

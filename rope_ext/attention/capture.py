@@ -81,7 +81,23 @@ def rotate(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, pai
 
 def capture(model: nn.Module, on_layer: Callable[[CapturedLayer], None]) -> Handle:
     """Observe every attention layer: ``on_layer`` gets its query and key with the rotation undone, the pair
-    layout and the frequencies applied. Run one forward without a KV cache (queries and keys aligned)."""
+    layout and the frequencies applied. Run one forward without a KV cache (queries and keys aligned). Args:
+    ``model`` a transformers model, ``on_layer`` a function of a ``CapturedLayer`` (layer, name, query and key
+    (batch, heads, n, head_dim) float32 unrotated, pairs, inv_freq, attention_factor, slot, positions, scaling).
+    Returns a handle (``remove()``, or a ``with`` block). Raises AttentionHookError (one line) during the forward
+    when a layer receives no rotation, has a KV cache, or no rotary slot reproduces its cos.
+
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> layers = []
+    >>> with capture(model, layers.append):
+    ...     _ = model(torch.zeros(1, 3, dtype=torch.long))
+    >>> layers[0].layer, tuple(layers[0].query.shape), tuple(layers[0].inv_freq.shape)
+    (0, (1, 2, 3, 16), (8,))
+    """
 
     def observe(call: AttentionCall) -> None:
         if call.rotation is None:
@@ -157,7 +173,18 @@ def _attention_class(model: nn.Module) -> str:
 
 def probe(model: nn.Module, tokens: int = 4) -> Probe:
     """A ``tokens``-long forward of ``model`` (a ``meta``-device instance is enough) with an observer attached;
-    raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook."""
+    raises AttentionHookError (one line, naming the classes) when no attention layer calls the hook. Args:
+    ``model``, ``tokens`` the forward's length. Returns a ``Probe``: ``layers`` (the config's layer count),
+    ``called``, ``with_rotation``, ``with_position_ids`` (the attention modules' names).
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> seen = probe(model)
+    >>> seen.layers, seen.called, seen.with_rotation
+    (1, ['model.layers.0.self_attn'], ['model.layers.0.self_attn'])
+    """
     import torch
 
     called, rotated, positioned, sinks = {}, set(), set(), {}

@@ -41,7 +41,22 @@ WRAPPER_PREFIX = "rope_ext_"
 
 
 class AttentionHookError(ScalingError):
-    """The model's attention cannot be hooked (it does not call transformers' AttentionInterface)."""
+    """The model's attention cannot be hooked (it does not call transformers' AttentionInterface), or a hook cannot
+    do what it was asked on a call. Args: the one-line message. A :class:`ScalingError`.
+
+    >>> import torch
+    >>> from rope_ext import capture
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> cache = model(torch.zeros(1, 3, dtype=torch.long), use_cache=True).cache
+    >>> with capture(model, print):
+    ...     _ = model(torch.zeros(1, 1, dtype=torch.long), cache=cache)
+    Traceback (most recent call last):
+    ...
+    rope_ext.attention.hook.AttentionHookError: capture needs one forward without a KV cache (query and key lengths differ)
+    """
 
 
 def text_config(model: nn.Module):
@@ -51,7 +66,22 @@ def text_config(model: nn.Module):
 
 @dataclass
 class AttentionCall:
-    """One call of a hooked attention function."""
+    """One call of a hooked attention function, what :func:`hook_attention`'s function gets: the module, its name
+    and layer, the query, key and value as the function received them, the mask, the query positions, the call's
+    keyword arguments and the (cos, sin) the module received. Built by the hook, not by hand; raises nothing.
+
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> calls = []
+    >>> with hook_attention(model, calls.append):
+    ...     _ = model(torch.zeros(1, 3, dtype=torch.long))
+    >>> call = calls[0]
+    >>> call.name, call.layer, tuple(call.query.shape), call.positions.tolist()
+    ('model.layers.0.self_attn', 0, (1, 2, 3, 16), [[0, 1, 2]])
+    """
 
     module: nn.Module  # the attention module
     name: str  # its qualified name in the model
@@ -454,5 +484,19 @@ def hook_attention(
     """Call ``fn(call)`` at every attention call of ``model``: an observer (``transform=False``), run first
     on the query and key as RoPE left them, a query transform returning the query to use (or None), or with
     ``replace=True`` the one replacement, run last, returning the attention function's output
-    ``(attn_output (batch, q_len, heads, head_dim), None)`` or None to call the original function."""
+    ``(attn_output (batch, q_len, heads, head_dim), None)`` or None to call the original function. Args: ``model``
+    a transformers model, ``fn`` a function of an :class:`AttentionCall`. Returns a handle: ``remove()`` (or the end
+    of a ``with`` block) detaches ``fn``. Raises AttentionHookError when the model's attention takes no hook.
+
+    >>> import torch
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> seen = []
+    >>> with hook_attention(model, lambda call: seen.append(call.name)):
+    ...     _ = model(torch.zeros(1, 3, dtype=torch.long))
+    >>> seen
+    ['model.layers.0.self_attn']
+    """
     return attention_hooks(model).add(fn, transform, replace)

@@ -172,7 +172,16 @@ def find_table_slots(model: nn.Module) -> list[RotarySlot]:
 
 def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
     """Every rotary slot of ``model``; raises RotaryNotFoundError naming the class when there is none. Works on
-    a model built on the ``meta`` device too: that is how the geometry a model will have is read before it loads."""
+    a model built on the ``meta`` device too: that is how the geometry a model will have is read before it loads.
+    Args: ``model`` a transformers model. Returns a list of :class:`RotarySlot`, one per frequency buffer or table.
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> [(s.module_name, s.dim, s.base) for s in find_rotary_slots(model)]
+    [('model.rotary_emb', 16, 10000.0)]
+    """
     slots, loaded = [], {}
     for module_name, module in model.named_modules():
         for buffer_name, buffer in module.named_buffers(recurse=False):
@@ -201,7 +210,22 @@ def find_rotary_slots(model: nn.Module) -> list[RotarySlot]:
 
 def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
     """Slots to scale: all, or the named layer types; ``auto`` skips sliding-window layer types (their
-    window is shorter than the trained context, so they never see a position beyond it)."""
+    window is shorter than the trained context, so they never see a position beyond it). Args: ``slots`` from
+    :func:`find_rotary_slots`, ``layer_types`` None, ``auto``, ``all``, a name or a list of names. Returns a list
+    (every slot where ``auto`` would leave none). Raises ScalingError (one line) for a layer type the model lacks.
+
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> slots = find_rotary_slots(model)
+    >>> select_slots(slots, "auto") == slots
+    True
+    >>> select_slots(slots, ["sliding_attention"])
+    Traceback (most recent call last):
+    ...
+    rope_ext.strategies.registry.ScalingError: layer_types ['sliding_attention'] not in this model; ...
+    """
     types = sorted({s.layer_type for s in slots if s.layer_type is not None})
     if layer_types in (None, "auto"):
         chosen = [s for s in slots if not (s.layer_type and "sliding" in s.layer_type)]

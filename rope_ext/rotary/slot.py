@@ -25,7 +25,16 @@ if TYPE_CHECKING:
 
 
 class RotaryNotFoundError(ScalingError):
-    """The model has no rotary embedding module rope_ext can patch."""
+    """The model has no rotary embedding module rope_ext can patch. Args: the one-line message, naming the model's
+    class. A :class:`ScalingError`; :func:`find_rotary_slots` (and so :func:`patch`) raises it.
+
+    >>> from transformers import GPT2Config, GPT2LMHeadModel
+    >>> from rope_ext import find_rotary_slots
+    >>> find_rotary_slots(GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)))
+    Traceback (most recent call last):
+    ...
+    rope_ext.rotary.slot.RotaryNotFoundError: GPT2LMHeadModel has no rotary embedding module ...
+    """
 
 
 @dataclass(frozen=True)
@@ -35,7 +44,18 @@ class RotarySlot:
     number of ``still`` pairs the buffer holds at frequency zero after the rotating ones. A slot is a place: two are
     equal when they name the same buffer, whatever dim, base, rows and still pairs it held when each was found (a
     table patched to other frequencies is the same slot; its base is NaN where the table is not of RoPE's form; a
-    buffer patched with p-RoPE holds more zeros)."""
+    buffer patched with p-RoPE holds more zeros). Found by :func:`find_rotary_slots`, not built by hand; raises
+    nothing of its own.
+
+    >>> from rope_ext import find_rotary_slots
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+    ...     num_key_value_heads=1, vocab_size=64, max_position_embeddings=64)
+    >>> model = LlamaForCausalLM(config).eval()
+    >>> slot = find_rotary_slots(model)[0]
+    >>> slot.module_name, slot.dim, slot.base, slot.width
+    ('model.rotary_emb', 16, 10000.0, 16)
+    """
 
     module_name: str
     prefix: str

@@ -34,7 +34,15 @@ if TYPE_CHECKING:
 
 
 class ScalingError(ValueError):
-    """A scaling configuration that cannot be applied (bad name, parameter or value)."""
+    """A scaling configuration that cannot be applied (bad name, parameter or value). Args: the one-line message.
+    A ValueError; :func:`resolve` and the patcher raise it, the command line prints its message alone.
+
+    >>> from rope_ext import resolve
+    >>> resolve({"name": "linear", "factor": -1})
+    Traceback (most recent call last):
+    ...
+    rope_ext.strategies.registry.ScalingError: scaling 'linear': factor=-1 must be >= 1 (1 = no scaling)
+    """
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,18 @@ class Param:
     ``(low, high)`` range inside the accepted bounds, sampled on a log scale when ``log``; or ``"monotone"`` for
     a list of d/2 per-dimension factors searched under LongRoPE's constraints (arXiv 2402.13753: >= 1,
     non-decreasing with the dimension, the first n-hat dimensions left alone). None: not searched unless asked.
+
+    Args: the fields below. ``coerce(strategy, key, value)`` returns the value checked (an int becomes a float
+    where a float is declared) and raises ScalingError (one line, naming the strategy and key) for a value out of
+    bounds or of another type.
+
+    >>> factor = Param(1.0, minimum=1.0, doc="the scale factor")
+    >>> factor.coerce("linear", "factor", 4)
+    4.0
+    >>> factor.coerce("linear", "factor", 0.5)
+    Traceback (most recent call last):
+    ...
+    rope_ext.strategies.registry.ScalingError: scaling 'linear': factor=0.5 must be >= 1 (1 = no scaling)
     """
 
     default: Any = None
@@ -189,7 +209,22 @@ def register(
     (:class:`FrequencyFn`), or with ``kind="query"`` a query-scaling ``fn(params, positions) -> factors``
     (:class:`QueryScaleFn`), or with ``kind="attention"`` a ``fn(params) -> PositionRule`` (:class:`PositionRuleFn`,
     :mod:`rope_ext.strategies.attention_level`). ``targets``: how some of its parameters follow from a target length
-    (:mod:`rope_ext.strategies.targets`); each must be a declared parameter."""
+    (:mod:`rope_ext.strategies.targets`); each must be a declared parameter.
+
+    Args: ``name`` (and ``aliases``) the names it is resolved by, ``params`` its :class:`Param` declarations,
+    ``check`` a ``fn(params)`` raising ScalingError for a bad combination, ``dynamic`` a ``fn(params) -> bool`` (its
+    frequencies follow the sequence length), ``context_defaults`` a ``fn(params) -> dict`` of values that follow
+    from the trained context. Returns the decorator (which returns ``fn`` unchanged). Raises ValueError for an
+    unknown ``kind``, a ``targets`` key not declared, or a name another function already registered.
+
+    >>> from rope_ext import default_inv_freq, frequencies
+    >>> @register("half", params={"factor": Param(2.0, minimum=1.0)})
+    ... def half(params, dim, base, seq_len):
+    ...     return default_inv_freq(dim, base) / params["factor"], 1.0
+    >>> frequencies({"name": "half"}, 4, 10000.0)[0].tolist()
+    [0.5, 0.004999999888241291]
+    >>> del STRATEGIES["half"]  # the example's own, taken out again
+    """
     if kind not in KINDS:
         raise ValueError(f"strategy '{name}': kind must be one of {KINDS}, got {kind!r}")
     undeclared = sorted(set(targets or {}) - set(params))

@@ -35,7 +35,19 @@ def _short(value) -> str:
 class Scaling:
     """A validated scaling: strategy name, every parameter (defaults and trained context filled in), the
     layer types it applies to, and whether its frequencies follow the sequence length. Built once by
-    :func:`resolve`; its methods never validate again."""
+    :func:`resolve` (construct it through that, never directly); its methods never validate again.
+
+    Args: ``name`` the registered name, ``params`` every parameter, ``layer_types`` (``auto``, ``all`` or names),
+    ``dynamic``. ``frequencies(dim, base, seq_len=None)`` returns the (dim/2,) inverse frequencies and the attention
+    factor; ``label`` a short name with the parameters that differ from the defaults; ``to_dict()`` the config again.
+    Raises nothing once built.
+
+    >>> s = resolve({"name": "yarn", "factor": 4}, trained_context=64)
+    >>> s.label, s.factor, s.params["original_max_position"]
+    ('yarn-factor4', 4.0, 64)
+    >>> s.frequencies(4, 10000.0)[0].shape
+    torch.Size([2])
+    """
 
     name: str
     params: dict
@@ -296,6 +308,12 @@ def frequencies(scaling: "Mapping | Scaling", head_dim: int, base: float, seq_le
     """Inverse frequencies (d/2,) and attention factor for ``scaling`` on a rotary dim ``head_dim``.
 
     ``scaling`` is a :class:`Scaling` or a mapping with ``name`` and the strategy's parameters (resolved
-    here); ``seq_len`` is the current sequence length (dynamic strategies; None = at most the trained length).
+    here); ``head_dim`` the rotary dim, ``base`` RoPE's base; ``seq_len`` is the current sequence length (dynamic
+    strategies; None = at most the trained length). Returns ``(inv_freq, attention_factor)``: a (head_dim/2,) float
+    tensor and a float. Raises ScalingError (one line) for a config :func:`resolve` refuses.
+
+    >>> inv_freq, factor = frequencies({"name": "linear", "factor": 2}, 4, 10000.0)
+    >>> inv_freq.tolist(), factor
+    ([0.5, 0.004999999888241291], 1.0)
     """
     return resolve(scaling).frequencies(head_dim, base, seq_len)

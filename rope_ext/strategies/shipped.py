@@ -39,7 +39,15 @@ NEVER_INHERITED = {"factor", "original_max_position", "dynamic"}  # the request'
 
 def shipped_parameters(config, layer_types=None) -> dict:
     """The rope parameters a model ships with a scaling (``rope_type`` not ``default``): the first scaled layer
-    type's where they are nested per layer type (sliding layer types last); {} for plain RoPE."""
+    type's where they are nested per layer type (sliding layer types last); {} for plain RoPE. Args: ``config`` a
+    transformers config (or a model), ``layer_types`` the scaling's (None, ``auto``, ``all``: any). Returns a dict.
+    Raises nothing of its own.
+
+    >>> from transformers import LlamaConfig
+    >>> shipped = LlamaConfig(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0})
+    >>> shipped_parameters(shipped)["rope_type"], shipped_parameters(LlamaConfig())
+    ('yarn', {})
+    """
     text = getattr(config, "config", config)
     text = text.get_text_config() if hasattr(text, "get_text_config") else text
     params = dict(getattr(text, "rope_parameters", None) or {})
@@ -56,7 +64,19 @@ def shipped_parameters(config, layer_types=None) -> dict:
 
 def inherit_shipped(setting: Mapping, config) -> tuple[dict, str | None]:
     """(``setting`` with what it inherits from the model's shipped scaling, one line saying what the rule did or
-    None when the model ships none)."""
+    None when the model ships none). Args: ``setting`` a scaling mapping (``name`` and parameters), ``config`` the
+    model's config. The same strategy inherits the shipped parameters the request leaves at their defaults (never
+    ``factor``, the trained context or ``dynamic``); another frequency strategy replaces the shipped one. Returns a
+    new dict and a str or None. Raises nothing of its own (an unknown name is left for :func:`resolve` to refuse).
+
+    >>> from transformers import LlamaConfig
+    >>> shipped = LlamaConfig(rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+    ...     "beta_fast": 16.0})
+    >>> inherit_shipped({"name": "yarn", "factor": 8}, shipped)
+    ({'name': 'yarn', 'factor': 8, 'beta_fast': 16.0}, "yarn inherits the shipped yarn x4's beta_fast=16.0")
+    >>> inherit_shipped({"name": "yarn", "factor": 8}, LlamaConfig())
+    ({'name': 'yarn', 'factor': 8}, None)
+    """
     setting = dict(setting)
     shipped = shipped_parameters(config, setting.get("layer_types"))
     if not shipped or not setting.get("name"):

@@ -5,7 +5,7 @@ the printed block (:func:`format_group`)."""
 from __future__ import annotations
 
 from .verdict_text import multiple, word
-from ...scoring.cost import time_text
+from ..scoring.cost import time_text
 
 
 def _tiers(chosen: list[dict]) -> str:

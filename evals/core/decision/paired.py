@@ -1,5 +1,5 @@
 """The paired ratio of one metric, strategy / unscaled, on the units both runs share, with its 95% interval
-(:mod:`evals.stats`, calibrated by simulation in tests/test_calibration.py): for NLL metrics exp of the paired
+(:mod:`evals.core.stats`, calibrated by simulation in tests/test_calibration.py): for NLL metrics exp of the paired
 mean NLL difference -- over several documents a Hall-corrected t on the token-weighted per-document influences
 (CR2 variance, Bell-McCaffrey degrees of freedom), within one document a long-run-variance interval over its blocks
 in order (fixed-b HAC; from the shared segment where a side holds blocks the other lacks); for scores in a
@@ -21,7 +21,7 @@ def paired_ratio(metric: dict, own: dict, ref: dict, itself: bool = False) -> di
     more of would narrow it; None: nothing at this length), ``refused`` (why nothing is compared) and, for the
     "more units" estimate, ``critical`` (a function of the unit count). ``itself``: an unscaled job judged
     against its own run (the ratio is 1 by definition: the reference)."""
-    from ...stats import (
+    from ..stats import (
         MIN_PROMPTS,
         paired_log_ratio,
         paired_proportion_ratio,

@@ -8,7 +8,7 @@ to every method; a drift that is already under way within T is not. Here the uns
 document's blocks up to T (the shared segment) is regressed on position (weighted least squares, one slope per
 document), the slope is carried to the own-only blocks -- their mean position against the shared blocks' -- and
 weighted as those blocks weigh in the strategy's mean: the bias that drift would put on the log ratio. Its interval
-is the verdict's own (:func:`evals.stats.cluster_interval` over the documents' biases, or :func:`evals.stats.hac_interval`
+is the verdict's own (:func:`evals.core.stats.cluster_interval` over the documents' biases, or :func:`evals.core.stats.hac_interval`
 on one document's block influences). The check warns when that interval lies wholly beyond ``FRACTION`` of
 the tolerance's log (either way); the verdict is left as it is. Calibrated in tests/test_calibration.py.
 """
@@ -66,7 +66,7 @@ def position_drift(own: dict, ref: dict, tolerance: float, length: int, trained:
     exceeds the threshold in the same direction) or None when there is nothing to check."""
     import numpy as np
 
-    from ...stats import cluster_interval, hac_interval
+    from ..stats import cluster_interval, hac_interval
 
     a, b = _blocks(own), _blocks(ref)
     docs = sorted(set(a) & set(b))

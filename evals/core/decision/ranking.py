@@ -20,7 +20,7 @@ each judged by evals/core/decision/verdict.py) are taken together:
   anywhere fails it, and the answer names where (``fails passkey``); where one eval says yes and another NO, the
   answer says they disagree. Recommended ones first (by group), then undecided, not answered, failing.
 - Cost: the strategy's time relative to the unscaled jobs of the same evals, from their paired forwards with its
-  95% interval, or not shown (evals/scoring/cost.py: one timing against one is noise on a shared machine), and its
+  95% interval, or not shown (evals/core/scoring/cost.py: one timing against one is noise on a shared machine), and its
   peak memory relative to theirs. Never part of the order.
 - Per engine (engines.py): the best recommended strategy each serving engine can serve, and its ratio to the best.
 
@@ -36,7 +36,7 @@ from ..measure import by_metric, measured_value
 from .simultaneous import holds_one, widened
 from .paired import paired_ratio
 from .answer_text import answer_line, answer_text, format_group, table
-from ...scoring.cost import time_ratio
+from ..scoring.cost import time_ratio
 
 __all__ = ["rank", "answer_line", "answer_text", "format_group", "table"]
 
@@ -154,7 +154,7 @@ def _cost(jobs: list[tuple[dict, dict]], unscaled: list[tuple[dict, dict]]) -> t
     """(time, peak memory) of a strategy's jobs relative to the unscaled jobs of the same evals."""
     base = {_info(j).get("eval"): j for j, _ in unscaled}
     pairs = [(j, base[_info(j).get("eval")]) for j, _ in jobs if _info(j).get("eval") in base]
-    time = time_ratio(pairs)  # paired forwards with their spread, or None (evals/scoring/cost.py)
+    time = time_ratio(pairs)  # paired forwards with their spread, or None (evals/core/scoring/cost.py)
     own_m = [(j.get("timings") or {}).get("peak_memory_bytes") for j, _ in pairs]
     ref_m = [(b.get("timings") or {}).get("peak_memory_bytes") for _, b in pairs]
     memory = max(own_m) / max(ref_m) if pairs and None not in own_m + ref_m and max(ref_m) > 0 else None

@@ -15,7 +15,7 @@ strategies the share of split sweeps grows with their number: bench/ranking_ties
 - A pair's interval at another level comes from the verdict's own 95% interval (verdict.paired_ratio) through a
   normal pivot: on the log scale, estimate +/- q * half-width, each side keeping its own half-width (a score of 0,
   whose interval [0, h] has no log scale: on the ratio scale). Conservative: the verdict's calibrated intervals are
-  wider than a normal 95% interval (over documents a Hall-corrected t at 99.4%, Tang at 96%: evals/stats.py), so the
+  wider than a normal 95% interval (over documents a Hall-corrected t at 99.4%, Tang at 96%: evals/core/stats.py), so the
   family-wise error stays below 5% (bench/ranking_ties.py and tests/test_ranking.py measure it, with the real
   verdicts); the price is power.
 """

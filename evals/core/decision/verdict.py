@@ -12,7 +12,7 @@ verdict_text.py):
   beyond the trained context T against the reference at T, up to T against the reference at the same length
   (short-context retention, as LongRoPE2, arXiv 2502.20082, reports it). The check is a *paired* comparison
   on the units both runs share (evals/core/measure.py: token blocks of each document, prompts, samples): the
-  ratio strategy / unscaled with its interval (evals/stats.py, calibrated by simulation in
+  ratio strategy / unscaled with its interval (evals/core/stats.py, calibrated by simulation in
   tests/test_calibration.py) -- for NLL metrics exp of the paired mean NLL difference: over several documents a
   Hall-corrected t on the token-weighted per-document influences (CR2 variance, Bell-McCaffrey degrees of
   freedom), within one document a long-run-variance interval over its blocks in order; for scores in a bounded range
@@ -20,13 +20,13 @@ verdict_text.py):
   the whole interval is at most ``1 + tolerance``, a higher-is-better one (retrieval, RULER) when it is at least
   ``retained`` (NoLiMa's relative rule, arXiv 2502.05167: 0.85). **yes** when the interval lies within the
   limit, **NO** when it lies beyond, **inconclusive** when it straddles it -- naming the lever that would decide
-  it: about how many more documents or prompts (evals/planning.py: planned on the effective number of documents
+  it: about how many more documents or prompts (evals/core/planning.py: planned on the effective number of documents
   and an upper bound of the spread; each line states the rate at which, followed, it decided in the simulation,
   docs/verdict.md), that two documents cannot plan it (the spread itself is unknown), that the units at hand cannot
   decide it (more than 20x would be needed), or that one document cannot decide it at this length. Past T, a drift
   of the reference's NLL with position within T large enough to bias the comparison is warned about in one line
   (evals/core/decision/positions.py; ``notes``, ``verdict_notes``), the verdict unchanged. Below the fewest units a method is
-  calibrated for (``MIN_BLOCKS`` of one document, ``MIN_DOCUMENTS``, ``MIN_PROMPTS``; evals/stats.py) nothing
+  calibrated for (``MIN_BLOCKS`` of one document, ``MIN_DOCUMENTS``, ``MIN_PROMPTS``; evals/core/stats.py) nothing
   is decided, and the line says so. Metrics declared without ``verdict`` (the answer NLL of needle and passkey)
   are compared the same way and shown beside the decision as a second, continuous look.
 - An unscaled job at its own lengths is the reference: its rows print ``reference`` (``verdict_state@L`` stays
@@ -146,7 +146,7 @@ def _check(
             tail = f" straddles {limit:g}: one document cannot decide it at this length; more documents would"
         else:
             lever = paired.get("lever") or f"{check['unit']}s"
-            if paired["clustered"]:  # the cluster interval is symmetric in the log: plan there (evals/planning.py)
+            if paired["clustered"]:  # the cluster interval is symmetric in the log: plan there (evals/core/planning.py)
                 half = math.log(high / point) if limit > point else math.log(point / low)
                 if paired.get("se") and paired.get("critical"):  # Hall's side can be short: not below t se
                     half = max(half, float(paired["critical"](paired["n"])) * paired["se"])
@@ -160,12 +160,12 @@ def _check(
 
 
 def _advice(paired: dict, half: float, distance: float, point: float, limit: float, lever: str) -> str:
-    """What more units would decide an inconclusive check (evals/planning.py :func:`advise`): "about k more ...
+    """What more units would decide an inconclusive check (evals/core/planning.py :func:`advise`): "about k more ...
     would likely decide it" only where that, followed, decides >= 80% of the time; with two documents (the spread
     rests on ~1 degree of freedom) the number with its measured rate; "these units cannot decide it" when more than
     PLAIN times the units at hand would be needed, with the plan on the current spread; "sits on the limit" only
     when the estimate prints as the limit. Sets ``paired["advice"]`` (the promised number, or None)."""
-    from ...planning import FEW_DF, FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, advise
+    from ..planning import FEW_DF, FEW_RATE, FOLLOWED, PLAIN, PLAIN_RATES, advise
 
     n = paired["n"]
     paired["advice"] = None

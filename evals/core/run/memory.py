@@ -12,7 +12,7 @@ peak = the process as it is now + the weights at the job's dtype + the larger of
   x0.98-1.32 of a plain forward at 16k, docs/benchmarks.md, "What each method costs at 16k");
 - the LM head: the final hidden states and, per chunk of positions, the logits at the dtype, in float32 and
   cross-entropy's log-softmax (float32): perplexity chunks ``eval.chunk_tokens`` positions at a time
-  (:func:`evals.scoring.nll.token_nll`), retrieval keeps the last logits only, other evals (lm-eval) are counted with
+  (:func:`evals.core.scoring.nll.token_nll`), retrieval keeps the last logits only, other evals (lm-eval) are counted with
   every position's logits;
 
 plus the KV cache (2·layers·L·kv values) where the eval keeps one (passkey, needle). The coefficients were fitted on

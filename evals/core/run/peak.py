@@ -2,8 +2,8 @@
 (:mod:`evals.core.run.memory`): on CUDA the allocator's peak since the job started; otherwise the process's resident
 memory sampled every 0.05 s by a daemon thread (a chunk of the LM head lives a fraction of a second; Linux
 ``/proc/self/statm``; elsewhere ``resource``'s lifetime peak, which a sweep in one process shares). The job's
-forwards and their seconds are kept with it (:func:`note_forward`, called by :class:`evals.scoring.cost.Cost`): the
-repeated timings a cost ratio is measured from (:func:`evals.scoring.cost.time_ratio`)."""
+forwards and their seconds are kept with it (:func:`note_forward`, called by :class:`evals.core.scoring.cost.Cost`): the
+repeated timings a cost ratio is measured from (:func:`evals.core.scoring.cost.time_ratio`)."""
 
 from __future__ import annotations
 

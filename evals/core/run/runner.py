@@ -134,7 +134,7 @@ def started(job: Job, run_dir: Path, cache: ModelCache = MODEL_CACHE, documents=
     finally:
         if peak.bytes is not None:
             record.data["timings"].update(peak_memory_bytes=peak.bytes, peak_memory_kind=peak.kind)
-        if peak.forwards:  # the repeated timings a cost ratio rests on (evals/scoring/cost.py)
+        if peak.forwards:  # the repeated timings a cost ratio rests on (evals/core/scoring/cost.py)
             record.data["timings"]["forwards"] = peak.forwards
         try:
             if output is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 import sys
 
-from ..core.run.peak import available_bytes
+from ..run.peak import available_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +19,7 @@ def estimate_forward_bytes(model: torch.nn.Module, length: int, query_tokens: in
     """A rough peak of one forward over ``length`` tokens (``query_tokens`` of them new, the rest cached) beyond the
     weights: the formula of :func:`evals.core.run.memory.forward_bytes` (one layer's working set, the attention
     scores where eager attention materialises them, the LM head's chunk, the KV cache when tokens are cached)."""
-    from ..core.run.memory import forward_bytes
+    from ..run.memory import forward_bytes
 
     eager = getattr(model.config, "_attn_implementation", "eager") == "eager"
     width = next(model.parameters()).element_size()
@@ -66,7 +66,7 @@ class Cost:
     def flops(self, length: int, new: int | None = None) -> float:
         """The forward's FLOPs by the budget's formula (:func:`evals.core.run.throughput.forward_flops`), on this
         model's non-embedding parameters and hidden size: only their ratio to the seconds measured is used."""
-        from ..core.run.throughput import forward_flops
+        from ..run.throughput import forward_flops
 
         return sum(forward_flops(self.params, self.layers, self.hidden, length, new))
 
@@ -74,7 +74,7 @@ class Cost:
         """``forwards`` forwards measured: ``new`` tokens (default all) of a ``length``-token sequence, in ``seconds``."""
         import torch
 
-        from ..core.run.peak import note_forward
+        from ..run.peak import note_forward
 
         self.flops_done += forwards * self.flops(length, new)
         self.seconds_done += seconds

@@ -27,7 +27,7 @@ semantic channels. Here, on real text:
   bias is (its norm, the norm of the mean of W.x, and the share of the mean along the bias), the mean-field
   locality of the biases alone, and the claim that they set the decay; ``eval.ablate_bias=[q,k]`` measures
   everything again with the biases zeroed, or (``eval.ablate_mode=center``) with q and k centred to mean 0
-  (the variance-only control; :mod:`evals.projection_bias`), restored after the eval.
+  (the variance-only control; :mod:`evals.core.projection_bias`), restored after the eval.
 
 Capture runs on the model as the job patches it (``scaling=none``: the model's own RoPE); the
 profiles compare the frequencies it was trained with against the strategy's on the same q and k.

@@ -11,7 +11,7 @@
 
 Per length: ppl, mean NLL, tokens, documents, skipped documents, a 95% confidence interval (Student-t
 across documents, or a block bootstrap within a single document; the method is recorded, see
-evals/stats.py), and an out-of-memory flag: a failed allocation at one length, on any device, is
+evals/core/stats.py), and an out-of-memory flag: a failed allocation at one length, on any device, is
 recorded and the other lengths go on. Also the loss-by-position curve of the longest prefix pass. Every
 length is scored on the same documents: those with at least ``min_document_tokens`` tokens (default: the
 longest length; 0 scores each document at the lengths it reaches, counting it as skipped at the others).
@@ -20,7 +20,7 @@ working is judged against the unscaled model by :mod:`evals.core.decision.verdic
 
 With ``longppl=true``, LongPPL (Fang et al., ICLR 2025, arXiv 2410.23771) too: per length, the perplexity
 over key tokens only (``longppl@L``, with its interval and the key-token count) -- tokens whose loss a long
-context lowers, found by an evaluator model and cached as character spans (evals/perplexity/key_tokens.py).
+context lowers, found by an evaluator model and cached as character spans (evals/tasks/perplexity/key_tokens.py).
 
 The package: :mod:`.eval` (config, checks, metrics, the registered eval), :mod:`.protocols` (one document scored
 under prefix or sliding), :mod:`.accumulate` (per-length NLL, intervals, units, rows), :mod:`.key_tokens`
@@ -29,7 +29,7 @@ under prefix or sliding), :mod:`.accumulate` (per-length NLL, intervals, units, 
 
 from __future__ import annotations
 
-from ..scoring.nll import sliding_nll, token_nll
+from ...core.scoring.nll import sliding_nll, token_nll
 from .accumulate import Accumulator, measurements
 from .eval import (
     CALIBRATION_TOKENS,

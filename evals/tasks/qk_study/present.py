@@ -1,4 +1,4 @@
-"""Presenting for ``eval=qk_study``: the tables and figures of what :mod:`evals.qk_study.measure` found.
+"""Presenting for ``eval=qk_study``: the tables and figures of what :mod:`evals.tasks.qk_study.measure` found.
 
 - the score profiles binned over log-spaced distances (the ``qk_profiles`` table and the curves the profile
   figures draw);
@@ -16,7 +16,7 @@ import math
 
 from rope_ext.strategies import analysis
 
-from ..core.plots import matrix_heatmaps, pyplot
+from ...core.plots import matrix_heatmaps, pyplot
 from .measure import Layer
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 teacher forcing (one forward with the answer appended: is every answer token the argmax, and the answer's
 log-probability), reusing the KV cache of the previous prompt's common prefix (``DynamicCache.crop``) and
 extending a cached prefix in chunks -- or prompts of one length as the rows of one batch (:meth:`score_rows`);
-each forward's rate feeds the cost said before a length (:mod:`evals.scoring.cost`). :func:`is_correct`: a
+each forward's rate feeds the cost said before a length (:mod:`evals.core.scoring.cost`). :func:`is_correct`: a
 generated answer matched against the keys."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from ..scoring.cost import cost_of
+from ...core.scoring.cost import cost_of
 
 
 def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:

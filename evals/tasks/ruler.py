@@ -20,15 +20,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from .core.config.fields import option
-from .core.config.lengths import lengths as context_lengths
-from .core.errors import UserError
-from .core.inputs.hub import hub_reachable
-from .core.plots import task_heatmap
-from .core.measure import Measurement
-from .core.registry import Metric, register_eval
-from .stats import wilson_interval
-from .lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
+from ..core.config.fields import option
+from ..core.config.lengths import lengths as context_lengths
+from ..core.errors import UserError
+from ..core.inputs.hub import hub_reachable
+from ..core.plots import task_heatmap
+from ..core.measure import Measurement
+from ..core.registry import Metric, register_eval
+from ..core.stats import wilson_interval
+from ..lm_eval_tasks.rope_ext_ruler_utils import ESSAY, HUB, SYNTHETIC, TASKS
 
 # below these lengths lm-eval's generators cannot build a prompt (vt: its one-shot example alone is ~500
 # tokens, and its generator then loops forever; cwe: below ~510 SmolLM2 tokens it emits samples without

@@ -1,7 +1,7 @@
 """``eval=needle`` and ``eval=passkey``: their config and check, the lengths x depths x trials grid run through
-:class:`~evals.retrieval.scorer.PromptScorer` (out of memory at a length recorded, the grid goes on), the per-cell
+:class:`~evals.tasks.retrieval.scorer.PromptScorer` (out of memory at a length recorded, the grid goes on), the per-cell
 and per-length results with their Wilson intervals and the units the verdict pairs (prompts), the metrics they
-declare and their section of the report (see :mod:`evals.retrieval`)."""
+declare and their section of the report (see :mod:`evals.tasks.retrieval`)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, List
 
-from ..core.config.lengths import lengths as context_lengths
-from ..core.config.fields import option
-from ..core.plots import heatmap, heatmaps
-from ..core.progress import progress
-from ..core.measure import Measurement
-from ..core.registry import Metric, register_eval
+from ...core.config.lengths import lengths as context_lengths
+from ...core.config.fields import option
+from ...core.plots import heatmap, heatmaps
+from ...core.progress import progress
+from ...core.measure import Measurement
+from ...core.registry import Metric, register_eval
 from .haystack import HaystackError, PromptBuilder, haystack_ids
-from ..stats import wilson_interval
-from ..core.run.peak import available_bytes
-from ..scoring.cost import estimate_forward_bytes, warn_if_too_large
-from ..scoring.oom import free_memory, is_out_of_memory
+from ...core.stats import wilson_interval
+from ...core.run.peak import available_bytes
+from ...core.scoring.cost import estimate_forward_bytes, warn_if_too_large
+from ...core.scoring.oom import free_memory, is_out_of_memory
 
 
-log = logging.getLogger("evals.retrieval")
+log = logging.getLogger("evals.tasks.retrieval")
 
 
 @dataclass
@@ -85,7 +85,7 @@ def check_config(cfg, job=None) -> None:
         raise HaystackError(f"eval.needle={cfg.needle!r} must contain {{key}}")
     if job is not None:
         # every prompt of the shortest length fits its needles and question: said now, not after a reference ran
-        from ..core.inputs.model_cache import MODEL_CACHE
+        from ...core.inputs.model_cache import MODEL_CACHE
 
         shortest = min(int(L) for L in cfg.lengths)
         builder = PromptBuilder(cfg, MODEL_CACHE.tokenizer(job.model), torch.zeros(shortest + 1, dtype=torch.long))
@@ -100,7 +100,7 @@ def _needs(cfg) -> tuple[str, ...]:
 
 def _score(cfg, scorer, tokenizer, prompts: list) -> list[dict]:
     """The records of ``prompts`` (of one length): one alone through the shared prefix, several as the rows of one
-    batch (:meth:`~evals.retrieval.scorer.PromptScorer.score_rows`)."""
+    batch (:meth:`~evals.tasks.retrieval.scorer.PromptScorer.score_rows`)."""
     from .scorer import is_correct
 
     generate, forced = cfg.scoring in ("generate", "both"), cfg.scoring in ("teacher_forced", "both")

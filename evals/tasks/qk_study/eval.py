@@ -1,5 +1,5 @@
 """``eval=qk_study``: its config, early check and the eval itself -- capture and statistics
-(:mod:`evals.qk_study.measure`), then tables and figures (:mod:`evals.qk_study.present`)."""
+(:mod:`evals.tasks.qk_study.measure`), then tables and figures (:mod:`evals.tasks.qk_study.present`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any, List, Optional
 
 import rope_ext
 
-from .. import projection_bias as biases
-from ..core.config.fields import option
-from ..core.inputs.data import document_count
-from ..core.errors import UserError, scaling_errors_as_user_errors
-from ..core.inputs.models import check_attention_hook
-from ..core.registry import register_eval
+from ...core import projection_bias as biases
+from ...core.config.fields import option
+from ...core.inputs.data import document_count
+from ...core.errors import UserError, scaling_errors_as_user_errors
+from ...core.inputs.models import check_attention_hook
+from ...core.registry import register_eval
 from .measure import capture_layers, claims, dimension_rows, layer_rows, strategy_rows, summarize
 from .present import write_outputs
 
@@ -44,7 +44,7 @@ class QKStudyConfig:
     seed: int = 0
     ablate_bias: List[str] = option(
         [], choices=tuple(biases.PROJECTIONS)
-    )  # biases changed for the study (evals/projection_bias.py)
+    )  # biases changed for the study (evals/core/projection_bias.py)
     ablate_mode: str = option("zero", choices=biases.MODES)  # zero: b -> 0; center: b -> b - mean (q/k mean 0)
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from .core.errors import UserError
+from .errors import UserError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -56,7 +56,7 @@ def check(tensors, model, why: str, error: type[UserError] = UserError) -> None:
     """Every tensor named has a biased projection in ``model`` (a ResolvedModel; its meta model, no weights)."""
     if not tensors:
         return
-    from .core.inputs.models import meta_model
+    from .inputs.models import meta_model
 
     meta = meta_model(model.config)
     missing = [t for t in tensors if not biased(meta, t)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 import contextlib
 
-from ..core.progress import interactive
+from ..progress import interactive
 
 if TYPE_CHECKING:
     import torch

@@ -1,24 +1,24 @@
 """``eval=perplexity``: its config and checks, the metrics it declares, and the eval -- each document scored at
 every length under the configured protocol (:mod:`.protocols`), accumulated per length (:mod:`.accumulate`),
-results written after each document, then the loss-by-position curve and the summary (see :mod:`evals.perplexity`)."""
+results written after each document, then the loss-by-position curve and the summary (see :mod:`evals.tasks.perplexity`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from ..core.config.lengths import lengths as context_lengths
-from ..core.config.fields import option
-from ..core.errors import UserError
-from ..core.plots import line_plot
-from ..core.progress import progress
-from ..core.registry import Metric, register_eval
+from ...core.config.lengths import lengths as context_lengths
+from ...core.config.fields import option
+from ...core.errors import UserError
+from ...core.plots import line_plot
+from ...core.progress import progress
+from ...core.registry import Metric, register_eval
 from .accumulate import Accumulator, measurements, position_bins, rows_of
 from .key_tokens import KeyTokens, KeyTokensConfig
 from .key_tokens import check as check_key_tokens
 from .protocols import add_key_tokens, covered, prefix_document, sliding_document
-from ..scoring.cost import warn_if_too_large
-from .. import projection_bias as biases
+from ...core.scoring.cost import warn_if_too_large
+from ...core import projection_bias as biases
 
 CALIBRATION_TOKENS = 4096  # ablate_mode=center: the means removed are those over the first document's first tokens
 
@@ -54,7 +54,7 @@ class PerplexityConfig:
     key_tokens: KeyTokensConfig = field(default_factory=KeyTokensConfig)
     ablate_bias: List[str] = option(
         [], choices=tuple(biases.PROJECTIONS)
-    )  # biases changed while scoring (evals/projection_bias.py)
+    )  # biases changed while scoring (evals/core/projection_bias.py)
     ablate_mode: str = option(
         "zero", choices=biases.MODES
     )  # zero: b -> 0; center: b -> b - mean over CALIBRATION tokens
@@ -88,7 +88,7 @@ def check_config(cfg, job=None) -> None:
     if job is not None:
         biases.check(cfg.ablate_bias, job.model, "eval.ablate_bias", PerplexityError)
     if cfg.longppl:
-        from ..core.inputs.model_cache import MODEL_CACHE
+        from ...core.inputs.model_cache import MODEL_CACHE
 
         try:
             check_key_tokens(cfg.key_tokens, list(cfg.lengths), job, job and (lambda: MODEL_CACHE.tokenizer(job.model)))

@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional
 
-from .core.config.fields import option
-from .core.config.lengths import lengths as context_lengths
-from .core.errors import UserError
-from .core.inputs.hub import hub_reachable
-from .core.measure import Measurement
-from .core.registry import Metric, register_eval
-from .lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
-from .stats import wilson_interval
+from ..core.config.fields import option
+from ..core.config.lengths import lengths as context_lengths
+from ..core.errors import UserError
+from ..core.inputs.hub import hub_reachable
+from ..core.measure import Measurement
+from ..core.registry import Metric, register_eval
+from ..lm_eval_tasks.rope_ext_ruler_utils import HUB as RULER_HUB
+from ..core.stats import wilson_interval
 
-TASKS_DIR = Path(__file__).parent / "lm_eval_tasks"
+TASKS_DIR = Path(__file__).parents[1] / "lm_eval_tasks"  # evals/lm_eval_tasks
 LOCAL_BUILDERS = ("json", "csv", "text", "parquet", "arrow")
 NETWORK_TASKS = tuple(f"rope_ext_ruler_{task}" for task in RULER_HUB)  # ours, but their documents are downloaded
 

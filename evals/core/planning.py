@@ -1,6 +1,6 @@
 """How many more units (documents, prompts) would likely decide an inconclusive verdict, said so that it holds when
 followed (Miller 2024, "Adding Error Bars to Evals", arXiv 2411.00640, section on power; the intervals are
-:mod:`evals.stats`'s).
+:mod:`evals.core.stats`'s).
 
 The number is the smallest k with (q(n + k) + z_0.9) se_plan sqrt(n_eff / (n_eff + k rho)) <= d_plan: 90% power on
 a standard error that shrinks with the effective number of units. n_eff = (sum w)^2 / sum w^2 of the units' weights

@@ -17,7 +17,7 @@ import random
 from typing import TYPE_CHECKING
 from dataclasses import dataclass, field
 
-from ..core.errors import UserError
+from ...core.errors import UserError
 
 if TYPE_CHECKING:
     import torch

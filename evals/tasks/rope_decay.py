@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import rope_ext
 from rope_ext.strategies import analysis
 
-from .core.files import cache_dir, read_cache, write_cache
-from .core.config.fields import option
-from .core.errors import UserError, scaling_errors_as_user_errors
-from .core.plots import pyplot
-from .core.registry import register_eval
+from ..core.files import cache_dir, read_cache, write_cache
+from ..core.config.fields import option
+from ..core.errors import UserError, scaling_errors_as_user_errors
+from ..core.plots import pyplot
+from ..core.registry import register_eval
 
 if TYPE_CHECKING:
     import torch

@@ -6,12 +6,12 @@
 - :mod:`.cost`: what a length will cost before it runs -- memory estimates against what the device has, and
   expected time (:class:`Cost`).
 
-The names below are re-exported so ``from evals.scoring import token_nll`` keeps working.
+The names below are re-exported so ``from evals.core.scoring import token_nll`` keeps working.
 """
 
 from __future__ import annotations
 
-from ..core.run.peak import available_bytes
+from ..run.peak import available_bytes
 from .cost import Cost, cost_of, estimate_forward_bytes, warn_if_too_large
 from .nll import layer_progress, logit_softcap, sliding_nll, token_nll
 from .oom import free_memory, is_out_of_memory

@@ -355,7 +355,7 @@ def paired_log_ratio(a: Units, b: Units, log: bool = False, level: float = 0.95)
             "se": float(se[0]),
             "df": float(df[0]),
             "critical": cluster_critical(float(df[0]), len(shared)),
-            "effective": float(hc.sum() ** 2 / (hc * hc).sum()),  # (sum w)^2 / sum w^2: evals/planning.py
+            "effective": float(hc.sum() ** 2 / (hc * hc).sum()),  # (sum w)^2 / sum w^2: evals/core/planning.py
             "min_units": MIN_DOCUMENTS,
             "method": "cluster",
         }

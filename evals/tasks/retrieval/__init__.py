@@ -1,6 +1,6 @@
 """Needle-in-a-haystack (Kamradt 2023, github.com/gkamradt/LLMTest_NeedleInAHaystack) and passkey retrieval
 (Mohtashami & Jaggi 2023, arXiv 2305.16300) over a grid of lengths x depths x trials; prompts in
-evals/retrieval/haystack.py.
+evals/tasks/retrieval/haystack.py.
 
 Scoring (both deterministic): greedy generation with a substring or exact match on the key, and
 teacher forcing (one forward with the answer appended: is every answer token the argmax, and the

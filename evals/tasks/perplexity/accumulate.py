@@ -1,5 +1,5 @@
 """What perplexity accumulates per length: token-weighted NLL, per-document means for the Student-t interval
-across documents (or, with a single document, its token NLLs for the block bootstrap; :mod:`evals.stats`), the
+across documents (or, with a single document, its token NLLs for the block bootstrap; :mod:`evals.core.stats`), the
 units the verdict pairs (blocks of token positions per document, :mod:`evals.core.measure`), skipped documents
 and out-of-memory lengths; the per-length rows and :class:`~evals.core.measure.Measurement` s made of them
 (LongPPL's beside the plain ones), and the loss-by-position bins of the longest prefix pass."""
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import math
 from collections import defaultdict
 
-from ..core.measure import Measurement, token_blocks
-from ..stats import block_bootstrap, t_interval
+from ...core.measure import Measurement, token_blocks
+from ...core.stats import block_bootstrap, t_interval
 
 if TYPE_CHECKING:
     import torch

@@ -5,11 +5,11 @@
   the largest length the document allows; dynamic strategies (frequencies depend on the length) get one forward
   per length.
 - ``sliding`` (Press et al. 2022, arXiv 2108.12409; used by PI and YaRN): windows of L tokens advanced by
-  ``stride``; only tokens new to a window are scored (:func:`evals.scoring.nll.sliding_nll`).
+  ``stride``; only tokens new to a window are scored (:func:`evals.core.scoring.nll.sliding_nll`).
 
-Each forward says its expected cost first and records its rate (:mod:`evals.scoring.cost`); a failed allocation
+Each forward says its expected cost first and records its rate (:mod:`evals.core.scoring.cost`); a failed allocation
 at one length, on any device, is recorded in the accumulator and the other lengths go on
-(:mod:`evals.scoring.oom`). With LongPPL, each length's NLL over the document's key tokens is accumulated too.
+(:mod:`evals.core.scoring.oom`). With LongPPL, each length's NLL over the document's key tokens is accumulated too.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import logging
 import math
 import time
 
-from ..scoring.cost import Cost, cost_of
-from ..scoring.nll import sliding_nll, token_nll
-from ..scoring.oom import free_memory, is_out_of_memory
+from ...core.scoring.cost import Cost, cost_of
+from ...core.scoring.nll import sliding_nll, token_nll
+from ...core.scoring.oom import free_memory, is_out_of_memory
 from .accumulate import Accumulator
 
-log = logging.getLogger("evals.perplexity")
+log = logging.getLogger("evals.tasks.perplexity")
 
 
 def _forward(acc: Accumulator, length: int, compute, cost: Cost | None = None, forwards: int = 1):

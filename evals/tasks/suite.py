@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import List
 
-from .core.config.fields import not_an_option
-from .core.config.schemas import suite_schema
-from .core.errors import ConfigError
-from .core.registry import EVALS, register_eval
+from ..core.config.fields import not_an_option
+from ..core.config.schemas import suite_schema
+from ..core.errors import ConfigError
+from ..core.registry import EVALS, register_eval
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Measuring for ``eval=qk_study``: the model's own queries and keys captured in one forward, and the statistics
-computed from them (:mod:`evals.qk_study` says what is studied and why).
+computed from them (:mod:`evals.tasks.qk_study` says what is studied and why).
 
 - :func:`capture_layers`: every attention layer's q and k exactly as RoPE rotates them, through rope_ext's
-  attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.projection_bias`);
+  attention hook (``rope_ext.capture``), optionally with the q/k biases ablated (:mod:`evals.core.projection_bias`);
 - :func:`study_layer`: per layer x head x rotary pair, mean, variance and energy of q and k; per head the
   empirical (FFT cross-correlation, ``rope_ext.strategies.analysis``) and mean-field relative-position score profiles, with
   the model's frequencies and the job's scaling; locality; the share of q/k energy beyond Liu et al. 2023's
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import rope_ext
 from rope_ext.strategies import analysis
 
-from .. import projection_bias as biases
-from ..scoring.nll import layer_progress
+from ...core import projection_bias as biases
+from ...core.scoring.nll import layer_progress
 
 if TYPE_CHECKING:
     import torch

@@ -15,7 +15,7 @@ log-probability exceeds ``beta`` (LCL > beta, i.e. loss < -beta). As the referen
 - the key tokens' character offsets, adjacent ones merged, are the key spans; a token of the evaluated
   model is key when its character span lies inside a key span (so any tokenizer can use them).
 
-Both losses come from :func:`evals.scoring.nll.token_nll` / :func:`evals.scoring.nll.sliding_nll`, never full
+Both losses come from :func:`evals.core.scoring.nll.token_nll` / :func:`evals.core.scoring.nll.sliding_nll`, never full
 ``[tokens, vocab]`` logits. The evaluator is the run's model without its scaling (default), a
 ``conf/model`` option by name, or a model config mapping. Spans are cached on disk under
 ``<cache>/key_tokens/``, keyed by the evaluator's identity, the text's hash and the parameters, so a sweep
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ..core.files import cache_dir, read_cache, write_cache
-from ..core.config.fields import check_options, option
-from ..core.config.store import config_dir
-from ..core.config.structured import ModelConfig
-from ..core.errors import UserError
-from ..core.inputs.loading import load_tokenizer
-from ..core.inputs.models import resolve_model
-from ..scoring.nll import sliding_nll, token_nll
+from ...core.files import cache_dir, read_cache, write_cache
+from ...core.config.fields import check_options, option
+from ...core.config.store import config_dir
+from ...core.config.structured import ModelConfig
+from ...core.errors import UserError
+from ...core.inputs.loading import load_tokenizer
+from ...core.inputs.models import resolve_model
+from ...core.scoring.nll import sliding_nll, token_nll
 
 if TYPE_CHECKING:
     import torch
