@@ -225,13 +225,23 @@ def sweep_budget(config, model, target: int | None, jobs: int) -> tuple[list[str
     overhead = measured_overhead(roots, model.name) or Overhead(
         SWEEP_S, FIRST_JOB_S, JOB_S, 0.0, "as measured on this project's 2-core CPU, docs/benchmarks.md"
     )
-    unscaled_first = (config.get("scaling") or {}).get("name") == "none"
+    unscaled_first = _first_scaling(config) == "none"
     reference = [] if unscaled_first else forwards(config.eval, trained, target, documents, reference=True)
     missing = sorted({L for _, L, _ in work + reference if L not in rates})
     if any(name == "perplexity" and L in missing for name, L, _ in work + reference):
         overhead = overhead._replace(per_token_s=scoring_seconds(config.model, model.config))
     estimated = estimate(config.model, model.config, missing) if missing else None
     return describe(jobs, work, rates, estimated, overhead, reference), work
+
+
+def _first_scaling(config) -> str | None:
+    """The scaling of the sweep's first job: the command line's (composed into ``config``) unless only the
+    sweeper's ``params`` sweep it (``experiment=compare``), whose first value Hydra launches first."""
+    given = {line.split("=", 1)[0].lstrip("+~") for line in config.hydra.overrides.task}
+    swept = (config.hydra.sweeper.get("params") or {}).get("scaling")
+    if swept is not None and "scaling" not in given:
+        return str(swept).split(",")[0].strip()
+    return (config.get("scaling") or {}).get("name")
 
 
 def _count(n: int | None) -> str:
