@@ -179,6 +179,7 @@ def describe(
         if overhead
         else ""
     )
+    scored = f", the scoring at {scoring * 1e6:.0f} µs per token timed now" if scoring else ""
     costlier = "; attention-level methods cost more (docs/benchmarks.md, 'What each method costs')"
     if known:
         source = ", ".join(
@@ -186,14 +187,14 @@ def describe(
             for L in sorted({L for _, L, _ in everything if L in rates})
         )
         never = (
-            f"; lengths never measured here ({', '.join(map(str, unknown))}) " + (how if guessed else "not counted")
+            f"; lengths never measured here ({', '.join(map(str, unknown))}) "
+            + (how + scored if guessed else "not counted")
             if unknown
             else ""
         )
         said = f"about {duration(computed + extra)} in all" if overhead else f"about {computed / 3600:.1f} h of compute"
         lines.append(f"budget: {said} at the rates measured here before ({source}){never}{besides}{costlier}")
     elif guessed:
-        scored = f", the scoring at {scoring * 1e6:.0f} µs per token timed now" if scoring else ""
         said = f"{duration(guessed + extra)} in all" if overhead else f"{duration(guessed)} of compute"
         lines.append(
             f"budget: ≈ {said}, {how}{scored}{besides}: no earlier run of this model here measured these lengths, "
