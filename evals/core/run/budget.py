@@ -1,11 +1,16 @@
-"""What a sweep will cost, said before its first job: the forwards each job runs (eval by eval, at which lengths)
-and, where earlier finished runs of the same model on this machine measured a forward at that length, the time.
+"""What a sweep will cost, said before its first job: the forwards each job runs (eval by eval, at which lengths),
+the unscaled reference's, and the time they and everything around them take.
 
-A perplexity job (prefix protocol) runs one forward per document at its longest length (the shorter lengths are
-its prefixes); a needle or passkey job one prompt per (length, depth, trial) -- an upper bound, prompts share
-prefixes. Rates come from finished perplexity runs found under ``resume_from`` (seconds of compute per forward
-at their longest length); a length never measured is estimated from the model's FLOPs and the device's measured rate
-(:mod:`evals.core.run.throughput`), and said to be an estimate.
+A perplexity job (prefix protocol) runs one forward per document it scores at its longest length (the shorter
+lengths are its prefixes; ``eval.documents``, at most what the data holds); a needle or passkey job one prompt per
+(length, depth, trial) -- an upper bound, prompts share prefixes; the reference runs the lengths a verdict compares
+with, unless the sweep's first job is the unscaled one. Seconds per forward come from the forwards that finished runs
+of the model under ``resume_from`` or the sweep's directory timed (``timings.forwards``); a length never measured is
+estimated from the model's FLOPs and the device's measured rate, plus perplexity's scoring over the vocabulary timed
+now (:mod:`evals.core.run.throughput`), and said to be an estimate. The seconds outside the forwards (starting,
+the model and tokenizer loaded, the data read, verdicts, results, the report) are those earlier runs measured, else
+the ones measured on this project's CPU (:data:`SWEEP_S`; docs/benchmarks.md, "What a sweep's budget says"). Where
+the count is unknown (a hub dataset, all of it) the budget says so instead of a time.
 
 How many units decide (a preset's documents and prompts, ``conf/experiment/compare.yaml``): the power of the
 verdict's interval at a given margin, simulated through :func:`evals.core.decision.paired.paired_ratio` itself (the t over

@@ -1,6 +1,6 @@
 """What a forward will take before any forward of the model ran here: its FLOPs, from the model's config alone
 (parameters and geometry, read before any weights load), divided by this device's rate, measured once per process by
-a short timed matmul at the job's dtype on the job's device. A sweep's budget (:mod:`evals.core.budget`) says it for a
+a short timed matmul at the job's dtype on the job's device. A sweep's budget (:mod:`evals.core.run.budget`) says it for a
 first run; the seconds measured by earlier finished runs replace it where they exist.
 
 FLOPs of one causal forward over L tokens (Kaplan et al. 2020, "Scaling Laws for Neural Language Models",
