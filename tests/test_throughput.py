@@ -77,3 +77,72 @@ def test_the_docs_point_at_the_printed_budget_and_type_no_duration():
     # the README names the command too, and points at its printed budget without typing one
     readme = [p for p in (ROOT / "README.md").read_text().split("\n\n") if "experiment=compare target=2x" in p]
     assert readme and all("budget" in p and not re.search(r"\b[\d.]+\s*(days?|h|hours?)\b", p) for p in readme)
+
+
+def _said_seconds(line: str) -> float:
+    """The duration a budget line says (``≈ 65 s``, ``about 2 min``, ``about 0.1 h``), in seconds."""
+    import re
+
+    found = re.match(r"budget: (?:≈|about) ([\d.]+) (s|min|h)\b", line)
+    assert found, line
+    return float(found[1]) * {"s": 1, "min": 60, "h": 3600}[found[2]]
+
+
+def test_a_small_sweeps_printed_budget_is_within_2x_of_its_wall_time(run_cli, tmp_path):
+    """Reliability round 7: a first sweep on a small model printed "≈ 1 s" and took 51 s -- the FLOPs alone, none of
+    what a job spends outside its forwards (imports, tokenizer, data, verdict, results, the report) nor perplexity's
+    scoring over the vocabulary. The budget printed before a real sweep (3 strategies and the unscaled reference,
+    perplexity at 2 lengths on 2 documents) is now within 2x of the time the sweep takes."""
+    import time
+
+    start = time.perf_counter()
+    result = run_cli(
+        "-m",
+        *TINY,
+        "scaling=yarn,ntk,linear",
+        "target=2x",
+        "eval.lengths=[1024,2048]",
+        "eval.documents=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    wall = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("budget: ")]
+    assert lines[0] == (
+        "budget: 3 jobs (+ the unscaled reference once), each: perplexity 2 forwards at 2048; at most 8 forwards in all"
+    )
+    said = _said_seconds(lines[1])
+    print(f"budget said {said:.0f} s, the sweep took {wall:.0f} s")
+    assert wall / 2 <= said <= 2 * wall, (said, wall, lines[1])
+
+
+def test_the_documents_and_prompts_counted_are_those_the_job_runs(run_job, tmp_path, compose):
+    """The budget counted one document for ``eval.documents=null`` over text files ("perplexity 1 forward" for a job
+    that scored 4): it counts what the data holds, and a passkey job's depths x trials, as the job's own timed
+    measurements then report them (results.json: the documents scored at the longest length, the prompts asked)."""
+    import re
+
+    from evals.cli import _sweep_preflight
+
+    words = "the quick brown fox jumps over the lazy dog and runs far away into the woods ".split()
+    for i in range(4):
+        (tmp_path / f"doc{i}.txt").write_text(" ".join(words[(i + j) % len(words)] for j in range(400)))
+    overrides = [
+        "eval=suite",
+        "eval.run=[perplexity,passkey]",
+        "eval.perplexity.lengths=[64,128]",
+        "eval.perplexity.documents=null",
+        "eval.passkey.lengths=[128]",
+        "eval.passkey.depths=[0.25,0.75]",
+        "eval.passkey.trials=2",
+        "data=text_files",
+        f"data.glob={tmp_path}/doc*.txt",
+    ]
+    compose()  # the evals and the config store registered, as the CLI does
+    lines = _sweep_preflight(["-m", *TINY, *overrides, "scaling=yarn", "target=2x", f"hydra.sweep.dir={tmp_path}"])
+    counted = [(name, int(L), int(n)) for name, n, L in re.findall(r"(\w+) (\d+) forwards? at (\d+)", lines[0])]
+    assert counted == [("perplexity", 128, 4), ("passkey", 128, 4)], lines[0]
+    _, results = run_job(tmp_path / "run", *overrides)
+    units = {(m["metric"], m["length"]): m["units"] for m in results["measurements"]}
+    documents = {unit.split("/")[0] for unit in units["ppl", 128]}  # one document a unit "doc/block"
+    assert [("perplexity", 128, len(documents)), ("passkey", 128, len(units["passkey_acc", 128]))] == counted

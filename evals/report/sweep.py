@@ -37,8 +37,7 @@ def target_preflight(config) -> list[str]:
     """Before a sweep's first job (``config``: its first job's, with Hydra's; ``evals.cli`` calls this): a sweep whose
     lengths say ``target`` without ``target=`` is one line and exit 2 (not one failure per job); with a target,
     what the sweep will cost (:mod:`evals.core.run.budget`)."""
-    from ..core.run.budget import describe, forwards, measured_seconds
-    from ..core.run.throughput import estimate
+    from ..core.run.budget import sweep_budget
     from ..core.run.memory import budget_line
     from ..core.errors import ConfigError
     from ..core.job.target import parse_target
@@ -54,13 +53,6 @@ def target_preflight(config) -> list[str]:
     parse_target(config)
     model = resolve_model(config.model, geometry=False, weights=False)
     target = parse_target(config, model.trained_context)
-    books = len(config.data.get("books") or []) or 1
-    work = forwards(config.eval, model.trained_context, target, books)
-    roots = [*config.get("resume_from", []), config.hydra.sweep.dir]
     jobs = sweep_size(config)
-    if not (work and jobs):
-        return []
-    rates = measured_seconds(roots, model.name)
-    missing = sorted({L for _, L, _ in work if L not in rates})
-    lines = describe(jobs, work, rates, estimate(config.model, model.config, missing) if missing else None)
-    return [*lines, budget_line(config.model, model.config, config.eval, work)]
+    lines, work = sweep_budget(config, model, target, jobs) if jobs else ([], [])
+    return [*lines, budget_line(config.model, model.config, config.eval, work)] if lines else []

@@ -1,6 +1,6 @@
 """What a forward will take before any forward of the model ran here: its FLOPs, from the model's config alone
 (parameters and geometry, read before any weights load), divided by this device's rate, measured once per process by
-a short timed matmul at the job's dtype on the job's device. A sweep's budget (:mod:`evals.core.budget`) says it for a
+a short timed matmul at the job's dtype on the job's device. A sweep's budget (:mod:`evals.core.run.budget`) says it for a
 first run; the seconds measured by earlier finished runs replace it where they exist.
 
 FLOPs of one causal forward over L tokens (Kaplan et al. 2020, "Scaling Laws for Neural Language Models",
@@ -100,6 +100,36 @@ def device_rate(device: torch.device, dtype: torch.dtype, seconds: float = 0.2) 
         elapsed = time.perf_counter() - start
     _RATES[key] = 2.0 * n**3 * reps / elapsed  # 2 FLOPs per multiply-add, n³ of them
     return _RATES[key]
+
+
+_SCORING: dict[tuple[str, int], float] = {}
+
+
+def scoring_seconds(model_cfg, config, tokens: int = 256, seconds: float = 0.1) -> float:
+    """Seconds per token that perplexity's scoring spends beyond the LM head's FLOPs: the float32 logits over the
+    vocabulary of ``config`` written, then their cross-entropy (:func:`evals.scoring.nll.token_nll`) -- memory-bound,
+    several passes over ``vocab`` floats a token, which no FLOP count sees (on the tiny test model, whose vocabulary
+    is most of its work, most of a forward). Timed on ``tokens`` random rows, once per process and (device, vocab)."""
+    import torch
+    import torch.nn.functional as F
+
+    from ..inputs.models import resolve_device
+
+    device = resolve_device(model_cfg.device)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    key = (str(device), int(text.vocab_size))
+    if key not in _SCORING:
+        logits = torch.randn(tokens, key[1], device=device)
+        targets = torch.randint(0, key[1], (tokens,), device=device)
+        with torch.inference_mode():
+            F.cross_entropy(logits.clone(), targets, reduction="none")
+            reps, start = 0, time.perf_counter()
+            while reps < 2 or time.perf_counter() - start < seconds:
+                F.cross_entropy(logits.clone(), targets, reduction="none").cpu()
+                reps += 1
+            elapsed = time.perf_counter() - start
+        _SCORING[key] = elapsed / reps / tokens
+    return _SCORING[key]
 
 
 def estimate(model_cfg, config, lengths) -> tuple[dict[int, float], str]:
