@@ -40,7 +40,8 @@ def prepare(args) -> dict:
     from transformers import AutoConfig
 
     from ..core.errors import ConfigError
-    from ..core.inputs.models import meta_model, resolve_device, resolve_dtype
+    from ..core.inputs.device import resolve_device, resolve_dtype
+    from ..core.inputs.models import meta_model
 
     try:
         scaling_cfg = json.loads(args.scaling)

@@ -18,7 +18,7 @@ attribute back exactly and removes the pre-hooks.
 A model whose attention does not go through the interface (GPT-NeoX-Japanese; before transformers 5.25 also Falcon,
 GPT-J and CodeGen) cannot be hooked; :func:`probe` tells so from a forward of a ``meta``-device instance, before any
 weight is loaded. Position embeddings passed as (sin, cos) -- GPT-J's and CodeGen's split of their table -- are
-recognised (:func:`_sin_first`) and handed on as (cos, sin).
+recognised (:func:`rope_ext.attention.layout.sin_first`) and handed on as (cos, sin).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ..rotary.find import find_rotary_slots
+from .layout import frequency_columns, sin_first
 from ..rotary.slot import RotarySlot
 from ..strategies.registry import ScalingError
 
@@ -314,7 +315,7 @@ class AttentionHooks:
             self.complex_rotation.add(id(module))
             rotation = (rotation.real, rotation.imag)
         if rotation is not None and id(module) not in self.sin_first:
-            found = _sin_first(rotation, positions, self)
+            found = sin_first(rotation, positions, self)
             if found is not None:  # kept once told; asked again while this call could not tell
                 self.sin_first[id(module)] = found
         if rotation is not None and self.sin_first.get(id(module)):
@@ -373,49 +374,6 @@ class AttentionHooks:
                 found = min(errors, key=lambda e: e[0])[1]
         self._slot_cache[id(call.module)] = found
         return found
-
-
-def frequency_columns(width: int, pairs: int) -> tuple[slice, ...]:
-    """The selections of a cos (or sin) ``width`` columns wide that may carry frequency i of ``pairs``: the first half
-    (rotate_half) or every other column (interleaved) when it holds two per pair, all of it when it holds one per
-    frequency (GPT-J's table, cos + i sin), none otherwise."""
-    if width == 2 * pairs:
-        return (slice(0, pairs), slice(0, None, 2))
-    return (slice(None),) if width == pairs else ()
-
-
-SIN_FIRST_POSITIONS = 256  # the first positions of a call that decide the order (cheap at 128k tokens)
-
-
-def _sin_first(rotation: tuple, positions: torch.Tensor, hooks: "AttentionHooks") -> bool | None:
-    """Whether a module's position embeddings are (sin, cos) rather than (cos, sin) (GPT-J and CodeGen split their
-    table so): (c, s) = f (cos, sin)(p theta) satisfies c sin(p theta) = s cos(p theta) at every position p, for the
-    frequencies of one of the model's rotary slots; the order that fits it better is the module's. None when this
-    call cannot tell (one complex tensor: DeepSeek-V2's freqs_cis; meta tensors; no slot of its width)."""
-    if not isinstance(rotation, (tuple, list)) or len(rotation) != 2:
-        return None
-    first, second = rotation
-    if first.is_meta or not first.is_floating_point() or first.shape[-1] == 0 or first.ndim < 2:
-        return None
-    n = min(SIN_FIRST_POSITIONS, first.shape[-2])
-    if positions.shape[-1] != first.shape[-2]:
-        return None
-    first, second = first[..., :n, :].double(), second[..., :n, :].double()
-    width, angles = first.shape[-1], positions[..., :n].to(first.device).double()[..., None]
-    fits = []
-    try:
-        slots = hooks.slots
-        for slot in slots:
-            inv_freq = slot.frequencies(hooks.model)[0].to(first.device).double()
-            angle = angles * inv_freq
-            for columns in frequency_columns(width, len(inv_freq)):
-                a, b = first[..., columns], second[..., columns]
-                as_is = float((a * angle.sin() - b * angle.cos()).abs().max())
-                swapped = float((b * angle.sin() - a * angle.cos()).abs().max())
-                fits.append((min(as_is, swapped), swapped < as_is))
-    except Exception:  # noqa: BLE001 -- no rotary slot rope_ext can read (custom code): the usual (cos, sin)
-        return None
-    return min(fits)[1] if fits else None
 
 
 def _positions(

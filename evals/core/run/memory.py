@@ -209,7 +209,7 @@ def budget_line(model_cfg, config, eval_cfg, work) -> str:
     length, forwards)], against what the device has now."""
     from types import SimpleNamespace
 
-    from ..inputs.models import resolve_device, resolve_dtype
+    from ..inputs.device import resolve_device, resolve_dtype
     from .peak import available_bytes
 
     device = resolve_device(model_cfg.device)

@@ -113,7 +113,7 @@ def scoring_seconds(model_cfg, config, tokens: int = 256, seconds: float = 0.1) 
     import torch
     import torch.nn.functional as F
 
-    from ..inputs.models import resolve_device
+    from ..inputs.device import resolve_device
 
     device = resolve_device(model_cfg.device)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -135,7 +135,7 @@ def scoring_seconds(model_cfg, config, tokens: int = 256, seconds: float = 0.1) 
 def estimate(model_cfg, config, lengths) -> tuple[dict[int, float], str]:
     """({length: estimated seconds per forward}, how it was estimated) for the model of ``model_cfg`` (its
     ``device`` and ``dtype``) with transformers config ``config``."""
-    from ..inputs.models import resolve_device, resolve_dtype
+    from ..inputs.device import resolve_device, resolve_dtype
 
     device = resolve_device(model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, device)
