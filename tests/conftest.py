@@ -49,20 +49,24 @@ def pytest_configure(config):
 # for time: the other half is deselected, and the summary names its files. Unset: every slow test runs (make test-slow).
 # The slow tests marked ``slow(ci_first=True)`` (the README's main job) run first in their half.
 SLOW_HALF = os.environ.get("ROPE_EXT_SLOW_HALF", "").upper()  # "A", "B" or "" (both)
-SLOW_HALF_B = frozenset(
+SLOW_HALF_B = frozenset(  # balanced on the durations of a whole run (`pytest --durations=0`, 2026-12-07)
     {
-        "test_search.py",
-        "test_search_processes.py",
-        "test_runner_failures.py",
-        "test_interrupt.py",
-        "test_gemma3.py",
-        "test_qwen25.py",
+        "test_attention_families.py",
+        "test_cache_paths.py",
+        "test_config.py",
+        "test_config_store.py",
+        "test_engines.py",
+        "test_files.py",
+        "test_llama_cpp.py",
         "test_lm_harness.py",
-        "test_ruler.py",
+        "test_positions.py",
+        "test_qwen25.py",
+        "test_refusals.py",
+        "test_run.py",
+        "test_search.py",
+        "test_serve.py",
         "test_sweeps.py",
-        "test_report.py",
-        "test_longppl.py",
-        "test_checkpoint.py",
+        "test_targets.py",
     }
 )
 

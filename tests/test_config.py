@@ -42,6 +42,7 @@ REDUCED = [
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, options in GROUPS.items() for o in options])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_every_option_composes(group, option, compose):
     cfg = compose(f"{group}={option}")
     if group != "experiment":
@@ -65,6 +66,7 @@ def test_defaults_read_like_a_table_of_contents():
 
 
 @pytest.mark.parametrize("option", [o for o in GROUPS["scaling"] if o != "longrope"])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_every_scaling_preset_is_valid_for_the_default_model(option, tmp_path, compose):
     job = parse_job(compose(f"scaling={option}"), tmp_path)  # accepted by rope_ext on SmolLM2's geometry
     assert job.scaled is None if option == "none" else [(s.dim, s.base) for s in job.scaled] == [(64, 100000.0)]
@@ -172,6 +174,7 @@ def test_typos_fail_at_composition(overrides, error, compose):
         (["hydra.run.dir=/proc/1/rope"], "the run directory /proc/1/rope cannot be created"),  # even root cannot
     ],
 )
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_input_is_one_clear_line_and_nonzero_exit(args, message, run_cli):
     result = run_cli("logger=none", *args, timeout=120)
     assert result.returncode == 2

@@ -50,6 +50,7 @@ def test_a_plugin_registration_gets_no_generated_option():
 
 
 @pytest.mark.parametrize("group,name", generated_options())
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_generated_option_composes_as_its_schema_yaml_did(group, name, compose, tmp_path):
     (tmp_path / group).mkdir()
     (tmp_path / group / f"{name}_yaml.yaml").write_text(f"defaults:\n  - /schema/{group}@_here_: {name}\n  - _self_\n")

@@ -223,6 +223,7 @@ def case(engine, family, setting, tmp_path):
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_the_engine_serves_what_was_measured_at_every_position_up_to_the_exported_context(engine, tmp_path):
     if fetched(engine) is None:
         pytest.skip(f"{engine} {VERIFIED[engine]}'s code is not fetched here: run `make setup-engines`")
@@ -281,6 +282,7 @@ def not_taken(engine, family, setting):
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_the_check_can_fail_an_override_without_the_context_is_refused_and_a_wrong_one_differs(engine, tmp_path):
     """The same harness on exports made wrong: no max_position_embeddings (the engine's start-up check refuses the
     context), and NTK-by-parts' attention factor (1) left out (the engine's YaRN then scales by 0.1 ln s + 1)."""

@@ -273,6 +273,7 @@ def export_cli(*args):
     )
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
     deploy = finished_run / "deploy"
     config = json.loads((deploy / "transformers.json").read_text())
@@ -303,6 +304,7 @@ def test_a_finished_job_has_a_deploy_folder_for_every_engine(finished_run):
     assert config["rope_ext_versions"].startswith(f"checked: transformers {locked} loading such a config.json gives")
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_export_reads_a_run_directory_or_overrides(finished_run):
     from_run = export_cli(str(finished_run), "--to", "vllm")
     assert from_run.returncode == 0, from_run.stderr[-2000:]
@@ -329,6 +331,7 @@ def test_export_reads_a_run_directory_or_overrides(finished_run):
         (["{run}", "{run}", "--to", "vllm"], "is not an override (key=value), and a directory is exported alone"),
     ],
 )
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_export_input_is_one_line_and_exit_2(args, message, finished_run, tmp_path):
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()

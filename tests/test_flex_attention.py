@@ -126,6 +126,7 @@ def test_flex_with_partial_rotary_biases_and_a_sliding_window(model_type, method
 
 
 @pytest.mark.parametrize("method", list(SETTINGS))
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_flex_decodes_from_a_cache_extended_in_chunks_as_it_recomputes(method, use_flex):
     """A 24-token prefix, then chunks of 16 and 8 tokens (the passkey path's chunked prefill), then one token at a
     time: each step's logits equal the whole sequence's, recomputed."""

@@ -60,6 +60,7 @@ def engine_ppl(llama_cpp, path: str, args: dict, ids: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("setting,trained", ACCEPTED)
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_llama_cpp_serves_the_perplexity_the_harness_measured(engine_and_model, setting, trained):
     llama_cpp, path, model, ids = engine_and_model
     ids = ids[: 4 * trained]  # TOKENS; 512 for the fast case (trained 128)

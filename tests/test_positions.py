@@ -369,6 +369,7 @@ def test_an_attention_implementation_the_model_lacks_is_one_line_saying_what_bui
     assert str(err.value).endswith("; try model.attn_implementation=eager")
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_parameters_on_the_command_line_exit_2_in_one_line(run_cli):
     """(The other impossible parameters: test_impossible_parameters_are_one_line_errors, through the same resolve.)"""
     from tests.tiny import TINY

@@ -60,6 +60,7 @@ def table(md: str, heading: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_report_answers_with_verdicts_and_merges_runs_one_row_per_identity(runs):
     written = write_report([runs / "sweep", runs / "other"], runs / "report")
     assert {p.name for p in written} >= {

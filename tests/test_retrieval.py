@@ -138,6 +138,7 @@ def test_prefix_sharing_equals_cell_by_cell(run_grid, scaling):
         {"name": "dca", "chunk_size": 128, "local_window": 32},
     ],
 )
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_prompts_of_one_length_batched_answer_as_one_at_a_time(run_grid, scaling):
     """The batched path (eval.batch; the default on CUDA) against the one-prompt path (prefix sharing where the
     strategy allows it): the same answers, the same teacher-forced verdicts and log-probabilities at the fp32
@@ -243,6 +244,7 @@ def test_passkey_prompts_are_the_ones_built_before_the_overhead_work(tokenizer, 
 PROMPTS_DIGEST = "0ad04ea56adf1393"
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_an_interrupted_passkey_run_keeps_its_finished_prompts_and_the_rerun_scores_only_the_rest(
     tmp_path, interrupted_run, run_cli
 ):

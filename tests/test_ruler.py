@@ -56,6 +56,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("task,length", CASES, ids=[f"{t}@{L}" for t, L in CASES])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_our_tasks_generate_lm_evals_prompts(task, length, tokenizer_dir, monkeypatch):
     """Our dataset function = lm-eval's dataset function for the same haystack, tokenizer and seed: the same
     prompts, answers, lengths and answer prefixes, sample for sample."""
@@ -107,6 +108,7 @@ def test_effective_lengths():
     assert effective_length({1024: 80.0, 2048: 70.0}, 0.85 * 80.0) == 2048
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_ruler_job_on_a_tiny_model_reports_scores_per_task_and_length(tmp_path, run_job):
     summary, results = run_job(
         tmp_path,
@@ -157,6 +159,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=[" ".join(a) for a, _ in BAD])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, monkeypatch, compose):
     from evals import UserError
     from evals.core.job.parse import parse_job
@@ -169,6 +172,7 @@ def test_bad_ruler_input_is_one_line_before_any_work(args, message, tmp_path, mo
         assert isinstance(err.value, RulerError)
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_an_offline_qa_request_exits_2_with_one_line_from_the_cli(tmp_path, run_cli):
     result = run_cli(
         "logger=none",
@@ -187,6 +191,7 @@ def test_vt_below_its_smallest_prompt_is_an_error_not_a_hang(tokenizer_dir):
         R.vt(max_seq_lengths=[512], num_samples=1, tokenizer=tokenizer_dir)
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_the_task_yamls_load_in_lm_evals_task_manager():
     from lm_eval.tasks import TaskManager
 

@@ -23,6 +23,7 @@ def read(path: Path) -> dict:
 # --- finished results are never written over ------------------------------------------------------------
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_finished_results_are_untouched_by_any_rerun(tmp_path, capsys, compose, run_job):
     out = tmp_path / "run"
     args = ["data.books=[persuasion]", "eval.lengths=[256,512]"]
@@ -201,6 +202,7 @@ def one_line_error(result, message):
 
 
 @pytest.mark.parametrize("args,message", BAD_VALUES, ids=[" ".join(a) for a, _ in BAD_VALUES])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_each_bad_value_is_one_line_before_any_work(args, message, tmp_path, compose):
     """Parsing the job (what the CLI does first) rejects the value: no model, no tokenizer, no documents
     (how long the CLI takes for these is in docs/benchmarks.md; a timed test would be flaky)."""
@@ -251,6 +253,7 @@ def test_sliding_scores_max_tokens_of_each_document_and_says_so(eval_context, st
     assert rows[64]["tokens"] == rows[128]["tokens"] == 299 + 259 + 149  # every token after the first, each document
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_rope_decay_studies_the_layers_the_strategy_scales(tmp_path, models, run_job):
     _, results = run_job(
         tmp_path,

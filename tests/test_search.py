@@ -143,6 +143,7 @@ SLOW = pytest.mark.slow  # one CLI run each (~6 s): one case in the default suit
         ),
     ],
 )
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_search_input_is_one_line_and_exit_2_before_any_trial(tmp_path, run_cli, args, says):
     sweep_dir = tmp_path / "search"
     result = run_cli(*SEARCH, "model.original_max_position=256", f"hydra.sweep.dir={sweep_dir}", *args, env=ENV)

@@ -97,7 +97,11 @@ def test_the_server_answers_the_tokens_the_harness_generates_under_the_patch(nam
 @pytest.mark.parametrize(
     "setting,extra,message",
     [
-        (STRATEGIES["self_extend"], ["--compile"], "--compile is refused for self_extend-group_size4-window16: torch.compile"),
+        (
+            STRATEGIES["self_extend"],
+            ["--compile"],
+            "--compile is refused for self_extend-group_size4-window16: torch.compile",
+        ),
         (STRATEGIES["yarn"], ["--compile"], "--compile is refused: static-cache compiled generation is not checked"),
         (STRATEGIES["dca"], ["--continuous-batching"], "--continuous-batching is refused: continuous batching runs"),
         (STRATEGIES["none"], ["--quantization", "bnb-4bit"], "--quantization is refused: quantization serves other"),

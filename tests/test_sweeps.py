@@ -75,6 +75,7 @@ def wandb_read(run_dir: Path) -> tuple[dict, dict, list[dict], list[dict]]:
     return json.loads(summary.stdout), run, history, metrics
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_wandb_offline_sweep_one_run_per_job_in_one_group_and_report(tmp_path, sweep):
     sweep_dir = tmp_path / "sweep"
     sweep(

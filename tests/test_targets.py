@@ -105,6 +105,7 @@ def test_string_reaches_up_to_2l_minus_its_local_window():
     assert set_up({"name": "string", "local_window": 0}, 8192, 16384)[0].params["offset"] == 8192
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_run_with_a_target_records_its_derivation_and_answers_for_the_target(run_cli, tmp_path):
     out = tmp_path / "out"
     result = run_cli(
@@ -139,6 +140,7 @@ def test_a_run_with_a_target_records_its_derivation_and_answers_for_the_target(r
         (["scaling=longrope", "target=2x"], "scaling 'longrope' needs short_factor, long_factor"),
     ],
 )
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_bad_target_is_one_line_and_exit_2_before_the_model_loads(args, message, run_cli):
     result = run_cli(*args, "logger=none")
     assert result.returncode == 2, result.stderr[-2000:]
@@ -157,6 +159,7 @@ def test_a_compare_sweep_without_target_is_one_line_before_any_job(run_cli, tmp_
     assert not (tmp_path / "sweep").exists()
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_compare_sweep_lists_a_method_that_cannot_reach_the_target_in_its_answer(run_cli, tmp_path):
     sweep = tmp_path / "sweep"
     result = run_cli(

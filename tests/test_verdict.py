@@ -208,6 +208,7 @@ def test_relative_lengths_are_resolved_per_model_and_name_the_same_job(tmp_path,
             parse_job(compose(*TINY, bad), tmp_path)
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_scaled_job_runs_its_unscaled_reference_first_and_answers(tmp_path, capsys, run_job):
     summary, results = run_job(tmp_path / "yarn", *BOOKS, "scaling=yarn", "scaling.factor=2", "verdict.baseline=true")
     (path,) = (tmp_path / "yarn" / "baseline").glob("*/results.json")  # baseline/<its key>
@@ -277,6 +278,7 @@ def test_the_reference_scores_the_same_tokens_and_drops_what_cannot_exist_below_
     assert other.compare != job.compare
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_sweep_with_the_unscaled_model_uses_it_as_the_reference_and_prints_the_verdict_table(tmp_path, run_cli):
     sweep_dir = tmp_path / "sweep"
     result = run_cli(
