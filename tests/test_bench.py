@@ -86,6 +86,7 @@ MICRO_LLAMA3 = [  # gpu_bench.py's own flags: 2 layers, hidden 64, trained conte
 ]
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_gpu_bench_runs_every_step_on_cpu(monkeypatch):
     """bench/gpu_bench.py (the GPU rows) on a micro Llama-3 on CPU: every step writes its lines, none fails, the
     fused, FlexAttention (eager here) and float64 paths of the attention methods agree, each method runs through
@@ -148,6 +149,7 @@ def test_attention_bench_runs_each_method_between_two_plain_forwards():
     assert "| self_extend | blocks | group_size=4, window=1024 |" in out and "| none | - | defaults |" in out
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_needle_bench_answers_the_same_with_and_without_prefix_sharing():
     rows, out = bench("needle_bench.py", "--lengths", "256,512", "--depths", "0.5", "--trials", "1", *TINY_LLAMA3)
     (result,) = rows
@@ -158,6 +160,7 @@ def test_needle_bench_answers_the_same_with_and_without_prefix_sharing():
     assert "identical answers: True" in out
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_needle_bench_times_prefix_extension_by_chunk():
     rows, out = bench("needle_bench.py", "--lengths", "512", "--chunks", "64,128", "--cached", "256", *TINY_LLAMA3)
     assert [(r["cached"], r["chunk"]) for r in rows] == [(256, 64), (256, 128)]

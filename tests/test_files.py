@@ -155,6 +155,7 @@ def test_an_output_dir_under_a_file_or_read_only_is_one_line_before_any_work(tmp
 
 
 @pytest.mark.parametrize("kind", ["read-only", "a file"])
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_cache_that_cannot_be_written_is_one_note_and_the_run_goes_on(kind, tmp_path, text):
     cache = tmp_path / "cache"
     if kind == "a file":

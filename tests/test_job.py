@@ -15,6 +15,7 @@ from evals.core.run.runner import execute
 from tests.tiny import ROOT, TINY
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_strategy_and_an_eval_from_outside_the_package_run_end_to_end(plugin, run_cli, searchpath):
     tmp, env = plugin
     search = searchpath(tmp)
@@ -154,6 +155,7 @@ def wandb_keys(run_dir: Path) -> dict[str, str]:
     return keys
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_every_table_and_figure_reaches_wandb_under_its_file_name(tmp_path, compose):
     cfg = compose(
         *TINY,

@@ -21,6 +21,7 @@ def tokenizer():
     return bundled_tokenizer()
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_lm_eval_job_on_a_tiny_model_records_every_metric(tmp_path, caplog, capfd, run_job):
     summary, results = run_job(
         tmp_path,
@@ -116,6 +117,7 @@ def test_task_datasets_hide_each_key_in_a_prompt_of_the_asked_length(tokenizer, 
     assert len({tuple(r["outputs"]) for r in rows}) > 1  # keys vary
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_lm_eval_rolling_agrees_with_our_perplexity(tokenizer, tiny_llama):
     """Same text, same window: lm-eval's rolling NLL equals ours over its windows; our non-overlapping
     sliding protocol differs only in each later window's first token (documented in the README)."""

@@ -205,6 +205,7 @@ def slow_tokenizer(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_bad_input_is_one_line_before_the_model_loads(text_file, slow_tokenizer, tmp_path, run_cli):
     _, _, n = text_file
     cases = {

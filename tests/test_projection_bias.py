@@ -82,6 +82,7 @@ QK = [
 ]
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_qk_study_on_qwen2_reports_the_bias_share_and_runs_ablated(tmp_path, run_job, models):
     from evals.core.inputs.model_cache import MODEL_CACHE
 

@@ -2,6 +2,7 @@
 model's FLOPs (evals.core.run.throughput) and the device's measured rate, not "unknown"; earlier runs' measured seconds
 win where they exist. The FLOP count is checked against torch's own counter on a real transformers forward."""
 
+import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -88,6 +89,7 @@ def _said_seconds(line: str) -> float:
     return float(found[1]) * {"s": 1, "min": 60, "h": 3600}[found[2]]
 
 
+@pytest.mark.slow  # in CI's rotation: a landing in two (tests/conftest.py); ~1 min or more on 2 cores
 def test_a_small_sweeps_printed_budget_is_within_2x_of_its_wall_time(run_cli, tmp_path):
     """Reliability round 7: a first sweep on a small model printed "≈ 1 s" and took 51 s -- the FLOPs alone, none of
     what a job spends outside its forwards (imports, tokenizer, data, verdict, results, the report) nor perplexity's
