@@ -362,6 +362,8 @@ def test_a_document_too_short_for_the_lengths_is_said_in_the_terminal_the_verdic
     assert any(line.startswith("  dropped: document short (") for line in printed), printed
     write_report([tmp_path / "run"])
     assert "dropped document short (" in (tmp_path / "run" / "report.md").read_text()
+    answer = (tmp_path / "run" / "report_answer.txt").read_text()  # the answer (and W&B's) says what it leaves out
+    assert "dropped document short (" in answer and "shorter than the 128 tokens" in answer, answer
 
 
 def test_a_failed_job_of_a_sweep_is_counted_as_failed_never_as_reused(tmp_path, run_cli):

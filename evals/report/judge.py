@@ -50,6 +50,15 @@ def criteria_from(jobs: list[dict], tolerance: float | None, retained: float | N
     return criteria
 
 
+def dropped_lines(job: dict) -> list[str]:
+    """What a job's numbers leave out (evals/core/run/output.py ``Output.dropped``), a line each, naming the job."""
+    info = job_info(job)
+    return [
+        f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): dropped {d.get('what')}: {d.get('why')}"
+        for d in job.get("dropped") or []
+    ]
+
+
 def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[int, Reference | None], list[str]]:
     """({index: verdict}, {index: the reference used}, warnings) for every finished job that declares metrics:
     each against the comparable unscaled runs among ``jobs``."""
@@ -57,11 +66,7 @@ def judge_all(jobs: list[dict], criteria: dict) -> tuple[dict[int, dict], dict[i
     verdicts, references, warnings = {}, {}, []
     for index, job in enumerate(jobs):
         info, declared = job_info(job), job.get("declared") or {}
-        for dropped in job.get("dropped") or []:  # what a job's numbers leave out (evals/core/run/output.py)
-            warnings.append(
-                f"{info.get('model_label')} {info.get('scaling')} ({job['dir']}): dropped {dropped.get('what')}: "
-                f"{dropped.get('why')}"
-            )
+        warnings += dropped_lines(job)
         if job["state"] != "done" or not any(d.get("verdict") for d in declared.values()):
             continue
         measured, missing = job.get("measurements") or [], None

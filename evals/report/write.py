@@ -10,7 +10,7 @@ from ..core.files import atomic_write
 from ..core.decision.ranking import answer_text, format_group, rank
 from ..core.decision.ranking import table as ranking_table
 from .figures import metric_figures, save_figures, section_figures
-from .judge import criteria_from, judge_all, verdict_rows
+from .judge import criteria_from, dropped_lines, judge_all, verdict_rows
 from .load import in_report_order, load_jobs, one_per_identity
 from .page import render_page
 from .sections import report_sections
@@ -52,7 +52,8 @@ def write_report(
         written.append(out / "report_ranking.csv")
         atomic_write(written[-1], csv_text(ranking_rows, list(dict.fromkeys(k for r in ranking_rows for k in r))))
         written.append(out / "report_answer.txt")
-        atomic_write(written[-1], "".join(answer_text(group) for group in ranked))
+        left_out = [f"  {line}\n" for job in jobs for line in dropped_lines(job)]  # said with the answer it qualifies
+        atomic_write(written[-1], "".join(answer_text(group) for group in ranked) + "".join(left_out))
     if print_verdict and answer:
         print("\n".join(verdict_text(answer)))
         for group in ranked:
