@@ -44,24 +44,45 @@ TINY = dict(
     max_position_embeddings=TRAINED,
     pad_token_id=0,
 )
+# sub-sizes a full-size config sets past a tiny model's, cut to these where the family's default config has them
+# larger: routed experts (and the experts each token takes, and DeepSeek's expert groups), a sparse-attention
+# indexer's heads, per-layer input embeddings (Gemma-3n/4: 262,144 x 256 by default), a feed-forward, shared expert,
+# output projection's rank, sliding-window attention or output vocabulary sized apart from the tiny ones
+CUT = dict(
+    ffn_dim=TINY["intermediate_size"],
+    shared_experts_intermediate_size=TINY["moe_intermediate_size"],
+    o_lora_rank=16,
+    swa_num_attention_heads=TINY["num_attention_heads"],
+    swa_num_key_value_heads=TINY["num_key_value_heads"],
+    swa_head_dim=TINY["head_dim"],
+    unpadded_vocab_size=VOCAB,
+    num_experts=8,
+    num_local_experts=8,
+    n_routed_experts=8,
+    moe_num_experts=8,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    index_n_heads=2,
+    index_num_heads=2,
+    index_head_dim=16,
+    vocab_size_per_layer_input=VOCAB,
+    hidden_size_per_layer_input=16,
+)
 # the families that need other arguments to build tiny: the one table of them
 DROP = object()  # a TINY key the family's config does not take
-MLA = dict(  # DeepSeek's multi-head latent attention at toy sizes, rope sub-dimension 8, few experts
+MLA = dict(  # multi-head latent attention (DeepSeek-V2 and kin: every family whose config has a rope sub-dimension,
+    # qk_rope_head_dim) at toy sizes, rope sub-dimension 8, every head a query head of its own latent key/value
     kv_lora_rank=16,
     q_lora_rank=16,
     qk_rope_head_dim=8,
     qk_nope_head_dim=8,
     v_head_dim=16,
-    n_routed_experts=8,
-    num_experts_per_tok=2,
-    n_group=1,
-    topk_group=1,
     num_key_value_heads=4,
-    head_dim=DROP,
+    head_dim=8,  # the rotary's (LongCat-Flash, Youtu size their rotary from head_dim; DeepSeek sets it so itself)
+    num_experts_per_tok=2,  # None by default in DeepSeek-V2's config
 )
 SPECIAL: dict[str, dict] = {
-    "deepseek_v2": MLA,
-    "deepseek_v3": MLA,
     "falcon": {"head_dim": DROP},
     "phi3": {"original_max_position_embeddings": TRAINED},  # Phi-3 keeps its trained context at the top level
     "gptj": {"rotary_dim": 8},  # partial rotary, as GPT-J 6B's 64 of 256 (the default 64 exceeds the tiny head)
@@ -69,15 +90,41 @@ SPECIAL: dict[str, dict] = {
     "bamba": {"attn_layer_indices": [1]},  # its default has no attention layer at all (Bamba-9B's lists them)
     # its full-attention layers are DeepSeek's MLA (one latent key/value for every head)
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # its pattern's attention layer is the 3rd
-    "lara_mini": {"num_experts": 8, "num_experts_per_tok": 2},  # 128 by default: past MAX_PARAMETERS in 3 layers
     # its pattern's first 3 layers are fixed; two shared-attention layers (transformers' weight tying wants a second)
     "zamba": {"num_hidden_layers": 4, "attn_layer_period": 1, "attn_layer_offset": 0},
-    "kolibri1_1": {"index_num_heads": 2},  # its indexer's heads are query heads of one key head (12 by default)
-    "ergo": dict(first_dense_intermediate_size=96, shared_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
+    "ergo": dict(first_dense_intermediate_size=96, shared_intermediate_size=32),
     "lfm3": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},  # 2 conv layers otherwise
     # its default split (8 input + 8 output layers around a looped middle) exceeds a tiny stack: transformers then
     # runs each layer twice under one cache index; one layer each way and one looped between
     "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1},
+    # DBRX's attention reads attn_config.rope_theta and clamps by clip_qkv, neither set by its default config (DBRX's
+    # checkpoint ships both: 500000, 8); its experts are sized from d_model before hidden_size (its alias) is set
+    "dbrx": {
+        "d_model": TINY["hidden_size"],
+        "attn_config": {"kv_n_heads": 2, "rope_theta": 500000.0, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 96},
+    },
+    "dots1": dict(n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2),  # None by default
+    "qwen4_exp_text": dict(
+        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=16, indexer_compress_ratio=4
+    ),
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+    "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},  # one Mamba-2 layer, one with shared attention
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    # its sliding layers' MLA is sized apart (swa_*: 64 heads, ranks 1024 by default)
+    **{
+        t: dict(
+            swa_num_attention_heads=4,
+            swa_num_key_value_heads=4,
+            swa_q_lora_rank=16,
+            swa_kv_lora_rank=16,
+            swa_head_dim=16,
+            swa_qk_nope_head_dim=8,
+            swa_v_head_dim=16,
+        )
+        for t in ("dots3_note", "dots3_note_text")
+    },
     "bailing_hybrid": dict(
         kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, num_key_value_heads=4
     ),
@@ -107,6 +154,26 @@ def rotary_families() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def _defaults(model_type: str) -> dict:
+    """The family's default (full-size) text config, as a dict ({} where it cannot be made)."""
+    try:
+        return AutoConfig.for_model(model_type).get_text_config().to_dict()
+    except Exception:
+        return {}
+
+
+def tiny_sizes(model_type: str, tiny: dict = TINY) -> dict:
+    """The arguments of the family's tiny config: ``tiny``; each :data:`CUT` size the default config sets larger, cut;
+    :data:`MLA` where the family has a rope sub-dimension; then the family's own :data:`SPECIAL` (:data:`DROP`: a key
+    left to the config)."""
+    default = _defaults(model_type)
+    cut = {k: v for k, v in CUT.items() if isinstance(default.get(k), int) and default[k] > v}
+    mla = MLA if isinstance(default.get("qk_rope_head_dim"), int) else {}
+    sizes = {**tiny, **mla, **cut, **SPECIAL.get(model_type, {})}
+    return {k: v for k, v in sizes.items() if v is not DROP}
+
+
+@lru_cache(maxsize=None)
 def layer_kinds(model_type: str) -> tuple[str, ...]:
     """The kinds of layer the family's default (full-size) config lists in ``layer_types``, in order of first
     appearance: ``()`` where it lists none or they cannot be given (composite, or derived from other fields)."""
@@ -128,7 +195,7 @@ def config(model_type: str, rope_parameters: dict | None = None, trained: int | 
     layers that use the rotary are in it. With ``trained`` (the survey's models), a trained context the rope parameters
     declare (``original_max_position_embeddings``, a shipped scaling's) is that one, as everywhere else in the tiny
     model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept."""
-    sizes = {k: v for k, v in {**TINY, **SPECIAL.get(model_type, {})}.items() if v is not DROP}
+    sizes = tiny_sizes(model_type)
     cfg = AutoConfig.for_model(model_type, **sizes)
     kinds = layer_kinds(model_type)
     if kinds and not set(kinds) <= set(getattr(cfg, "layer_types", None) or ()) and "layer_types" not in sizes:
