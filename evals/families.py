@@ -84,7 +84,8 @@ MLA = dict(  # multi-head latent attention (DeepSeek-V2 and kin: every family wh
 )
 SPECIAL: dict[str, dict] = {
     "falcon": {"head_dim": DROP},
-    "phi3": {"original_max_position_embeddings": TRAINED},  # Phi-3 keeps its trained context at the top level
+    # Phi-3 (and Phi-4-multimodal's text model) keep the trained context at the top level
+    **{t: {"original_max_position_embeddings": TRAINED} for t in ("phi3", "phi4_multimodal")},
     "gptj": {"rotary_dim": 8},  # partial rotary, as GPT-J 6B's 64 of 256 (the default 64 exceeds the tiny head)
     "codegen": {"rotary_dim": 8},
     "bamba": {"attn_layer_indices": [1]},  # its default has no attention layer at all (Bamba-9B's lists them)
@@ -105,11 +106,24 @@ SPECIAL: dict[str, dict] = {
         "ffn_config": {"ffn_hidden_size": 96},
     },
     "dots1": dict(n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2),  # None by default
-    "qwen4_exp_text": dict(
-        indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=16, indexer_compress_ratio=4
+    # a composite's layer types are its text config's, not read from the default (layer_kinds): one of each
+    **{t: {"layer_types": ["linear_attention", "full_attention"]} for t in ("qwen3_5", "qwen3_5_moe")},
+    # Qwen4-exp's indexer is sized by fields its default config leaves None (the modeling divides them)
+    "qwen4_exp": dict(
+        layer_types=["linear_attention", "full_attention"],
+        indexer_n_heads=2,
+        indexer_kv_heads=1,
+        indexer_head_dim=16,
+        indexer_budget=16,
+        indexer_compress_ratio=4,
     ),
+    **{
+        t: dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=16, indexer_compress_ratio=4)
+        for t in ("qwen4_exp_text",)
+    },
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
-    "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},  # one Mamba-2 layer, one with shared attention
+    # one Mamba-2 layer, one with the shared attention, whose RoPE is off by default (use_mem_rope): on, so it is checked
+    "zamba2": {"layers_block_type": ["linear_attention", "hybrid"], "use_mem_rope": True},
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
     "gemma3n_text": {"num_kv_shared_layers": 0},
     # its sliding layers' MLA is sized apart (swa_*: 64 heads, ranks 1024 by default)
@@ -154,12 +168,58 @@ def rotary_families() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def _default_config(model_type: str):
+    """The family's default (full-size) config (None where it cannot be made); read, never changed."""
+    try:
+        return AutoConfig.for_model(model_type)
+    except Exception:
+        return None
+
+
 def _defaults(model_type: str) -> dict:
     """The family's default (full-size) text config, as a dict ({} where it cannot be made)."""
-    try:
-        return AutoConfig.for_model(model_type).get_text_config().to_dict()
-    except Exception:
-        return {}
+    cfg = _default_config(model_type)
+    return cfg.get_text_config().to_dict() if cfg is not None else {}
+
+
+# a composite's other sub-configs (vision, audio, ...) at toy sizes, where they are set larger
+SUB = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    depth=1,
+    num_global_layers=1,
+    num_attention_heads=2,
+    num_heads=2,
+    num_key_value_heads=2,
+    embed_dim=32,
+    hidden_dim=32,
+    out_hidden_size=64,
+    projection_dim=32,
+    vision_output_dim=32,
+)
+
+
+def _arguments(model_type: str, sizes: dict) -> dict:
+    """The config's arguments for ``sizes``: the text config's where it is a sub-config of a composite (Gemma-3,
+    Qwen3.5, Llama-4, ...), and every other sub-config not given at :data:`SUB` sizes, so no vision tower or audio
+    encoder keeps its default billions."""
+    base = _default_config(model_type)
+    if base is None:
+        return sizes
+    text = base.get_text_config()
+    out = dict(sizes) if text is base else {}
+    for name in base.sub_configs or {}:
+        sub = getattr(base, name, None)
+        if name in sizes or not hasattr(sub, "to_dict"):
+            continue
+        default = sub.to_dict()
+        out[name] = (
+            sizes
+            if sub is text
+            else {k: v for k, v in SUB.items() if isinstance(default.get(k), int) and default[k] > v}
+        )
+    return out
 
 
 def tiny_sizes(model_type: str, tiny: dict = TINY) -> dict:
@@ -196,12 +256,13 @@ def config(model_type: str, rope_parameters: dict | None = None, trained: int | 
     declare (``original_max_position_embeddings``, a shipped scaling's) is that one, as everywhere else in the tiny
     model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept."""
     sizes = tiny_sizes(model_type)
-    cfg = AutoConfig.for_model(model_type, **sizes)
+    cfg = AutoConfig.for_model(model_type, **_arguments(model_type, sizes))
     kinds = layer_kinds(model_type)
     if kinds and not set(kinds) <= set(getattr(cfg, "layer_types", None) or ()) and "layer_types" not in sizes:
         layers = max(len(kinds), sizes["num_hidden_layers"])
         kinds = (*kinds, *[kinds[-1]] * (layers - len(kinds)))
-        cfg = AutoConfig.for_model(model_type, **{**sizes, "num_hidden_layers": layers, "layer_types": list(kinds)})
+        more = {**sizes, "num_hidden_layers": layers, "layer_types": list(kinds)}
+        cfg = AutoConfig.for_model(model_type, **_arguments(model_type, more))
     text = cfg.get_text_config()
     own = getattr(text, "rope_parameters", None)
     for params in [own, *own.values()] if isinstance(own, dict) and trained else []:
@@ -213,7 +274,9 @@ def config(model_type: str, rope_parameters: dict | None = None, trained: int | 
     return cfg
 
 
-MAX_PARAMETERS = 3_000_000  # a tiny model has ~0.1M; more means a sub-config kept its default sizes
+# a tiny model has ~0.1M; a hybrid or MoE one a few M (Qwen4-exp 3.3M) and builds in well under a second; past 20M a
+# sub-config keeps its default sizes (BLT's patcher: 96M), and the build takes seconds more for nothing checked
+MAX_PARAMETERS = 20_000_000
 
 
 class NotTiny(ValueError):
