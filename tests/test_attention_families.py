@@ -22,6 +22,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 import rope_ext
 from evals.families import switched_on
+from evals.family_sizes import tiny_arguments
 
 TOKENS = 40
 TRAINED = 64
@@ -94,18 +95,25 @@ SPECIAL = {
     # checkpoint is; one layer each way and one looped between (run twice, its own cache copy per loop)
     "dory": dict(num_hidden_layers=3, n_input_layers=1, n_output_layers=1),
 }
+
+
+def small(model_type, more=None) -> dict:
+    """The config's arguments at SMALL's sizes with the compatibility suite's cuts and fixes (evals.families: experts,
+    indexers, per-layer inputs, a composite's towers, what a default config lacks), then this file's SPECIAL."""
+    return tiny_arguments(model_type, {**SMALL, **SPECIAL.get(model_type, {}), **(more or {})})
+
+
 DEFAULT = ["llama", "gemma3_text", "deepseek_v3", "phi3", "olmoe", "cohere", "ministral3"]
 
 
 def build(model_type, implementation="sdpa", seed=0):
     extra = SPECIAL.get(model_type, {})
-    config = AutoConfig.for_model(model_type, **{**SMALL, **extra})
+    config = AutoConfig.for_model(model_type, **small(model_type))
     # MLA (the family's own config has a rope sub-dimension; SMALL's MLA sizes become attributes of every config):
     # every head a query head
     if getattr(AutoConfig.for_model(model_type), "qk_rope_head_dim", None) and "head_dim" not in extra:
-        config = AutoConfig.for_model(
-            model_type, **{**SMALL, **extra, "num_key_value_heads": 4, "head_dim": config.qk_rope_head_dim}
-        )
+        mla = {"num_key_value_heads": 4, "head_dim": config.qk_rope_head_dim}
+        config = AutoConfig.for_model(model_type, **small(model_type, mla))
     torch.manual_seed(seed)
     try:
         model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
@@ -323,7 +331,7 @@ def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
     from evals.families import MAX_PARAMETERS
 
     try:
-        config = AutoConfig.for_model(model_type, **{**SMALL, **SPECIAL.get(model_type, {})})
+        config = AutoConfig.for_model(model_type, **small(model_type))
         with torch.device("meta"):  # its size first: a sub-config that keeps its default sizes is not tiny (blt: 4.6B)
             size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
         if size > MAX_PARAMETERS:
