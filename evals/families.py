@@ -57,13 +57,15 @@ def rotary_families() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def config(model_type: str, rope_parameters: dict | None = None, trained: int | None = None):
+def config(model_type: str, rope_parameters: dict | None = None, trained: int | None = None, subs: dict | None = None):
     """The tiny config of ``model_type`` (its text config carries the rope parameters). Where the family's full-size
     config mixes kinds of layer (``layer_types``: full/sliding/linear attention, ...) that its first two layers do
     not show (a hybrid's attention layer comes every 4th or 6th), the tiny model has one layer of each kind, so the
     layers that use the rotary are in it. With ``trained`` (the survey's models), a trained context the rope parameters
     declare (``original_max_position_embeddings``, a shipped scaling's) is that one, as everywhere else in the tiny
-    model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept."""
+    model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept. ``subs``: the
+    rope parameters of sub-configs other than the text config whose own rotaries read them (BLT's patcher, byte
+    encoder and decoder, global transformer: :func:`_sub_parameters`), by the sub-config's name."""
     sizes = tiny_sizes(model_type)
     cfg = AutoConfig.for_model(model_type, **config_arguments(model_type, sizes))
     kinds = layer_kinds(model_type)
@@ -79,6 +81,8 @@ def config(model_type: str, rope_parameters: dict | None = None, trained: int | 
             params["original_max_position_embeddings"] = trained
     if rope_parameters is not None:
         text.rope_parameters = rope_parameters
+    for name, params in (subs or {}).items():
+        getattr(cfg, name).rope_parameters = params
     cfg._attn_implementation = "eager"
     return cfg
 
@@ -92,14 +96,14 @@ class NotTiny(ValueError):
     """A family whose config does not shrink to the tiny sizes."""
 
 
-def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0):
-    cfg = config(model_type, rope_parameters, TRAINED)
+def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0, subs: dict | None = None):
+    cfg = config(model_type, rope_parameters, TRAINED, subs)
     with torch.device("meta"):  # its size first, without allocating
         size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     if size > MAX_PARAMETERS:
         raise NotTiny(f"{size / 1e6:.0f}M parameters at the tiny sizes (a sub-config keeps its default sizes)")
     torch.manual_seed(seed)
-    return switched_on(AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED)).eval())
+    return switched_on(AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED, subs)).eval())
 
 
 def switched_on(model):
@@ -212,6 +216,7 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     try:
         patched = logits(plain)
         scaled = {s.layer_type for s in patch.slots}
+        subs = _sub_parameters(plain, patch.slots)
         now = {s: tuple(s.frequencies(plain)) for s in patch.slots}  # dynamic ones: at this length
     finally:
         patch.restore()
@@ -231,7 +236,9 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
         }
     own = dict(plain.config.get_text_config().rope_parameters or {})
     try:
-        native = logits(_with_weights(model_type, _native_parameters(own, theirs(slots[0].dim // 2), scaled), plain))
+        wanted = theirs(slots[0].dim // 2)
+        subs = {name: _native_parameters(params, wanted, scaled) for name, params in subs.items()}
+        native = logits(_with_weights(model_type, _native_parameters(own, wanted, scaled), plain, subs))
     except Exception as err:  # transformers has no native path for this strategy on this family
         still = _still_check(held, now, theirs(slots[0].dim // 2))
         if still.startswith("mismatch"):
@@ -245,14 +252,24 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     return {"status": "exact", "detail": f"max logit gap {gap:.0e}"}
 
 
-def _with_weights(model_type: str, rope_parameters: dict, plain):
+def _sub_parameters(model, slots) -> dict[str, dict]:
+    """The rope parameters of each sub-config other than the text config that a patched rotary reads (its module's
+    ``config``: BLT's four rotaries read their patcher's, byte encoder's, byte decoder's and global transformer's own,
+    none the top-level config's), by the sub-config's name: transformers scales those rotaries only through them."""
+    cfg = model.config
+    read = {id(getattr(model.get_submodule(s.module_name), "config", None)) for s in slots}
+    subs = [n for n in cfg.sub_configs or {} if getattr(cfg, n, None) is not cfg.get_text_config()]
+    return {n: dict(getattr(cfg, n).rope_parameters or {}) for n in subs if id(getattr(cfg, n, None)) in read}
+
+
+def _with_weights(model_type: str, rope_parameters: dict, plain, subs: dict | None = None):
     import warnings
 
     from transformers.initialization import no_init_weights
 
     with warnings.catch_warnings(), no_init_weights():  # the weights are the plain model's
         warnings.simplefilter("ignore")
-        native = build(model_type, rope_parameters)
+        native = build(model_type, rope_parameters, subs=subs)
     native.load_state_dict(plain.state_dict())
     return native
 

@@ -63,6 +63,7 @@ MLA = dict(  # multi-head latent attention (DeepSeek-V2 and kin: every family wh
 )
 SPECIAL: dict[str, dict] = {
     "falcon": {"head_dim": DROP},
+    "blt": {"encoder_hash_byte_group_vocab": 64},  # its hash n-gram embeddings: 500,002 rows per n-gram size by default
     # Phi-3 (and Phi-4-multimodal's text model) keep the trained context at the top level
     **{t: {"original_max_position_embeddings": TRAINED} for t in ("phi3", "phi4_multimodal")},
     "gptj": {"rotary_dim": 8},  # partial rotary, as GPT-J 6B's 64 of 256 (the default 64 exceeds the tiny head)
@@ -142,6 +143,7 @@ def _defaults(model_type: str) -> dict:
 # a composite's other sub-configs (vision, audio, ...) at toy sizes, where they are set larger
 SUB = dict(
     hidden_size=32,
+    hidden_size_global=32,  # BLT's byte encoder and decoder: the global transformer's width (SUB's hidden_size)
     intermediate_size=64,
     num_hidden_layers=1,
     depth=1,
@@ -154,6 +156,9 @@ SUB = dict(
     out_hidden_size=64,
     projection_dim=32,
     vision_output_dim=32,
+    # the trained context, the tiny model's everywhere: a sub-config whose own rotary reads its own (BLT's patcher,
+    # byte encoder and decoder, global transformer: 8192, 24576, 24576, 4096 by default) is extended past it too
+    max_position_embeddings=TRAINED,
 )
 
 
