@@ -63,6 +63,10 @@ MLA = dict(  # multi-head latent attention (DeepSeek-V2 and kin: every family wh
 )
 SPECIAL: dict[str, dict] = {
     "falcon": {"head_dim": DROP},
+    # RoFormer's rotary indexes a sin/cos table of max_position_embeddings rows (a frozen nn.Embedding): past it,
+    # transformers itself raises IndexError; the table long enough for the survey (its trained context, the suite's,
+    # is passed to the patch)
+    "roformer": {"max_position_embeddings": LENGTH},
     "blt": {"encoder_hash_byte_group_vocab": 64},  # its hash n-gram embeddings: 500,002 rows per n-gram size by default
     # Phi-3 (and Phi-4-multimodal's text model) keep the trained context at the top level
     **{t: {"original_max_position_embeddings": TRAINED} for t in ("phi3", "phi4_multimodal")},
@@ -101,6 +105,8 @@ SPECIAL: dict[str, dict] = {
         t: dict(indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=16, indexer_compress_ratio=4)
         for t in ("qwen4_exp_text",)
     },
+    # no attention layer by default (Granite-4.0-H's checkpoints list them): one, so a cached forward has one to mask
+    "granitemoehybrid": {"layer_types": ["linear_attention", "attention"]},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
     # one Mamba-2 layer, one with the shared attention, whose RoPE is off by default (use_mem_rope): on, so it is checked
     "zamba2": {"layers_block_type": ["linear_attention", "hybrid"], "use_mem_rope": True},

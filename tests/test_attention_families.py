@@ -71,7 +71,10 @@ SPECIAL = {
     # MLA whose config requires a query low-rank projection (DeepSeek-V3.2 and kin: a sparse-attention indexer reads it)
     **{t: dict(q_lora_rank=16) for t in ("axk1", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa", "hy_v4")},
     "longcat_flash": dict(q_lora_rank=16),
-    "dots3_note": dict(q_lora_rank=16, num_key_value_heads=4),
+    **{t: dict(q_lora_rank=16, num_key_value_heads=4) for t in ("dots3_note", "dots3_note_text")},
+    # its rotary is sized from head_dim (256 by default; the frequency suite's TINY gives 16), within its indexer's head
+    "qwen4_exp": dict(head_dim=16),
+    "qwen4_exp_text": dict(head_dim=16, layer_types=["linear_attention", "full_attention"]),
     "hunyuan_v1_dense": dict(head_dim=16),  # None by default: sized from hidden_size / heads in the model only
     "hunyuan_v1_moe": dict(head_dim=16),
     "ministral": dict(head_dim=16),
@@ -316,7 +319,13 @@ def rotary_model_types() -> list[str]:
 
 # families where the hook does not yet recompute attention exactly as the model does (issue 51, open): strict xfail,
 # so a fix is noticed (and this list shrinks) as surely as a new mismatch fails
-OPEN: dict[str, str] = {}
+OPEN: dict[str, str] = {
+    **{
+        t: "Self-Extend at group size 1 is not the identity on Qwen4-exp (max logit gap 7.3e-2; DCA with one chunk is "
+        "exact): its QSA indexer's attention, first built here since issue 67, not yet recomputed as the model does"
+        for t in ("qwen4_exp", "qwen4_exp_text")
+    }
+}
 
 
 @pytest.mark.slow
@@ -343,7 +352,8 @@ def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
         pytest.skip(f"{model_type} does not build tiny: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
     try:
         errors = identity_errors(model)
-    except rope_ext.AttentionHookError as err:  # refused: one line, naming why
+    except (rope_ext.AttentionHookError, rope_ext.ScalingError) as err:  # refused (no rotary: inkling2_text's RoPE
+        # is its vision tower's, as the frequency suite says): one line, naming why
         assert "\n" not in str(err) and str(err)
         return
     assert max(errors.values()) <= 1e-5, errors
