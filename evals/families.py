@@ -2,7 +2,7 @@
 
 :func:`rotary_families` enumerates transformers' own causal-LM registry (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``)
 and keeps the model types whose modeling code uses rotary position embeddings; :func:`build` makes a tiny
-random-weight model of one (:data:`TINY` sizes; the few that need other arguments get them from :data:`SPECIAL`,
+random-weight model of one (the sizes of :mod:`evals.family_sizes`; the few that need other arguments get them from its SPECIAL,
 the one table of them; one layer of each kind a hybrid's full-size ``layer_types`` mixes, so the layers that use the
 rotary are in it; no parameter left all zeros). :func:`cell` judges one family x frequency strategy, the strategies transformers implements
 natively (:data:`NATIVE`: linear/PI, dynamic NTK, YaRN, Llama-3, LongRoPE): rope_ext's patch on the plain model
@@ -31,57 +31,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 import rope_ext
 
-TRAINED, LENGTH, VOCAB = 32, 72, 128  # 72 tokens on a 32-token model: past 2L, so every strategy moves the logits
-TINY = dict(
-    num_hidden_layers=2,
-    hidden_size=64,
-    intermediate_size=96,
-    moe_intermediate_size=32,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=VOCAB,
-    max_position_embeddings=TRAINED,
-    pad_token_id=0,
-)
-# the families that need other arguments to build tiny: the one table of them
-DROP = object()  # a TINY key the family's config does not take
-MLA = dict(  # DeepSeek's multi-head latent attention at toy sizes, rope sub-dimension 8, few experts
-    kv_lora_rank=16,
-    q_lora_rank=16,
-    qk_rope_head_dim=8,
-    qk_nope_head_dim=8,
-    v_head_dim=16,
-    n_routed_experts=8,
-    num_experts_per_tok=2,
-    n_group=1,
-    topk_group=1,
-    num_key_value_heads=4,
-    head_dim=DROP,
-)
-SPECIAL: dict[str, dict] = {
-    "deepseek_v2": MLA,
-    "deepseek_v3": MLA,
-    "falcon": {"head_dim": DROP},
-    "phi3": {"original_max_position_embeddings": TRAINED},  # Phi-3 keeps its trained context at the top level
-    "gptj": {"rotary_dim": 8},  # partial rotary, as GPT-J 6B's 64 of 256 (the default 64 exceeds the tiny head)
-    "codegen": {"rotary_dim": 8},
-    "bamba": {"attn_layer_indices": [1]},  # its default has no attention layer at all (Bamba-9B's lists them)
-    # its full-attention layers are DeepSeek's MLA (one latent key/value for every head)
-    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # its pattern's attention layer is the 3rd
-    "lara_mini": {"num_experts": 8, "num_experts_per_tok": 2},  # 128 by default: past MAX_PARAMETERS in 3 layers
-    # its pattern's first 3 layers are fixed; two shared-attention layers (transformers' weight tying wants a second)
-    "zamba": {"num_hidden_layers": 4, "attn_layer_period": 1, "attn_layer_offset": 0},
-    "kolibri1_1": {"index_num_heads": 2},  # its indexer's heads are query heads of one key head (12 by default)
-    "ergo": dict(first_dense_intermediate_size=96, shared_intermediate_size=32, num_experts=8, num_experts_per_tok=2),
-    "lfm3": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},  # 2 conv layers otherwise
-    # its default split (8 input + 8 output layers around a looped middle) exceeds a tiny stack: transformers then
-    # runs each layer twice under one cache index; one layer each way and one looped between
-    "dory": {"num_hidden_layers": 3, "n_input_layers": 1, "n_output_layers": 1},
-    "bailing_hybrid": dict(
-        kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, num_key_value_heads=4
-    ),
-}
+from .family_sizes import LENGTH, TRAINED, VOCAB, config_arguments, layer_kinds, tiny_sizes
+
 
 # cells where transformers' native computation is one rope_ext does not imitate: status "differs", the reason said
 NOT_IMITATED: dict[tuple[str, str], str] = {
@@ -106,35 +57,23 @@ def rotary_families() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-@lru_cache(maxsize=None)
-def layer_kinds(model_type: str) -> tuple[str, ...]:
-    """The kinds of layer the family's default (full-size) config lists in ``layer_types``, in order of first
-    appearance: ``()`` where it lists none or they cannot be given (composite, or derived from other fields)."""
-    try:
-        cfg = AutoConfig.for_model(model_type)
-    except Exception:
-        return ()
-    field = type(cfg).attribute_map.get("layer_types", "layer_types")
-    if cfg.get_text_config() is not cfg or isinstance(getattr(type(cfg), field, None), property):
-        return ()  # composite, or its layer_types derived from other fields (Jamba, RecurrentGemma): not given
-    kinds = getattr(cfg, "layer_types", None)
-    return tuple(dict.fromkeys(kinds)) if isinstance(kinds, (list, tuple)) else ()
-
-
-def config(model_type: str, rope_parameters: dict | None = None, trained: int | None = None):
+def config(model_type: str, rope_parameters: dict | None = None, trained: int | None = None, subs: dict | None = None):
     """The tiny config of ``model_type`` (its text config carries the rope parameters). Where the family's full-size
     config mixes kinds of layer (``layer_types``: full/sliding/linear attention, ...) that its first two layers do
     not show (a hybrid's attention layer comes every 4th or 6th), the tiny model has one layer of each kind, so the
     layers that use the rotary are in it. With ``trained`` (the survey's models), a trained context the rope parameters
     declare (``original_max_position_embeddings``, a shipped scaling's) is that one, as everywhere else in the tiny
-    model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept."""
-    sizes = {k: v for k, v in {**TINY, **SPECIAL.get(model_type, {})}.items() if v is not DROP}
-    cfg = AutoConfig.for_model(model_type, **sizes)
+    model (Ministral-3's Llama-4 query temperature starts there); without, the family's own is kept. ``subs``: the
+    rope parameters of sub-configs other than the text config whose own rotaries read them (BLT's patcher, byte
+    encoder and decoder, global transformer: :func:`_sub_parameters`), by the sub-config's name."""
+    sizes = tiny_sizes(model_type)
+    cfg = AutoConfig.for_model(model_type, **config_arguments(model_type, sizes))
     kinds = layer_kinds(model_type)
     if kinds and not set(kinds) <= set(getattr(cfg, "layer_types", None) or ()) and "layer_types" not in sizes:
         layers = max(len(kinds), sizes["num_hidden_layers"])
         kinds = (*kinds, *[kinds[-1]] * (layers - len(kinds)))
-        cfg = AutoConfig.for_model(model_type, **{**sizes, "num_hidden_layers": layers, "layer_types": list(kinds)})
+        more = {**sizes, "num_hidden_layers": layers, "layer_types": list(kinds)}
+        cfg = AutoConfig.for_model(model_type, **config_arguments(model_type, more))
     text = cfg.get_text_config()
     own = getattr(text, "rope_parameters", None)
     for params in [own, *own.values()] if isinstance(own, dict) and trained else []:
@@ -142,25 +81,29 @@ def config(model_type: str, rope_parameters: dict | None = None, trained: int | 
             params["original_max_position_embeddings"] = trained
     if rope_parameters is not None:
         text.rope_parameters = rope_parameters
+    for name, params in (subs or {}).items():
+        getattr(cfg, name).rope_parameters = params
     cfg._attn_implementation = "eager"
     return cfg
 
 
-MAX_PARAMETERS = 3_000_000  # a tiny model has ~0.1M; more means a sub-config kept its default sizes
+# a tiny model has ~0.1M; a hybrid or MoE one a few M (Qwen4-exp 3.3M) and builds in well under a second; past 20M a
+# sub-config keeps its default sizes (BLT's patcher: 96M), and the build takes seconds more for nothing checked
+MAX_PARAMETERS = 20_000_000
 
 
 class NotTiny(ValueError):
     """A family whose config does not shrink to the tiny sizes."""
 
 
-def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0):
-    cfg = config(model_type, rope_parameters, TRAINED)
+def build(model_type: str, rope_parameters: dict | None = None, seed: int = 0, subs: dict | None = None):
+    cfg = config(model_type, rope_parameters, TRAINED, subs)
     with torch.device("meta"):  # its size first, without allocating
         size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())
     if size > MAX_PARAMETERS:
         raise NotTiny(f"{size / 1e6:.0f}M parameters at the tiny sizes (a sub-config keeps its default sizes)")
     torch.manual_seed(seed)
-    return switched_on(AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED)).eval())
+    return switched_on(AutoModelForCausalLM.from_config(config(model_type, rope_parameters, TRAINED, subs)).eval())
 
 
 def switched_on(model):
@@ -273,6 +216,7 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     try:
         patched = logits(plain)
         scaled = {s.layer_type for s in patch.slots}
+        subs = _sub_parameters(plain, patch.slots)
         now = {s: tuple(s.frequencies(plain)) for s in patch.slots}  # dynamic ones: at this length
     finally:
         patch.restore()
@@ -292,7 +236,9 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
         }
     own = dict(plain.config.get_text_config().rope_parameters or {})
     try:
-        native = logits(_with_weights(model_type, _native_parameters(own, theirs(slots[0].dim // 2), scaled), plain))
+        wanted = theirs(slots[0].dim // 2)
+        subs = {name: _native_parameters(params, wanted, scaled) for name, params in subs.items()}
+        native = logits(_with_weights(model_type, _native_parameters(own, wanted, scaled), plain, subs))
     except Exception as err:  # transformers has no native path for this strategy on this family
         still = _still_check(held, now, theirs(slots[0].dim // 2))
         if still.startswith("mismatch"):
@@ -306,14 +252,24 @@ def cell(model_type: str, strategy: str, plain=None, before=None, check_restore:
     return {"status": "exact", "detail": f"max logit gap {gap:.0e}"}
 
 
-def _with_weights(model_type: str, rope_parameters: dict, plain):
+def _sub_parameters(model, slots) -> dict[str, dict]:
+    """The rope parameters of each sub-config other than the text config that a patched rotary reads (its module's
+    ``config``: BLT's four rotaries read their patcher's, byte encoder's, byte decoder's and global transformer's own,
+    none the top-level config's), by the sub-config's name: transformers scales those rotaries only through them."""
+    cfg = model.config
+    read = {id(getattr(model.get_submodule(s.module_name), "config", None)) for s in slots}
+    subs = [n for n in cfg.sub_configs or {} if getattr(cfg, n, None) is not cfg.get_text_config()]
+    return {n: dict(getattr(cfg, n).rope_parameters or {}) for n in subs if id(getattr(cfg, n, None)) in read}
+
+
+def _with_weights(model_type: str, rope_parameters: dict, plain, subs: dict | None = None):
     import warnings
 
     from transformers.initialization import no_init_weights
 
     with warnings.catch_warnings(), no_init_weights():  # the weights are the plain model's
         warnings.simplefilter("ignore")
-        native = build(model_type, rope_parameters)
+        native = build(model_type, rope_parameters, subs=subs)
     native.load_state_dict(plain.state_dict())
     return native
 

@@ -22,6 +22,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 import rope_ext
 from evals.families import switched_on
+from evals.family_sizes import tiny_arguments
 
 TOKENS = 40
 TRAINED = 64
@@ -70,7 +71,10 @@ SPECIAL = {
     # MLA whose config requires a query low-rank projection (DeepSeek-V3.2 and kin: a sparse-attention indexer reads it)
     **{t: dict(q_lora_rank=16) for t in ("axk1", "axk2", "deepseek_v32", "deepseek_v4", "glm_moe_dsa", "hy_v4")},
     "longcat_flash": dict(q_lora_rank=16),
-    "dots3_note": dict(q_lora_rank=16, num_key_value_heads=4),
+    **{t: dict(q_lora_rank=16, num_key_value_heads=4) for t in ("dots3_note", "dots3_note_text")},
+    # its rotary is sized from head_dim (256 by default; the frequency suite's TINY gives 16), within its indexer's head
+    "qwen4_exp": dict(head_dim=16),
+    "qwen4_exp_text": dict(head_dim=16, layer_types=["linear_attention", "full_attention"]),
     "hunyuan_v1_dense": dict(head_dim=16),  # None by default: sized from hidden_size / heads in the model only
     "hunyuan_v1_moe": dict(head_dim=16),
     "ministral": dict(head_dim=16),
@@ -94,18 +98,25 @@ SPECIAL = {
     # checkpoint is; one layer each way and one looped between (run twice, its own cache copy per loop)
     "dory": dict(num_hidden_layers=3, n_input_layers=1, n_output_layers=1),
 }
+
+
+def small(model_type, more=None) -> dict:
+    """The config's arguments at SMALL's sizes with the compatibility suite's cuts and fixes (evals.families: experts,
+    indexers, per-layer inputs, a composite's towers, what a default config lacks), then this file's SPECIAL."""
+    return tiny_arguments(model_type, {**SMALL, **SPECIAL.get(model_type, {}), **(more or {})})
+
+
 DEFAULT = ["llama", "gemma3_text", "deepseek_v3", "phi3", "olmoe", "cohere", "ministral3"]
 
 
 def build(model_type, implementation="sdpa", seed=0):
     extra = SPECIAL.get(model_type, {})
-    config = AutoConfig.for_model(model_type, **{**SMALL, **extra})
+    config = AutoConfig.for_model(model_type, **small(model_type))
     # MLA (the family's own config has a rope sub-dimension; SMALL's MLA sizes become attributes of every config):
     # every head a query head
     if getattr(AutoConfig.for_model(model_type), "qk_rope_head_dim", None) and "head_dim" not in extra:
-        config = AutoConfig.for_model(
-            model_type, **{**SMALL, **extra, "num_key_value_heads": 4, "head_dim": config.qk_rope_head_dim}
-        )
+        mla = {"num_key_value_heads": 4, "head_dim": config.qk_rope_head_dim}
+        config = AutoConfig.for_model(model_type, **small(model_type, mla))
     torch.manual_seed(seed)
     try:
         model = AutoModelForCausalLM.from_config(config, attn_implementation=implementation)
@@ -308,7 +319,13 @@ def rotary_model_types() -> list[str]:
 
 # families where the hook does not yet recompute attention exactly as the model does (issue 51, open): strict xfail,
 # so a fix is noticed (and this list shrinks) as surely as a new mismatch fails
-OPEN: dict[str, str] = {}
+OPEN: dict[str, str] = {
+    **{
+        t: "Self-Extend at group size 1 is not the identity on Qwen4-exp (max logit gap 7.3e-2; DCA with one chunk is "
+        "exact): its QSA indexer's attention, first built here since issue 67, not yet recomputed as the model does"
+        for t in ("qwen4_exp", "qwen4_exp_text")
+    }
+}
 
 
 @pytest.mark.slow
@@ -323,7 +340,7 @@ def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
     from evals.families import MAX_PARAMETERS
 
     try:
-        config = AutoConfig.for_model(model_type, **{**SMALL, **SPECIAL.get(model_type, {})})
+        config = AutoConfig.for_model(model_type, **small(model_type))
         with torch.device("meta"):  # its size first: a sub-config that keeps its default sizes is not tiny (blt: 4.6B)
             size = sum(p.numel() for p in AutoModelForCausalLM.from_config(config).parameters())
         if size > MAX_PARAMETERS:
@@ -335,7 +352,8 @@ def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
         pytest.skip(f"{model_type} does not build tiny: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
     try:
         errors = identity_errors(model)
-    except rope_ext.AttentionHookError as err:  # refused: one line, naming why
+    except (rope_ext.AttentionHookError, rope_ext.ScalingError) as err:  # refused (no rotary: inkling2_text's RoPE
+        # is its vision tower's, as the frequency suite says): one line, naming why
         assert "\n" not in str(err) and str(err)
         return
     assert max(errors.values()) <= 1e-5, errors
