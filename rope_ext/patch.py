@@ -13,7 +13,7 @@ sequence in one forward, as the evals here do, is exact.
 
 Pairs whose held frequency is exactly zero do not rotate, before or after a patch (transformers' ``proportional``
 RoPE, Gemma-4 / LFM3: the pairs past ``partial_rotary_factor`` hold 0): the strategy's frequencies are computed for the
-rotating pairs only, on the dim and base they have (:func:`rope_ext.rotary.find.held_geometry`: theta_i = b^(-2i/D) over a
+rotating pairs only, on the dim and base they have (:func:`rope_ext.rotary.slot.held_geometry`: theta_i = b^(-2i/D) over a
 pairs is RoPE of dim 2a at the base b^(2a/D), the same wavelengths), and the still pairs are put back at zero -- for
 dynamic strategies at every length too.
 
@@ -48,15 +48,15 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .attention.call import assemble_call, require_hooked
 from .attention.hook import hook_attention
-from .rotary.find import find_rotary_slots, find_table_slots, held_base, held_geometry, select_slots, trained_context
+from .rotary.find import find_rotary_slots, find_table_slots, select_slots
 from .rotary.in_use import require_in_use
 from .rotary.output import SilentPatchError, call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
-from .rotary.slot import RotarySlot, grown, own_base, own_table
+from .rotary.slot import Held, RotarySlot, read_held
 from .rotary.softmax_scale import describe, native_changes
-from .rotary.tables import build_table, put
+from .rotary.tables import build_table, grown, own_base, own_table, put
 from .strategies.registry import ScalingError
 from .strategies.scaling import Scaling, resolve
-from .strategies.shipped import inherit_shipped
+from .strategies.shipped import inherit_shipped, trained_context
 
 if TYPE_CHECKING:
     from torch import nn
@@ -94,8 +94,11 @@ class RopePatch:
         )
         if not isinstance(scaling, Scaling):
             scaling, self.shipped = inherit_shipped(scaling, model.config)
+        # the trained context the config declares (rope_ext.strategies.shipped), read once: a mapping is resolved with
+        # it where none is given, and the frequency check probes around it where the strategy declares none
+        self._trained = trained_context(model)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
-            scaling = resolve(scaling, original_max_position or trained_context(model))
+            scaling = resolve(scaling, original_max_position or self._trained)
         self.scaling = scaling
         changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
         self.slots = (
@@ -114,8 +117,9 @@ class RopePatch:
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         self._rows: dict[RotarySlot, int] = {}  # a table slot's rows now
         self._freqs: dict[RotarySlot, tuple] = {}  # the frequencies a table slot was built from
-        # (dim, base, still mask or None) of each slot as its live buffer holds it (_geometry); a table's base
-        self._geometry: dict[RotarySlot, tuple] = {}
+        # what each slot's live buffer held when the patch began (rope_ext.rotary.slot.read_held): dim, base, still
+        # pairs, frequencies -- the one read of the model the later stages take
+        self._held: dict[RotarySlot, Held] = {}
         self._own_bases: dict[RotarySlot, float] = {}
         # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.rotary.tables)
         self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
@@ -190,40 +194,23 @@ class RopePatch:
         factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 
-    def _geometry_of(self, slot: RotarySlot, module: nn.Module) -> tuple:
-        """(dim, base, still mask or None) of ``slot`` read from the buffer ``module`` holds now, not from the slot
-        (found on ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')): a table's
-        base from its values (:func:`rope_ext.rotary.slot.own_base`, refused where it is none), frequencies' base as
-        :func:`rope_ext.rotary.find.held_base` or, with pairs held at 0, :func:`rope_ext.rotary.find.held_geometry` reads it."""
-        if slot.table:
-            return slot.dim, own_base(slot, getattr(module, slot.table), self.scaling.label), None
-        held = getattr(module, f"{slot.prefix}inv_freq")
-        if held.is_meta:
-            raise ScalingError(
-                f"{slot.module_name}: its {slot.buffer} holds no values here (meta device, or offloaded)"
-            )
-        still = (held == 0).cpu()
-        if not bool(still.any()):
-            return held.numel() * 2, held_base(held, slot.base), None
-        if slot.still == int(still.sum()):  # found with values: the slot's (held_geometry's fallback is no fixpoint)
-            return slot.dim, slot.base, still
-        dim, base, _ = held_geometry(held, slot.base)
-        return dim, base, still
-
     def _apply(self) -> None:
+        """The frequency stages, each from what the one before it gave: what every slot holds is read once
+        (:func:`rope_ext.rotary.slot.read_held`), its output before the patch taken, the strategy's frequencies computed
+        and written (:meth:`_set_all`), and each slot's output verified against them (:mod:`rope_ext.rotary.output`)."""
         modules = {slot.module_name: slot.module(self.model) for slot in self.slots}
-        self._geometry = {slot: self._geometry_of(slot, modules[slot.module_name]) for slot in self.slots}
-        trained = int(self.scaling.params.get("original_max_position") or 0) or trained_context(self.model)
+        self._held = {slot: read_held(modules[slot.module_name], slot, self.scaling.label) for slot in self.slots}
+        trained = int(self.scaling.params.get("original_max_position") or 0) or self._trained
         positions = probe_positions(trained)
         before = {}
         for slot in self.slots:
             module = modules[slot.module_name]
             if slot.table:  # its output past the table, its own RoPE grown: what the patched one is compared with
-                with grown(module, slot, int(positions.max()) + 1, self._geometry[slot][1]):
+                with grown(module, slot, int(positions.max()) + 1, self._held[slot].base):
                     before[slot] = call_rotary(module, slot, positions)
             else:
                 before[slot] = call_rotary(module, slot, positions)
-        own = {slot: tuple(slot.frequencies(self.model)) for slot in self.slots}
+        own = {slot: (held.inv_freq, held.attention) for slot, held in self._held.items()}
         try:
             self._set_all(modules)
             for slot in self.slots:
@@ -263,12 +250,12 @@ class RopePatch:
                 self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
                 self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
             inv_freq, attention = self._set(slot, module, seq_len=None)
-            dim, base, _ = self._geometry[slot]  # as the buffer holds it (the slot's, unless found without values)
+            held = self._held[slot]  # as the buffer holds it (the slot's, unless found without values)
             self.applied.append(
                 {
                     **slot.describe(),
-                    "rotary_dim": dim,
-                    "base": base,
+                    "rotary_dim": held.dim,
+                    "base": held.base,
                     "attention_factor": attention,
                     "inv_freq_min": float(inv_freq.min()),
                 }
@@ -283,7 +270,7 @@ class RopePatch:
         attention factor."""
         import torch
 
-        dim, base, still = self._geometry[slot]
+        dim, base, still = self._held[slot].dim, self._held[slot].base, self._held[slot].still
         if still is not None and not dim:
             raise ScalingError(f"{slot.module_name}: every pair of {slot.buffer} holds frequency 0: nothing rotates")
         try:

@@ -38,7 +38,8 @@ def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None 
     """The :class:`Geometry` of a transformers model (or its config with ``slots``, and the ``scaled`` ones, as a job
     resolves and selects them): the rotary dim and base of the slots the scaling patches (Gemma-3: the global
     layers')."""
-    from .find import find_rotary_slots, select_slots, trained_context
+    from ..strategies.shipped import trained_context
+    from .find import find_rotary_slots, select_slots
 
     config = getattr(model_or_config, "config", model_or_config)
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
