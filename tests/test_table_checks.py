@@ -17,8 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext.rotary.slot import held_frequencies
-from rope_ext.rotary.tables import read_table, table_base
+from rope_ext.rotary.tables import held_frequencies, read_table, table_base
 
 TRAINED, DIM, VOCAB = 32, 8, 128
 

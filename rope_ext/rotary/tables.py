@@ -72,6 +72,19 @@ def put(module: nn.Module, name: str, tensor) -> None:
     module.register_buffer(name, tensor, persistent=name not in module._non_persistent_buffers_set)
 
 
+def held_frequencies(module: nn.Module, slot) -> tuple[torch.Tensor, float]:
+    """(the inverse frequencies, the attention factor) ``module`` holds in ``slot`` (a
+    :class:`rope_ext.rotary.slot.RotarySlot`) now, whichever form it holds them in: its ``<prefix>inv_freq`` buffer
+    and ``<prefix>attention_scaling``, or for a table slot theta (float32) and a read from the table at the slot's
+    original length; a one-line ScalingError where a table holds no values here (:func:`readable`)."""
+    if not slot.table:
+        return getattr(module, f"{slot.prefix}inv_freq"), float(getattr(module, f"{slot.prefix}attention_scaling"))
+    table = getattr(module, slot.table)
+    readable(table, slot.module_name)
+    theta, a = read_table(table, slot.rows)
+    return theta.float(), a
+
+
 def table_shaped(table: torch.Tensor) -> bool:
     """A 2-D float tensor of >= 2 rows and an even number >= 4 of columns: the shape of a sin/cos table."""
     return (
