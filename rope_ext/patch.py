@@ -74,8 +74,10 @@ def probe_positions(trained: int):
 class RopePatch:
     """A scaling strategy applied to a model; a context manager that restores the model on exit. Built by
     :func:`patch` (same arguments). ``scaling`` is the resolved :class:`Scaling`, ``slots`` the slots it scales
-    (``every``: all the model's), ``held`` what each slot it reads held when the patch began (:class:`rope_ext.rotary.slot.Held`), ``shipped`` one line on what the model's shipped scaling did to the request (or None); ``restore()`` puts back
-    every buffer, table, hook and attribute it changed. Raises what :func:`patch` raises.
+    (``every``: all the model's), ``held`` what each slot it reads held when the patch began
+    (:class:`rope_ext.rotary.slot.Held`), ``shipped`` one line on what the model's shipped scaling did to the request
+    (or None); ``restore()`` puts back every buffer, table, hook and attribute it changed. Raises what :func:`patch`
+    raises.
 
     >>> from rope_ext import patch
     >>> from transformers import LlamaConfig, LlamaForCausalLM

@@ -244,11 +244,12 @@ def held_geometry(inv_freq: torch.Tensor | None, base: float, pairs: int | None 
 
 
 def read_held(module: nn.Module, slot: RotarySlot, label: str) -> Held:
-    """What ``slot`` holds in the live ``module`` now, read once when a patch begins: its frequencies and attention
-    factor (:func:`rope_ext.rotary.tables.held_frequencies`), and its dim, base and still pairs from the buffer, not from the slot (found on
-    ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')) -- a table's base from its
-    values (:func:`rope_ext.rotary.tables.own_base`, a one-line ScalingError naming ``label`` where it is none),
-    frequencies' as :func:`held_geometry` reads them. A buffer with no values here is a one-line ScalingError."""
+    """What ``slot`` holds in the live ``module`` now, read once when a patch begins (a
+    :class:`rope_ext.rotary.slot.Held`): its dim, base and still pairs from the buffer, not from the slot (found on
+    ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')) -- frequencies' as
+    :func:`held_geometry` reads them, a table's base from its values (:func:`rope_ext.rotary.tables.own_base`, a
+    one-line ScalingError naming ``label`` where it is none) -- and its frequencies and attention factor
+    (:func:`rope_ext.rotary.tables.held_frequencies`). A buffer with no values here is a one-line ScalingError."""
     if not slot.table:
         buffer = getattr(module, slot.buffer)
         if buffer.is_meta:

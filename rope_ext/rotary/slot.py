@@ -1,12 +1,12 @@
-"""A *rotary slot*: one place in a model where RoPE's frequencies are kept, and what it holds now.
+"""A *rotary slot*: one place in a model where RoPE's frequencies are kept, and what it held -- plain data.
 
 A slot (:class:`RotarySlot`) is a description -- the rotary module's name, the buffer prefix, the rotary dim and base
 -- so slots found on a ``meta``-device instance name the same places in the loaded model (finding them:
 :mod:`rope_ext.rotary.find`). The frequencies are a buffer ``<prefix>inv_freq`` beside ``<prefix>attention_scaling``
 (every transformers 5 rotary module), or a sin/cos table the rotary indexes (GPT-J, CodeGen: a *table slot*, read and
-rebuilt from its values, :mod:`rope_ext.rotary.tables`); :func:`rope_ext.rotary.tables.held_frequencies` reads either. What a slot's live
-buffer holds when a patch begins is read once into a :class:`Held` (:func:`rope_ext.rotary.find.read_held`), which the
-patcher's later stages take instead of reading the model again.
+rebuilt from its values, :mod:`rope_ext.rotary.tables`); :func:`rope_ext.rotary.tables.held_frequencies` reads either.
+What a slot's live buffer holds when a patch begins is read once into a :class:`Held`
+(:func:`rope_ext.rotary.find.read_held`), which the patcher's later stages take instead of reading the model again.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class RotarySlot:
 class Held:
     """What a slot's live buffer holds when a patch begins (:func:`rope_ext.rotary.find.read_held`): the dim and base of
     its rotating pairs, the mask of its still pairs (None: every pair rotates), and its frequencies and attention factor
-    as :func:`rope_ext.rotary.tables.held_frequencies` reads them -- the patcher's one read of the model, which the later stages take."""
+    as :func:`rope_ext.rotary.tables.held_frequencies` reads them -- the patcher's one read of the model, which its
+    later stages take."""
 
     dim: int
     base: float

@@ -1,4 +1,5 @@
-"""Rotaries that hold a sin/cos *table* instead of inverse frequencies: found, read and rebuilt from the values alone.
+"""Rotaries that hold a sin/cos *table* instead of inverse frequencies: found, read and rebuilt from the values alone;
+and what any slot holds, as frequencies (:func:`held_frequencies`: its ``inv_freq`` buffer, or the table read).
 
 GPT-J and CodeGen (transformers' ``GPTJRotaryEmbedding``, ``CodeGenRotaryEmbedding``) precompute a buffer whose row p
 is (sin(p * theta_i), cos(p * theta_i)) for p < max_position_embeddings, theta_i = b^(-2i/d) (RoPE, Su et al. 2021,
@@ -179,7 +180,8 @@ def table_base(table: torch.Tensor) -> float | None:
 
 def own_base(slot, table: torch.Tensor, label: str) -> float:
     """The base of the RoPE ``table`` holds now (:func:`table_base`), or a one-line ScalingError naming the module of
-    ``slot`` (a :class:`rope_ext.rotary.slot.RotarySlot`) where it holds no values or is not RoPE's form (patched already): no base to scale from or grow with."""
+    ``slot`` (a :class:`rope_ext.rotary.slot.RotarySlot`) where it holds no values or is not RoPE's form (patched
+    already): no base to scale from or grow with."""
     readable(table, slot.module_name)
     base = table_base(table)
     if base is None or not base > 1:

@@ -1,4 +1,4 @@
-"""Models that ship a scaling: one rule for what a requested strategy keeps of it, and the context they were trained for.
+"""Models that ship a scaling: one rule for what a requested strategy keeps of it; the context they were trained for.
 
 A checkpoint may ship rope parameters of its own (Llama-3.1 ``llama3`` x8, gpt-oss YaRN with ``truncate: false``,
 Ministral-3 / DeepSeek YaRN with ``mscale``/``mscale_all_dim``, Phi-3 LongRoPE). The rule, applied wherever a
