@@ -79,10 +79,15 @@ def _layers_of(model: nn.Module, names: list[str]) -> str:
 
 
 def patch_checked(
-    model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot] | None = None, trained: int | None = None
+    model: nn.Module,
+    scaling: Scaling,
+    slots: Sequence[RotarySlot] | None = None,
+    trained: int | None = None,
+    every: Sequence[RotarySlot] | None = None,
 ) -> tuple[RopePatch, dict]:
     """(the patch, what the check found: ``{"changed": [...], "unchanged": [...], "targeted_types": [...], "how": ...}``);
-    a PatchCheckError (the patch undone) when the model changed elsewhere than declared."""
+    a PatchCheckError (the patch undone) when the model changed elsewhere than declared. ``slots`` and ``every``: the
+    scaled and all the model's slots where the caller found them already (:func:`rope_ext.patch`)."""
     import torch
 
     trained = trained or int(scaling.params.get("original_max_position") or 0) or 4096
@@ -90,10 +95,10 @@ def patch_checked(
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
     before = None
     if scaling.scales_frequencies:  # under ``none``: a sin/cos table rotary grown past its end with its own RoPE
-        with RopePatch(model, resolve({"name": "none"})) as plain:
+        with RopePatch(model, resolve({"name": "none"}), every=every) as plain:
             before = _observe(model, positions, plain.every)
     try:
-        patch = RopePatch(model, scaling, slots=slots)
+        patch = RopePatch(model, scaling, slots=slots, every=every)
     except SilentPatchError as err:  # the patcher's own check of the rotary outputs (the patch undone)
         raise err if isinstance(err, PatchCheckError) else PatchCheckError(str(err)) from None
     if not changes:

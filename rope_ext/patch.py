@@ -97,6 +97,7 @@ class RopePatch:
         scaling: "Mapping | Scaling",
         original_max_position: int | None = None,
         slots: Sequence[RotarySlot] | None = None,
+        every: Sequence[RotarySlot] | None = None,
     ):
         self.model = model
         self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.strategies.shipped), one line
@@ -112,11 +113,11 @@ class RopePatch:
             scaling = resolve(scaling, original_max_position or self._trained)
         self.scaling = scaling
         changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
-        # every rotary slot of the model, found once (rope_ext.rotary.find): the ones the strategy scales are selected
-        # from it (or handed over, found and selected before the model loaded); the attention hooks and a model's
-        # per-layer-type rope parameters need the others too
+        # every rotary slot of the model, found once (rope_ext.rotary.find) or handed over (found before the model
+        # loaded): the ones the strategy scales are selected from it (or handed over too); the tables left at their
+        # own RoPE, the attention hooks' selection and per-layer-type rope parameters take it
         try:
-            self.every = find_rotary_slots(model)
+            self.every = list(every) if every is not None else find_rotary_slots(model)
         except RotaryNotFoundError:
             if changes:
                 raise
@@ -360,12 +361,14 @@ def patch(
     scaling: "Mapping | Scaling",
     original_max_position: int | None = None,
     slots: Sequence[RotarySlot] | None = None,
+    every: Sequence[RotarySlot] | None = None,
 ) -> RopePatch:
     """Apply ``scaling`` to ``model`` now; use as ``with patch(...)`` to restore on exit, or call
     ``.restore()``. A resolved :class:`Scaling` is applied as it is; a mapping is resolved here, its trained
     context defaulting to ``original_max_position`` or the config's. ``slots``: the rotary slots to scale,
     found and selected already (e.g. on a ``meta``-device instance, before the model loaded); default: the
-    model's, selected by the scaling's ``layer_types``. Returns the :class:`RopePatch`. Raises ScalingError (one
+    model's, selected by the scaling's ``layer_types``. ``every``: all the model's slots, found so too (default: found
+    here, once). Returns the :class:`RopePatch`. Raises ScalingError (one
     line) for a config :func:`resolve` refuses or one the model cannot take, RotaryNotFoundError for a model
     without RoPE, AttentionHookError where a query or attention-level strategy cannot hook the attention.
 
@@ -380,4 +383,4 @@ def patch(
     >>> model.model.rotary_emb.inv_freq[0].item()
     1.0
     """
-    return RopePatch(model, scaling, original_max_position, slots)
+    return RopePatch(model, scaling, original_max_position, slots, every)

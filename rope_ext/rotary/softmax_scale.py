@@ -58,11 +58,10 @@ def target_parameters(model: nn.Module, scaling: Scaling, slots, every) -> dict 
     if not isinstance(own, dict) or not own:
         return None
     geo = slots_geometry(config, every, slots)
-    # the model's unscaled RoPE: what a strategy without a native counterpart is built as
-    plain = resolve({"name": "base", "base": geo.base, "layer_types": scaling.layer_types}, geo.trained)
     try:
         return transformers_config(scaling, geo, {"rope_parameters": own})["rope_parameters"]
-    except Unsupported:  # no native counterpart
+    except Unsupported:  # no native counterpart: the model's unscaled RoPE
+        plain = resolve({"name": "base", "base": geo.base, "layer_types": scaling.layer_types}, geo.trained)
         return transformers_config(plain, geo, {"rope_parameters": own})["rope_parameters"]
 
 
