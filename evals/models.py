@@ -63,10 +63,11 @@ def attention_lines(model, query: list[str], attention: list[str]) -> list[str]:
     return lines
 
 
-def softmax_scale_lines(model, strategies: list[str], slots, trained: int) -> list[str]:
+def softmax_scale_lines(model, strategies: list[str], slots, trained: int, every) -> list[str]:
     """What each frequency strategy (at its default parameters) also sets on the attention modules of ``model`` (a
     meta instance): the build-time constants transformers derives from the rope parameters, such as multi-head latent
-    attention's softmax scale (:mod:`rope_ext.rotary.softmax_scale`); strategies with the same effect share a line."""
+    attention's softmax scale (:mod:`rope_ext.rotary.softmax_scale`); strategies with the same effect share a line.
+    ``slots``: the scaled ones of ``every`` slot of the model."""
     from rope_ext.rotary.softmax_scale import describe, native_changes
 
     said: dict[str, list[str]] = {}
@@ -74,7 +75,7 @@ def softmax_scale_lines(model, strategies: list[str], slots, trained: int) -> li
     for strategy in strategies:
         try:
             scaling, _ = rope_ext.inherit_shipped({"name": strategy}, model.config)
-            changes = native_changes(model, rope_ext.resolve(scaling, trained), slots, rotaries)
+            changes = native_changes(model, rope_ext.resolve(scaling, trained), slots, rotaries, every=every)
         except Exception:  # a strategy that needs parameters (compose's stages): nothing to say at its defaults
             continue
         line = describe(changes)
@@ -121,7 +122,7 @@ def describe(name: str) -> list[str]:
         _, said = rope_ext.inherit_shipped({"name": strategy}, config)
         if said:
             lines.append(f"  {said}")
-    lines += softmax_scale_lines(model, frequency, chosen, trained)
+    lines += softmax_scale_lines(model, frequency, chosen, trained, slots)
     lines += attention_lines(model, kinds["query"], kinds["attention"])
     docs = Path(__file__).resolve().parent.parent / "docs" / "models.md"
     row = (

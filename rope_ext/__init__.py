@@ -24,8 +24,8 @@ from .patch import RopePatch, patch
 from .strategies.registry import ALIASES, STRATEGIES, Param, ScalingError, register
 from .strategies.rope import default_inv_freq, wavelengths
 from .strategies.scaling import Scaling, frequencies, resolve
-from .strategies.shipped import inherit_shipped, shipped_parameters
-from .rotary.find import find_rotary_slots, select_slots, trained_context
+from .strategies.shipped import inherit_shipped, shipped_parameters, trained_context
+from .rotary.find import find_rotary_slots, select_slots
 from .rotary.slot import RotaryNotFoundError, RotarySlot
 
 __all__ = [

@@ -20,10 +20,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from .attention.hook import hook_attention, text_config
-from .patch import RopePatch
-from .rotary.find import find_rotary_slots
+from .patch import RopePatch, probe_positions
 from .rotary.slot import RotarySlot
-from .rotary.output import SilentPatchError, probe_positions
+from .rotary.output import SilentPatchError
 from .strategies.scaling import Scaling, resolve
 
 if TYPE_CHECKING:
@@ -36,13 +35,13 @@ class PatchCheckError(SilentPatchError):
     check of each rotary module's output (:mod:`rope_ext.rotary.output`) comes first and is reported as one too."""
 
 
-def _observe(model: nn.Module, positions: torch.Tensor) -> tuple[dict, dict]:
-    """One probe forward: {attention layer: ((cos, sin) it received, the slot they came from)}, {rotary module:
-    its outputs (cos, sin)}."""
+def _observe(model: nn.Module, positions: torch.Tensor, slots: Sequence[RotarySlot]) -> tuple[dict, dict]:
+    """One probe forward: {attention layer: ((cos, sin) it received, the slot they came from)}, {rotary module of
+    ``slots`` (every slot of the model, as the patcher found them): its outputs (cos, sin)}."""
     import torch
 
     seen, rotary = {}, {}
-    modules = {s.module_name for s in find_rotary_slots(model)}
+    modules = {s.module_name for s in slots}
     handles = []
     for name in modules:
 
@@ -80,10 +79,15 @@ def _layers_of(model: nn.Module, names: list[str]) -> str:
 
 
 def patch_checked(
-    model: nn.Module, scaling: Scaling, slots: Sequence[RotarySlot] | None = None, trained: int | None = None
+    model: nn.Module,
+    scaling: Scaling,
+    slots: Sequence[RotarySlot] | None = None,
+    trained: int | None = None,
+    every: Sequence[RotarySlot] | None = None,
 ) -> tuple[RopePatch, dict]:
     """(the patch, what the check found: ``{"changed": [...], "unchanged": [...], "targeted_types": [...], "how": ...}``);
-    a PatchCheckError (the patch undone) when the model changed elsewhere than declared."""
+    a PatchCheckError (the patch undone) when the model changed elsewhere than declared. ``slots`` and ``every``: the
+    scaled and all the model's slots where the caller found them already (:func:`rope_ext.patch`)."""
     import torch
 
     trained = trained or int(scaling.params.get("original_max_position") or 0) or 4096
@@ -91,11 +95,10 @@ def patch_checked(
     changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
     before = None
     if scaling.scales_frequencies:  # under ``none``: a sin/cos table rotary grown past its end with its own RoPE
-        with RopePatch(model, resolve({"name": "none"})):
-            before = _observe(model, positions)
-    own = {slot: tuple(slot.frequencies(model)) for slot in (slots if slots is not None else find_rotary_slots(model))}
+        with RopePatch(model, resolve({"name": "none"}), every=every) as plain:
+            before = _observe(model, positions, plain.every)
     try:
-        patch = RopePatch(model, scaling, slots=slots)
+        patch = RopePatch(model, scaling, slots=slots, every=every)
     except SilentPatchError as err:  # the patcher's own check of the rotary outputs (the patch undone)
         raise err if isinstance(err, PatchCheckError) else PatchCheckError(str(err)) from None
     if not changes:
@@ -106,9 +109,8 @@ def patch_checked(
         and not scaling.scales_attention
         and not scaling.dynamic
         and all(
-            torch.equal(slot.frequencies(model)[0], own[slot][0]) and slot.frequencies(model)[1] == own[slot][1]
-            for slot in patch.slots
-            if slot in own
+            torch.equal(slot.frequencies(model)[0], held.inv_freq) and slot.frequencies(model)[1] == held.attention
+            for slot, held in patch.held.items()  # what the patch read before it wrote
         )
     ):
         # a setting that is the model's own RoPE (factor 1, p-RoPE keeping every pair, the model's base): nothing to see
@@ -129,7 +131,7 @@ def _check(model: nn.Module, patch: RopePatch, positions: torch.Tensor, before) 
     targeted = set(patch.slots)
     types = sorted({str(s.layer_type) for s in targeted if s.layer_type is not None}) or ["all (one rotary)"]
     patch.reached.clear()
-    after = _observe(model, positions)
+    after = _observe(model, positions, patch.every)
     layers, _ = after
     if not layers and not patch.scaling.scales_frequencies:
         raise PatchCheckError(

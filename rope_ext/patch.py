@@ -48,25 +48,36 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from .attention.call import assemble_call, require_hooked
 from .attention.hook import hook_attention
-from .rotary.find import find_rotary_slots, find_table_slots, held_base, held_geometry, select_slots, trained_context
+from .rotary.find import find_rotary_slots, read_held, select_slots
 from .rotary.in_use import require_in_use
-from .rotary.output import SilentPatchError, call_rotary, probe_positions, route_config, route_init_fn, unroute, verify
-from .rotary.slot import RotarySlot, grown, own_base, own_table
+from .rotary.output import SilentPatchError, call_rotary, route_config, route_init_fn, unroute, verify
+from .rotary.slot import Held, RotaryNotFoundError, RotarySlot
 from .rotary.softmax_scale import describe, native_changes
-from .rotary.tables import build_table, put
+from .rotary.tables import build_table, grown, own_table, put
 from .strategies.registry import ScalingError
 from .strategies.scaling import Scaling, resolve
-from .strategies.shipped import inherit_shipped
+from .strategies.shipped import inherit_shipped, trained_context
 
 if TYPE_CHECKING:
     from torch import nn
 
 
+def probe_positions(trained: int):
+    """Position ids below, at and past the trained context L (0, 1, L-1, L, 2L-1, 4L): where the patcher compares each
+    rotary's output with the patched frequencies (:func:`rope_ext.rotary.output.verify`), and :mod:`rope_ext.check` the
+    model's attention."""
+    import torch
+
+    return torch.tensor([[0, 1, trained - 1, trained, 2 * trained - 1, 4 * trained]])
+
+
 class RopePatch:
     """A scaling strategy applied to a model; a context manager that restores the model on exit. Built by
-    :func:`patch` (same arguments). ``scaling`` is the resolved :class:`Scaling`, ``slots`` the slots it scales,
-    ``shipped`` one line on what the model's shipped scaling did to the request (or None); ``restore()`` puts back
-    every buffer, table, hook and attribute it changed. Raises what :func:`patch` raises.
+    :func:`patch` (same arguments). ``scaling`` is the resolved :class:`Scaling`, ``slots`` the slots it scales
+    (``every``: all the model's), ``held`` what each slot it reads held when the patch began
+    (:class:`rope_ext.rotary.slot.Held`), ``shipped`` one line on what the model's shipped scaling did to the request
+    (or None); ``restore()`` puts back every buffer, table, hook and attribute it changed. Raises what :func:`patch`
+    raises.
 
     >>> from rope_ext import patch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -86,6 +97,7 @@ class RopePatch:
         scaling: "Mapping | Scaling",
         original_max_position: int | None = None,
         slots: Sequence[RotarySlot] | None = None,
+        every: Sequence[RotarySlot] | None = None,
     ):
         self.model = model
         self.shipped = None  # what the model's shipped scaling did to a mapping (rope_ext.strategies.shipped), one line
@@ -94,16 +106,24 @@ class RopePatch:
         )
         if not isinstance(scaling, Scaling):
             scaling, self.shipped = inherit_shipped(scaling, model.config)
+        # the trained context the config declares (rope_ext.strategies.shipped), read once: a mapping is resolved with
+        # it where none is given, and the frequency check probes around it where the strategy declares none
+        self._trained = trained_context(model)
         if not isinstance(scaling, Scaling) or original_max_position is not None:
-            scaling = resolve(scaling, original_max_position or trained_context(model))
+            scaling = resolve(scaling, original_max_position or self._trained)
         self.scaling = scaling
         changes = scaling.scales_frequencies or scaling.scales_query or scaling.scales_attention
+        # every rotary slot of the model, found once (rope_ext.rotary.find) or handed over (found before the model
+        # loaded): the ones the strategy scales are selected from it (or handed over too); the tables left at their
+        # own RoPE, the attention hooks' selection and per-layer-type rope parameters take it
+        try:
+            self.every = list(every) if every is not None else find_rotary_slots(model)
+        except RotaryNotFoundError:
+            if changes:
+                raise
+            self.every = []  # a strategy that changes nothing, on a model without RoPE: nothing to do
         self.slots = (
-            []
-            if not changes
-            else list(slots)
-            if slots is not None
-            else select_slots(find_rotary_slots(model), scaling.layer_types)
+            [] if not changes else list(slots) if slots is not None else select_slots(self.every, scaling.layer_types)
         )
         self.name, self.dynamic = scaling.name, scaling.dynamic
         self.seq_len: dict[RotarySlot, int | None] = {}  # the length each slot's frequencies were computed for
@@ -114,11 +134,11 @@ class RopePatch:
         self.reached: set[str] = set()  # the attention layers whose call the query/attention hook changed (check.py)
         self._rows: dict[RotarySlot, int] = {}  # a table slot's rows now
         self._freqs: dict[RotarySlot, tuple] = {}  # the frequencies a table slot was built from
-        # (dim, base, still mask or None) of each slot as its live buffer holds it (_geometry); a table's base
-        self._geometry: dict[RotarySlot, tuple] = {}
-        self._own_bases: dict[RotarySlot, float] = {}
+        # what each slot's live buffer held when the patch began (rope_ext.rotary.find.read_held): dim, base, still
+        # pairs, frequencies -- the one read of the model the later stages (and rope_ext.check) take
+        self.held: dict[RotarySlot, Held] = {}
         # tables this strategy leaves at their own RoPE: grown past their end all the same (rope_ext.rotary.tables)
-        self._own_tables = [] if scaling.scales_frequencies else find_table_slots(model)
+        self._own_tables = [] if scaling.scales_frequencies else [s for s in self.every if s.table]
         try:
             self._attach()
         except BaseException:  # a refusal half-way (a method the model's attention cannot take): nothing left changed
@@ -126,28 +146,32 @@ class RopePatch:
             raise
 
     def _attach(self) -> None:
-        """Every change of the patch: frequencies, grown tables, the query and attention hooks."""
+        """Every change of the patch, in stages that each take what the one before gave: the frequencies -- what the
+        scaled slots hold read once, the strategy's computed, written and verified (:meth:`_apply`) --; the attention's
+        build-time constants; the tables left at their own RoPE grown past their end; the query and attention hooks;
+        the check that the model reads what was patched."""
         scaling, model = self.scaling, self.model
+        positions = probe_positions(int(scaling.params.get("original_max_position") or 0) or self._trained)
         if scaling.scales_frequencies:
-            self._apply()
+            self._apply(positions)
             self._follow_softmax_scale()
         for slot in self._own_tables:
             module = slot.module(model)
-            self._own_bases[slot] = own_base(slot, getattr(module, slot.table), scaling.label)  # refused: NaN rows
+            self.held[slot] = read_held(module, slot, scaling.label)  # refused where it holds no RoPE (NaN rows)
             self._saved.append((module, slot.table, None, getattr(module, slot.table)))
             self._rows[slot] = slot.rows
             self._hooks.append(module.register_forward_pre_hook(self._position_hook, with_kwargs=True))
         if scaling.scales_query or scaling.scales_attention:
-            every = find_rotary_slots(model)
             # only the selected layers' attention (None: every layer, the model has no other slot)
-            self._attention_slots = None if set(self.slots) == set(every) else set(self.slots)
+            self._attention_slots = None if set(self.slots) == set(self.every) else set(self.slots)
             layer_types = sorted({str(s.layer_type) for s in self.slots})
+        if scaling.scales_attention:
+            self._rule = scaling.position_rule()
+            require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
         if scaling.scales_query:
             self._hooks.append(hook_attention(self.model, self._scale_query, transform=True))
             self.applied.append({"query_scaling": self.scaling.label, "layer_types": layer_types})
         if scaling.scales_attention:
-            self._rule = scaling.position_rule()
-            require_hooked(self.model, self.scaling.label)  # a method that would change nothing is an error
             self._hooks.append(hook_attention(self.model, self._assemble, replace=True))
             self.applied.append({"attention": self.scaling.label, "layer_types": layer_types})
         if self.slots and (scaling.scales_frequencies or scaling.scales_attention):
@@ -159,7 +183,7 @@ class RopePatch:
         """The attention modules' build-time constants (MLA's softmax scale, from mscale_all_dim) set to what
         transformers builds for the strategy's rope parameters (:mod:`rope_ext.rotary.softmax_scale`)."""
         rotaries = [slot.module(self.model) for slot in self.slots]  # (a rotary has no layer_idx: never rebuilt)
-        changes = native_changes(self.model, self.scaling, self.slots, rotaries)
+        changes = native_changes(self.model, self.scaling, self.slots, rotaries, every=self.every)
         for module, attr, live, new in changes:
             self._saved.append((module, None, attr, live))
             setattr(module, attr, new)
@@ -190,40 +214,22 @@ class RopePatch:
         factors = self.scaling.query_factors(call.positions)  # (batch, q_len)
         return (call.query * factors.to(call.query.device)[:, None, :, None]).to(call.query.dtype)
 
-    def _geometry_of(self, slot: RotarySlot, module: nn.Module) -> tuple:
-        """(dim, base, still mask or None) of ``slot`` read from the buffer ``module`` holds now, not from the slot
-        (found on ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')): a table's
-        base from its values (:func:`rope_ext.rotary.slot.own_base`, refused where it is none), frequencies' base as
-        :func:`rope_ext.rotary.find.held_base` or, with pairs held at 0, :func:`rope_ext.rotary.find.held_geometry` reads it."""
-        if slot.table:
-            return slot.dim, own_base(slot, getattr(module, slot.table), self.scaling.label), None
-        held = getattr(module, f"{slot.prefix}inv_freq")
-        if held.is_meta:
-            raise ScalingError(
-                f"{slot.module_name}: its {slot.buffer} holds no values here (meta device, or offloaded)"
-            )
-        still = (held == 0).cpu()
-        if not bool(still.any()):
-            return held.numel() * 2, held_base(held, slot.base), None
-        if slot.still == int(still.sum()):  # found with values: the slot's (held_geometry's fallback is no fixpoint)
-            return slot.dim, slot.base, still
-        dim, base, _ = held_geometry(held, slot.base)
-        return dim, base, still
-
-    def _apply(self) -> None:
+    def _apply(self, positions) -> None:
+        """The frequency stages, each from what the one before gave: what every scaled slot holds, read once
+        (:func:`rope_ext.rotary.find.read_held`, kept in ``self.held``), its output at ``positions`` before the patch,
+        the strategy's frequencies computed and written (:meth:`_set_all`), and each slot's output verified against
+        them (:mod:`rope_ext.rotary.output`)."""
         modules = {slot.module_name: slot.module(self.model) for slot in self.slots}
-        self._geometry = {slot: self._geometry_of(slot, modules[slot.module_name]) for slot in self.slots}
-        trained = int(self.scaling.params.get("original_max_position") or 0) or trained_context(self.model)
-        positions = probe_positions(trained)
+        self.held = {slot: read_held(modules[slot.module_name], slot, self.scaling.label) for slot in self.slots}
         before = {}
         for slot in self.slots:
             module = modules[slot.module_name]
             if slot.table:  # its output past the table, its own RoPE grown: what the patched one is compared with
-                with grown(module, slot, int(positions.max()) + 1, self._geometry[slot][1]):
+                with grown(module, slot, int(positions.max()) + 1, self.held[slot].base):
                     before[slot] = call_rotary(module, slot, positions)
             else:
                 before[slot] = call_rotary(module, slot, positions)
-        own = {slot: tuple(slot.frequencies(self.model)) for slot in self.slots}
+        own = {slot: (held.inv_freq, held.attention) for slot, held in self.held.items()}
         try:
             self._set_all(modules)
             for slot in self.slots:
@@ -263,12 +269,12 @@ class RopePatch:
                 self._saved.append((module, buffer_name, None, getattr(module, buffer_name)))
                 self._saved.append((module, None, scaling_name, getattr(module, scaling_name)))
             inv_freq, attention = self._set(slot, module, seq_len=None)
-            dim, base, _ = self._geometry[slot]  # as the buffer holds it (the slot's, unless found without values)
+            held = self.held[slot]  # as the buffer holds it (the slot's, unless found without values)
             self.applied.append(
                 {
                     **slot.describe(),
-                    "rotary_dim": dim,
-                    "base": base,
+                    "rotary_dim": held.dim,
+                    "base": held.base,
                     "attention_factor": attention,
                     "inv_freq_min": float(inv_freq.min()),
                 }
@@ -283,7 +289,7 @@ class RopePatch:
         attention factor."""
         import torch
 
-        dim, base, still = self._geometry[slot]
+        dim, base, still = self.held[slot].dim, self.held[slot].base, self.held[slot].still
         if still is not None and not dim:
             raise ScalingError(f"{slot.module_name}: every pair of {slot.buffer} holds frequency 0: nothing rotates")
         try:
@@ -328,7 +334,7 @@ class RopePatch:
                     put(module, slot.table, build_table(*self._freqs[slot], self._rows[slot], table, slot.module_name))
                 else:  # a table at its own RoPE: its original rows kept
                     original = next(v for m, n, _, v in self._saved if m is module and n == slot.table)
-                    put(module, slot.table, own_table(slot, original, self._rows[slot], self._own_bases[slot]))
+                    put(module, slot.table, own_table(slot, original, self._rows[slot], self.held[slot].base))
 
     def restore(self) -> None:
         """Put back the exact tensors and attributes the model had before patching."""
@@ -355,12 +361,14 @@ def patch(
     scaling: "Mapping | Scaling",
     original_max_position: int | None = None,
     slots: Sequence[RotarySlot] | None = None,
+    every: Sequence[RotarySlot] | None = None,
 ) -> RopePatch:
     """Apply ``scaling`` to ``model`` now; use as ``with patch(...)`` to restore on exit, or call
     ``.restore()``. A resolved :class:`Scaling` is applied as it is; a mapping is resolved here, its trained
     context defaulting to ``original_max_position`` or the config's. ``slots``: the rotary slots to scale,
     found and selected already (e.g. on a ``meta``-device instance, before the model loaded); default: the
-    model's, selected by the scaling's ``layer_types``. Returns the :class:`RopePatch`. Raises ScalingError (one
+    model's, selected by the scaling's ``layer_types``. ``every``: all the model's slots, found so too (default: found
+    here, once). Returns the :class:`RopePatch`. Raises ScalingError (one
     line) for a config :func:`resolve` refuses or one the model cannot take, RotaryNotFoundError for a model
     without RoPE, AttentionHookError where a query or attention-level strategy cannot hook the attention.
 
@@ -375,4 +383,4 @@ def patch(
     >>> model.model.rotary_emb.inv_freq[0].item()
     1.0
     """
-    return RopePatch(model, scaling, original_max_position, slots)
+    return RopePatch(model, scaling, original_max_position, slots, every)

@@ -166,6 +166,24 @@ def test_layer_types_gemma3_auto_scales_global_layers_only():
         rope_ext.patch(model, {"name": "linear", "factor": 4.0, "layer_types": ["global"]})
 
 
+def test_the_patcher_finds_every_slot_once_and_reads_what_each_scaled_one_held():
+    """The patcher's stages pass their data forward: every slot found once (``every``: the attention hooks' selection
+    and the softmax-scale geometry take it), what each scaled slot held read once before anything is written (``held``:
+    rope_ext.check's identity test and the tables' growth take it), the unscaled slots not read."""
+    model = build("gemma3_text", num_hidden_layers=6, num_key_value_heads=2, head_dim=16, sliding_window=16)
+    found = rope_ext.find_rotary_slots(model)
+    full = next(s for s in found if s.layer_type == "full_attention")
+    before = full.module(model).full_attention_inv_freq.clone()
+    with rope_ext.patch(model, {"name": "linear", "factor": 4.0}) as patched:
+        assert patched.every == found and list(patched.held) == [full]
+        held = patched.held[full]
+        assert (held.dim, held.base, held.still, held.attention) == (full.dim, full.base, None, 1.0)
+        assert torch.equal(held.inv_freq, before)  # what it held, not what the patch wrote
+    config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)
+    with rope_ext.patch(AutoModelForCausalLM.from_config(config), {"name": "none"}) as plain:  # nothing to change
+        assert plain.every == [] and plain.held == {}
+
+
 def test_model_without_rope_names_its_class():
     config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, vocab_size=64, n_positions=64)
     with pytest.raises(RotaryNotFoundError, match="GPT2LMHeadModel has no rotary embedding"):

@@ -17,8 +17,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_ext
-from rope_ext.rotary.slot import held_frequencies
-from rope_ext.rotary.tables import read_table, table_base
+from rope_ext.rotary.tables import held_frequencies, read_table, table_base
 
 TRAINED, DIM, VOCAB = 32, 8, 128
 
@@ -134,8 +133,8 @@ def test_the_survey_reference_table_takes_its_base_from_the_family_code_not_from
 
 
 def test_one_buffer_setter_and_one_stand_in_config():
-    """The patcher sets buffers with rope_ext.rotary.tables.put (persistence kept), as rope_ext.rotary.slot.grown does; the survey writes
-    its Llama stand-in config in one place."""
+    """The patcher sets buffers with rope_ext.rotary.tables.put (persistence kept), as rope_ext.rotary.tables.grown
+    does; the survey writes its Llama stand-in config in one place."""
     import importlib
     import inspect
 

@@ -14,6 +14,10 @@ harness finds and selects them once, before anything loads, and hands them to th
 A rotary that holds a sin/cos table instead (GPT-J, CodeGen) is a *table slot*: ``table`` names its buffer, ``rows``
 its length, the base and frequencies are read from the values (:mod:`rope_ext.rotary.tables`; on ``meta``, from the values
 the model's own initialiser writes into a CPU copy of the module, as loading does).
+
+The patcher's first stage after resolving the strategy is this module's: it finds and selects the slots; what each live
+slot holds is then read once (:func:`read_held`), and the stages after it compute, write and verify
+from that data.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import math
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..strategies.registry import ScalingError
+from ..strategies.rope import default_inv_freq
 from .output import call_rotary, expected_mismatch
-from .slot import RotaryNotFoundError, RotarySlot, held_frequencies
-from .tables import layout, table_base, table_shaped, tolerance
+from .slot import Held, RotaryNotFoundError, RotarySlot
+from .tables import held_frequencies, layout, own_base, read_table, table_base, table_shaped, tolerance
 
 if TYPE_CHECKING:
     from torch import nn
@@ -64,53 +69,6 @@ def loaded_copy(model: nn.Module, module: nn.Module) -> nn.Module | None:
     except Exception:  # its values are not known before loading
         return None
     return loaded
-
-
-def held_base(inv_freq: torch.Tensor | None, base: float) -> float:
-    """The base of the frequencies a slot holds, given the config's ``base``: itself, except where they are
-    transformers' RoPE for an odd rotary dim d' (``int(head_dim * partial_rotary_factor)``: MiMo-V2-Flash's 0.334 of
-    a 16-wide head is 5), theta_i = b^(-2i/d') for i < n = (d'+1)/2 -- RoPE of dim d = 2n at the base b^(d/d'), which
-    is the slot's base then, so every strategy starts from the frequencies the model holds, not b^(-2i/d)."""
-    import torch
-
-    from ..strategies.rope import default_inv_freq
-
-    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
-        return base
-    held, pairs = inv_freq.detach().float().cpu(), inv_freq.numel()
-    if torch.allclose(held, default_inv_freq(2 * pairs, base), rtol=1e-5, atol=0):
-        return base
-    if torch.allclose(held, default_inv_freq(2 * pairs - 1, base), rtol=1e-5, atol=0):
-        return base ** (2 * pairs / (2 * pairs - 1))  # theta_i = b^(-2i/d') = (b^(d/d'))^(-2i/d)
-    return base
-
-
-def held_geometry(inv_freq: torch.Tensor | None, base: float, pairs: int | None = None) -> tuple[int, float, int]:
-    """(dim, base, still) of the frequencies a slot holds, given the config's ``base``: pairs held at exactly zero do
-    not rotate (transformers' ``proportional`` RoPE, ``modeling_rope_utils._compute_proportional_rope_parameters``:
-    theta_i = b^(-2i/D) for the first a = int(partial_rotary_factor * D/2) of D/2 pairs, D the head dim, 0 for the
-    rest). The a rotating pairs are RoPE of dim 2a at the base b^(2a/D) -- the same wavelengths, so a strategy that
-    works by wavelength (YaRN's ramp, Llama-3's bands) sees the true ones -- and the still ones are appended back
-    unchanged by the patcher. D is read from the values (the head's 2n, an odd 2n - 1 as in :func:`held_base`, or
-    the rotating 2a); frequencies of no such form (a shipped factor) are rebuilt from rope_theta over the head, D = 2n,
-    as transformers' proportional RoPE is. Without zeros: (2n, :func:`held_base`, 0); without values: (2 * pairs,
-    base, 0)."""
-    import torch
-
-    from ..strategies.rope import default_inv_freq
-
-    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
-        return 2 * (pairs if pairs is not None else 0 if inv_freq is None else inv_freq.numel()), base, 0
-    held = inv_freq.detach().float().cpu()
-    pairs = held.numel()
-    rotating = held[held != 0]
-    a = rotating.numel()
-    if a == pairs:
-        return 2 * pairs, held_base(held, base), 0
-    for full in (2 * pairs, 2 * pairs - 1, 2 * a, 2 * a - 1):
-        if full >= 2 and torch.allclose(rotating, default_inv_freq(full, base)[:a], rtol=1e-5, atol=0):
-            return 2 * a, base ** (2 * a / full), pairs - a  # b^(-2i/D) = (b^(2a/D))^(-2i/(2a))
-    return 2 * a, base ** (a / pairs), pairs - a  # rebuilt from rope_theta over the head: b^(-2i/(2n)), i < a
 
 
 def _infer_base(inv_freq: torch.Tensor, module_name: str) -> float:
@@ -158,11 +116,12 @@ def find_table_slots(model: nn.Module) -> list[RotarySlot]:
                 continue
             base = table_base(buffer)  # NaN: not RoPE's form (a table patched already): found, not scaled again
             base = math.nan if base is None else base
+            theta, a = read_table(buffer)  # what the slot holds (rope_ext.rotary.tables.held_frequencies)
+            near = tolerance(buffer, 1e-4, a)  # float32: 1e-4; a half-precision table: its rounding
             slot = RotarySlot(module_name, "", int(buffer.shape[1]), base, table=name, rows=int(buffer.shape[0]))
             positions = torch.tensor([[0, 1, buffer.shape[0] - 1]])
             out = call_rotary(source, slot, positions)
-            theta, a = held_frequencies(source, slot)
-            near = tolerance(buffer, 1e-4, a)  # float32: 1e-4; a half-precision table: its rounding
+            theta = theta.float()
             if out is not None and any(
                 expected_mismatch(out, theta, a, positions, sin_first) <= near for sin_first in (0, 1)
             ):
@@ -241,22 +200,67 @@ def select_slots(slots: Sequence[RotarySlot], layer_types) -> list[RotarySlot]:
     return [s for s in slots if s.layer_type in wanted]
 
 
-def trained_context(model_or_config) -> int:
-    """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
-    the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
-    config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
-    ``max_position_embeddings`` after extension need the real value passed (transformers #38224). Returns an int;
-    raises AttributeError where the config has no ``max_position_embeddings``.
+def held_base(inv_freq: torch.Tensor | None, base: float) -> float:
+    """The base of the frequencies a slot holds, given the config's ``base``: itself, except where they are
+    transformers' RoPE for an odd rotary dim d' (``int(head_dim * partial_rotary_factor)``: MiMo-V2-Flash's 0.334 of
+    a 16-wide head is 5), theta_i = b^(-2i/d') for i < n = (d'+1)/2 -- RoPE of dim d = 2n at the base b^(d/d'), which
+    is the slot's base then, so every strategy starts from the frequencies the model holds, not b^(-2i/d)."""
+    import torch
 
-    >>> from transformers import LlamaConfig
-    >>> trained_context(LlamaConfig(max_position_embeddings=2048))
-    2048
-    """
-    config = getattr(model_or_config, "config", model_or_config)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    params = dict(getattr(config, "rope_parameters", None) or {})
-    per_type = [v for v in params.values() if isinstance(v, Mapping)]
-    entries = per_type if params and len(per_type) == len(params) else [params]
-    found = [int(e["original_max_position_embeddings"]) for e in entries if e.get("original_max_position_embeddings")]
-    trained = max(found) if found else getattr(config, "original_max_position_embeddings", None)
-    return int(trained or config.max_position_embeddings)
+    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
+        return base
+    held, pairs = inv_freq.detach().float().cpu(), inv_freq.numel()
+    if torch.allclose(held, default_inv_freq(2 * pairs, base), rtol=1e-5, atol=0):
+        return base
+    if torch.allclose(held, default_inv_freq(2 * pairs - 1, base), rtol=1e-5, atol=0):
+        return base ** (2 * pairs / (2 * pairs - 1))  # theta_i = b^(-2i/d') = (b^(d/d'))^(-2i/d)
+    return base
+
+
+def held_geometry(inv_freq: torch.Tensor | None, base: float, pairs: int | None = None) -> tuple[int, float, int]:
+    """(dim, base, still) of the frequencies a slot holds, given the config's ``base``: pairs held at exactly zero do
+    not rotate (transformers' ``proportional`` RoPE, ``modeling_rope_utils._compute_proportional_rope_parameters``:
+    theta_i = b^(-2i/D) for the first a = int(partial_rotary_factor * D/2) of D/2 pairs, D the head dim, 0 for the
+    rest). The a rotating pairs are RoPE of dim 2a at the base b^(2a/D) -- the same wavelengths, so a strategy that
+    works by wavelength (YaRN's ramp, Llama-3's bands) sees the true ones -- and the still ones are appended back
+    unchanged by the patcher. D is read from the values (the head's 2n, an odd 2n - 1 as in :func:`held_base`, or
+    the rotating 2a); frequencies of no such form (a shipped factor) are rebuilt from rope_theta over the head, D = 2n,
+    as transformers' proportional RoPE is. Without zeros: (2n, :func:`held_base`, 0); without values: (2 * pairs,
+    base, 0)."""
+    import torch
+
+    if inv_freq is None or inv_freq.is_meta or inv_freq.numel() < 2:
+        return 2 * (pairs if pairs is not None else 0 if inv_freq is None else inv_freq.numel()), base, 0
+    held = inv_freq.detach().float().cpu()
+    pairs = held.numel()
+    rotating = held[held != 0]
+    a = rotating.numel()
+    if a == pairs:
+        return 2 * pairs, held_base(held, base), 0
+    for full in (2 * pairs, 2 * pairs - 1, 2 * a, 2 * a - 1):
+        if full >= 2 and torch.allclose(rotating, default_inv_freq(full, base)[:a], rtol=1e-5, atol=0):
+            return 2 * a, base ** (2 * a / full), pairs - a  # b^(-2i/D) = (b^(2a/D))^(-2i/(2a))
+    return 2 * a, base ** (a / pairs), pairs - a  # rebuilt from rope_theta over the head: b^(-2i/(2n)), i < a
+
+
+def read_held(module: nn.Module, slot: RotarySlot, label: str) -> Held:
+    """What ``slot`` holds in the live ``module`` now, read once when a patch begins (a
+    :class:`rope_ext.rotary.slot.Held`): its dim, base and still pairs from the buffer, not from the slot (found on
+    ``meta``, the initialiser may not have run: a config's base, not an odd dim's b^(d/d')) -- frequencies' as
+    :func:`held_geometry` reads them, a table's base from its values (:func:`rope_ext.rotary.tables.own_base`, a
+    one-line ScalingError naming ``label`` where it is none) -- and its frequencies and attention factor
+    (:func:`rope_ext.rotary.tables.held_frequencies`). A buffer with no values here is a one-line ScalingError."""
+    if not slot.table:
+        buffer = getattr(module, slot.buffer)
+        if buffer.is_meta:
+            raise ScalingError(
+                f"{slot.module_name}: its {slot.buffer} holds no values here (meta device, or offloaded)"
+            )
+        still = (buffer == 0).cpu()
+        dim, base, _ = held_geometry(buffer, slot.base)
+        if bool(still.any()) and slot.still == int(still.sum()):  # found with values: the slot's (no fixpoint else)
+            dim, base = slot.dim, slot.base
+    inv_freq, attention = held_frequencies(module, slot)
+    if slot.table:
+        return Held(slot.dim, own_base(slot, getattr(module, slot.table), label), None, inv_freq, attention)
+    return Held(dim, base, still if bool(still.any()) else None, inv_freq, attention)

@@ -38,13 +38,21 @@ def geometry(model_or_config, scaling: Scaling, slots=None, trained: int | None 
     """The :class:`Geometry` of a transformers model (or its config with ``slots``, and the ``scaled`` ones, as a job
     resolves and selects them): the rotary dim and base of the slots the scaling patches (Gemma-3: the global
     layers')."""
-    from .find import find_rotary_slots, select_slots, trained_context
+    from .find import find_rotary_slots, select_slots
 
-    config = getattr(model_or_config, "config", model_or_config)
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
     slots = list(slots if slots is not None else find_rotary_slots(model_or_config))
     if scaled is None:
         scaled = select_slots(slots, scaling.layer_types) if scaling.name != "none" else slots
+    return slots_geometry(model_or_config, slots, scaled, trained)
+
+
+def slots_geometry(model_or_config, slots, scaled, trained: int | None = None) -> Geometry:
+    """The :class:`Geometry` of ``scaled`` among ``slots`` (every slot of the model), found and selected already (the
+    patcher's); ``trained`` defaults to the config's trained context."""
+    from ..strategies.shipped import trained_context
+
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
     types = sorted({s.layer_type for s in slots if s.layer_type is not None}) or None
     scaled_types = sorted({s.layer_type for s in scaled if s.layer_type is not None}) or None
     return Geometry(
@@ -126,6 +134,9 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
     """The ``rope_parameters`` of one scaled layer type, as the installed transformers reads them; Unsupported where
     transformers has no rope type that computes the same frequencies."""
     p, name, L = scaling.params, scaling.name, trained_of(scaling, geo)
+    factor = None  # the attention factor transformers is given: YaRN's (static), LongRoPE's past the trained context
+    if name == "longrope" or (name == "yarn" and not p.get("dynamic")):
+        factor = scaling.frequencies(geo.dim, geo.base, L + 1 if name == "longrope" else None)[1]
     if name == "none":
         return {"rope_type": "default", "rope_theta": geo.base}
     if name == "linear":
@@ -141,7 +152,7 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
             raise Unsupported(
                 "transformers has no dynamic YaRN (the factor following the length); export the static one"
             )
-        attention = 1.0 if name == "ntk_by_parts" else scaling.frequencies(geo.dim, geo.base)[1]
+        attention = 1.0 if name == "ntk_by_parts" else factor
         # DeepSeek's split temperature: MLA families build their softmax scale from mscale_all_dim (rope_ext.rotary.softmax_scale)
         deepseek = {k: p[k] for k in ("mscale", "mscale_all_dim") if p.get(k)}
         return {
@@ -172,7 +183,7 @@ def rope_parameters(scaling: Scaling, geo: Geometry) -> dict:
             "original_max_position_embeddings": L,
             "short_factor": list(p["short_factor"]),
             "long_factor": list(p["long_factor"]),
-            "attention_factor": scaling.frequencies(geo.dim, geo.base, L + 1)[1],
+            "attention_factor": factor,
         }
     raise Unsupported(f"transformers cannot express '{scaling.label}': {why_not(scaling)}")
 

@@ -21,8 +21,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 from ..strategies.registry import ScalingError
-from .slot import held_frequencies
-from .tables import tolerance
+from .tables import held_frequencies, tolerance
 
 if TYPE_CHECKING:
     import torch
@@ -35,13 +34,6 @@ _MISSING = object()
 
 class SilentPatchError(ScalingError):
     """A patched rotary module whose output did not follow the patched frequencies (one line)."""
-
-
-def probe_positions(trained: int):
-    """Position ids below, at and past the trained context L (0, 1, L-1, L, 2L-1, 4L)."""
-    import torch
-
-    return torch.tensor([[0, 1, trained - 1, trained, 2 * trained - 1, 4 * trained]])
 
 
 def call_rotary(module: nn.Module, slot: RotarySlot, positions: torch.Tensor):
@@ -130,10 +122,12 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     how it was checked, or raises SilentPatchError."""
     import torch
 
-    after = call_rotary(module, slot, positions)
+    after = call_rotary(module, slot, positions)  # first: a dynamic strategy sets the frequencies of this length
     if after is None or before is None:
         return "not callable alone: checked through the model's forward only (rope_ext.check)"
     inv_freq, attention = held_frequencies(module, slot)
+    # a table holds its values in its dtype: rounded to 2^-8 relative in bfloat16 (model.half() too)
+    rounding = tolerance(getattr(module, slot.table), 0.0, attention) if slot.table else 0.0
     # the order the module returned (cos, sin) in before the patch: (sin, cos) for GPT-J's table rotary
     sin_first = bool(slot.table) and expected_mismatch(before, *own, positions, True) < expected_mismatch(
         before, *own, positions
@@ -155,9 +149,7 @@ def verify(module: nn.Module, slot: RotarySlot, before, positions: torch.Tensor,
     # the module computes p * theta in float32: its angle is off by up to ~1 ulp of the largest angle (2e-3 at 4L =
     # 16384), far below what a wrong frequency or attention factor moves (a factor 2, or mscale's 1.14)
     largest = float(positions.max()) * float(inv_freq.abs().max())
-    near = (1e-4 + 4 * largest * 2.0**-24) * max(1.0, abs(attention))
-    if slot.table:  # a table holds its values in its dtype: rounded to 2^-8 relative in bfloat16 (model.half() too)
-        near = max(near, tolerance(getattr(module, slot.table), 0.0, attention))
+    near = max((1e-4 + 4 * largest * 2.0**-24) * max(1.0, abs(attention)), rounding)
     if not gap <= near:
         raise SilentPatchError(
             f"scaling '{label}': {where} outputs cos/sin that are not the patched frequencies (max gap {gap:.2g}): "

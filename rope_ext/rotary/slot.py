@@ -1,23 +1,21 @@
-"""A *rotary slot*: one place in a model where RoPE's frequencies are kept, and what it holds now.
+"""A *rotary slot*: one place in a model where RoPE's frequencies are kept, and what it held -- plain data.
 
 A slot (:class:`RotarySlot`) is a description -- the rotary module's name, the buffer prefix, the rotary dim and base
 -- so slots found on a ``meta``-device instance name the same places in the loaded model (finding them:
 :mod:`rope_ext.rotary.find`). The frequencies are a buffer ``<prefix>inv_freq`` beside ``<prefix>attention_scaling``
 (every transformers 5 rotary module), or a sin/cos table the rotary indexes (GPT-J, CodeGen: a *table slot*, read and
-rebuilt from its values, :mod:`rope_ext.rotary.tables`); :func:`held_frequencies` reads either. A table slot grows with
-the module's own RoPE past its end (:func:`own_base`, :func:`own_table`, :func:`grown`): what the patcher compares a
-patched table with, and what a strategy that changes no frequency runs on.
+rebuilt from its values, :mod:`rope_ext.rotary.tables`); :func:`rope_ext.rotary.tables.held_frequencies` reads either.
+What a slot's live buffer holds when a patch begins is read once into a :class:`Held`
+(:func:`rope_ext.rotary.find.read_held`), which the patcher's later stages take instead of reading the model again.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..strategies.registry import ScalingError
-from ..strategies.rope import default_inv_freq
-from .tables import build_table, layout, put, read_table, readable, table_base
+from .tables import held_frequencies
 
 if TYPE_CHECKING:
     from torch import nn
@@ -93,46 +91,15 @@ class RotarySlot:
         return {**found, "table": self.table, "table_rows": self.rows} if self.table else found
 
 
-def held_frequencies(module: nn.Module, slot: RotarySlot) -> tuple[torch.Tensor, float]:
-    """(the inverse frequencies, the attention factor) ``module`` holds in ``slot`` now: its ``<prefix>inv_freq`` buffer
-    and ``<prefix>attention_scaling``, or for a table slot theta (float32) and a read from the table at the slot's
-    original length; a one-line ScalingError where a table holds no values here (:func:`readable`)."""
-    if not slot.table:
-        return getattr(module, f"{slot.prefix}inv_freq"), float(getattr(module, f"{slot.prefix}attention_scaling"))
-    table = getattr(module, slot.table)
-    readable(table, slot.module_name)
-    theta, a = read_table(table, slot.rows)
-    return theta.float(), a
+@dataclass(frozen=True)
+class Held:
+    """What a slot's live buffer holds when a patch begins (:func:`rope_ext.rotary.find.read_held`): the dim and base of
+    its rotating pairs, the mask of its still pairs (None: every pair rotates), and its frequencies and attention factor
+    as :func:`rope_ext.rotary.tables.held_frequencies` reads them -- the patcher's one read of the model, which its
+    later stages take."""
 
-
-def own_base(slot: RotarySlot, table: torch.Tensor, label: str) -> float:
-    """The base of the RoPE ``table`` holds now (:func:`table_base`), or a one-line ScalingError naming the slot's
-    module where it holds no values or is not RoPE's form (patched already): no base to scale from or grow with."""
-    readable(table, slot.module_name)
-    base = table_base(table)
-    if base is None or not base > 1:
-        raise ScalingError(
-            f"scaling '{label}': the sin/cos table of {slot.module_name} is not RoPE's theta_i = b^(-2i/d) (patched "
-            "already?): rope_ext reads no base to scale it from or grow it with"
-        )
-    return base
-
-
-def own_table(slot: RotarySlot, original: torch.Tensor, rows: int, base: float) -> torch.Tensor:
-    """The module's own table grown to ``rows``: its rows kept, the rest its own RoPE at ``base`` (:func:`own_base`)."""
-    rows = max(rows, original.shape[0])
-    table = build_table(default_inv_freq(slot.dim, base), layout(original)[2], rows, original, slot.module_name)
-    table[: original.shape[0]] = original
-    return table
-
-
-@contextmanager
-def grown(module: nn.Module, slot: RotarySlot, rows: int, base: float):
-    """The table slot grown to ``rows`` with the module's own RoPE at ``base`` while inside (its output past the
-    table, before any patch: what the patcher's check compares the patched output with)."""
-    original = getattr(module, slot.table)
-    put(module, slot.table, own_table(slot, original, rows, base))
-    try:
-        yield
-    finally:
-        put(module, slot.table, original)
+    dim: int
+    base: float
+    still: torch.Tensor | None
+    inv_freq: torch.Tensor
+    attention: float

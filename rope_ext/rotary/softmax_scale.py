@@ -46,20 +46,18 @@ if TYPE_CHECKING:
     from ..strategies.scaling import Scaling
 
 
-def target_parameters(model: nn.Module, scaling: Scaling, slots) -> dict | None:
-    """The ``rope_parameters`` transformers would build the model's attention from for ``scaling`` (the model's
-    unscaled RoPE where transformers has no counterpart); None where it reads none (no ``rope_parameters``)."""
+def target_parameters(model: nn.Module, scaling: Scaling, slots, every) -> dict | None:
+    """The ``rope_parameters`` transformers would build the model's attention from for ``scaling`` applied to
+    ``slots`` of ``every`` slot of the model (found once, by the caller: the layer types the model has), the model's
+    unscaled RoPE where transformers has no counterpart; None where it reads none (no ``rope_parameters``)."""
     from ..strategies.scaling import resolve
-    from .native import Unsupported, geometry, transformers_config
+    from .native import Unsupported, slots_geometry, transformers_config
 
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     own = getattr(config, "rope_parameters", None)
     if not isinstance(own, dict) or not own:
         return None
-    # the layer types of every slot matter only where the rope parameters are per layer type; elsewhere the slots
-    # the patch has are enough (a job finds a model's slots once)
-    flat = all(s.layer_type is None for s in slots) and not any(isinstance(v, dict) for v in own.values())
-    geo = geometry(model, scaling, slots=slots if flat and slots else None, scaled=slots)
+    geo = slots_geometry(config, every, slots)
     try:
         return transformers_config(scaling, geo, {"rope_parameters": own})["rope_parameters"]
     except Unsupported:  # no native counterpart: the model's unscaled RoPE
@@ -97,11 +95,12 @@ def _built(module, parameters: dict) -> dict | None:
     return _BUILT[key]
 
 
-def native_changes(model: nn.Module, scaling: Scaling, slots, rotary_modules=()) -> list[tuple]:
-    """(module, attribute, live value, value for ``scaling``) of every build-time float the strategy changes."""
+def native_changes(model: nn.Module, scaling: Scaling, slots, rotary_modules=(), *, every) -> list[tuple]:
+    """(module, attribute, live value, value for ``scaling``) of every build-time float the strategy changes, applied
+    to ``slots`` of ``every`` slot of the model (:func:`target_parameters`)."""
     if not scaling.scales_frequencies:
         return []
-    target = target_parameters(model, scaling, slots)
+    target = target_parameters(model, scaling, slots, every)
     if target is None:
         return []
     target_json = json.dumps(target, sort_keys=True, default=str)

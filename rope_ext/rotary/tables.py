@@ -1,4 +1,5 @@
-"""Rotaries that hold a sin/cos *table* instead of inverse frequencies: found, read and rebuilt from the values alone.
+"""Rotaries that hold a sin/cos *table* instead of inverse frequencies: found, read and rebuilt from the values alone;
+and what any slot holds, as frequencies (:func:`held_frequencies`: its ``inv_freq`` buffer, or the table read).
 
 GPT-J and CodeGen (transformers' ``GPTJRotaryEmbedding``, ``CodeGenRotaryEmbedding``) precompute a buffer whose row p
 is (sin(p * theta_i), cos(p * theta_i)) for p < max_position_embeddings, theta_i = b^(-2i/d) (RoPE, Su et al. 2021,
@@ -25,6 +26,8 @@ sin(p * theta'_i) * a and cos(p * theta'_i) * a in the same layout and dtype, wi
 asks (grown in a forward pre-hook: extension past the table is the point); restore() puts the original buffer back.
 The patcher reads the base from the live buffer when it patches (:func:`own_base`), not from the slot it was handed,
 and refuses in one line a table with no values here (``meta``, offloaded) or not of RoPE's form (patched already).
+Past its end a table grows with the module's own RoPE at that base, its rows kept (:func:`own_table`, :func:`grown`):
+what the patcher compares a patched table with, and what a strategy that changes no frequency runs on.
 
 A table held in half precision (``model.half()``, bfloat16) is read within its rounding: every comparison allows
 4 ulps of the table's dtype where that is more than its float32 tolerance (:func:`tolerance`).
@@ -33,8 +36,10 @@ A table held in half precision (``model.half()``, bfloat16) is read within its r
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ..strategies.registry import ScalingError
 from ..strategies.rope import default_inv_freq
 
 if TYPE_CHECKING:
@@ -58,8 +63,6 @@ def readable(table: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tenso
     here (``meta``, or offloaded under a device_map) or is no sin/cos table (any more)."""
     found = layout(table)
     if found is None:
-        from ..strategies.registry import ScalingError
-
         why = "holds no values here (meta device, or offloaded)" if table.is_meta else "is no sin/cos table"
         raise ScalingError(f"{where}: its sin/cos table {why}: rope_ext cannot read or rebuild its frequencies")
     return found
@@ -68,6 +71,19 @@ def readable(table: torch.Tensor, where: str) -> tuple[torch.Tensor, torch.Tenso
 def put(module: nn.Module, name: str, tensor) -> None:
     """Set the buffer ``name`` of ``module``, keeping whether it is saved in the state dict."""
     module.register_buffer(name, tensor, persistent=name not in module._non_persistent_buffers_set)
+
+
+def held_frequencies(module: nn.Module, slot) -> tuple[torch.Tensor, float]:
+    """(the inverse frequencies, the attention factor) ``module`` holds in ``slot`` (a
+    :class:`rope_ext.rotary.slot.RotarySlot`) now, whichever form it holds them in: its ``<prefix>inv_freq`` buffer
+    and ``<prefix>attention_scaling``, or for a table slot theta (float32) and a read from the table at the slot's
+    original length; a one-line ScalingError where a table holds no values here (:func:`readable`)."""
+    if not slot.table:
+        return getattr(module, f"{slot.prefix}inv_freq"), float(getattr(module, f"{slot.prefix}attention_scaling"))
+    table = getattr(module, slot.table)
+    readable(table, slot.module_name)
+    theta, a = read_table(table, slot.rows)
+    return theta.float(), a
 
 
 def table_shaped(table: torch.Tensor) -> bool:
@@ -160,3 +176,37 @@ def table_base(table: torch.Tensor) -> float | None:
             if error < gap:
                 best, gap = base, error
     return best if gap <= tolerance(table, TOLERANCE, a) else None
+
+
+def own_base(slot, table: torch.Tensor, label: str) -> float:
+    """The base of the RoPE ``table`` holds now (:func:`table_base`), or a one-line ScalingError naming the module of
+    ``slot`` (a :class:`rope_ext.rotary.slot.RotarySlot`) where it holds no values or is not RoPE's form (patched
+    already): no base to scale from or grow with."""
+    readable(table, slot.module_name)
+    base = table_base(table)
+    if base is None or not base > 1:
+        raise ScalingError(
+            f"scaling '{label}': the sin/cos table of {slot.module_name} is not RoPE's theta_i = b^(-2i/d) (patched "
+            "already?): rope_ext reads no base to scale it from or grow it with"
+        )
+    return base
+
+
+def own_table(slot, original: torch.Tensor, rows: int, base: float) -> torch.Tensor:
+    """The module's own table grown to ``rows``: its rows kept, the rest its own RoPE at ``base`` (:func:`own_base`)."""
+    rows = max(rows, original.shape[0])
+    table = build_table(default_inv_freq(slot.dim, base), layout(original)[2], rows, original, slot.module_name)
+    table[: original.shape[0]] = original
+    return table
+
+
+@contextmanager
+def grown(module: nn.Module, slot, rows: int, base: float):
+    """The table slot grown to ``rows`` with the module's own RoPE at ``base`` while inside (its output past the
+    table, before any patch: what the patcher's check compares the patched output with)."""
+    original = getattr(module, slot.table)
+    put(module, slot.table, own_table(slot, original, rows, base))
+    try:
+        yield
+    finally:
+        put(module, slot.table, original)

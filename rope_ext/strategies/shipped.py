@@ -1,4 +1,4 @@
-"""Models that ship a scaling: one rule for what a requested strategy keeps of it.
+"""Models that ship a scaling: one rule for what a requested strategy keeps of it; the context they were trained for.
 
 A checkpoint may ship rope parameters of its own (Llama-3.1 ``llama3`` x8, gpt-oss YaRN with ``truncate: false``,
 Ministral-3 / DeepSeek YaRN with ``mscale``/``mscale_all_dim``, Phi-3 LongRoPE). The rule, applied wherever a
@@ -18,7 +18,7 @@ the export use the same value):
   the unscaled one where transformers has no counterpart (:mod:`rope_ext.rotary.softmax_scale`; the patch's line says so);
   ``none`` and the strategies that change no frequency keep the model as shipped, that constant included;
 - the trained context is the shipped ``original_max_position_embeddings`` wherever the family keeps it (in the rope
-  parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`rope_ext.rotary.find.trained_context`.
+  parameters: DeepSeek, Llama-3.1; at the top level: Phi-3) -- :func:`trained_context`.
 
 :func:`inherit_shipped` returns the setting and one line saying which of these happened.
 """
@@ -106,3 +106,24 @@ def inherit_shipped(setting: Mapping, config) -> tuple[dict, str | None]:
     setting.update(kept)
     said = ", ".join(f"{k}={v}" if not isinstance(v, list) else f"{k} ({len(v)} values)" for k, v in kept.items())
     return setting, f"{name} inherits the shipped {label}'s " + (said or "parameters: none differ from the request")
+
+
+def trained_context(model_or_config) -> int:
+    """The trained context from a model's config (or a config): ``original_max_position_embeddings`` (in
+    the rope parameters -- any layer type's, as Gemma-3 keeps it under ``full_attention`` only -- or the
+    config itself, as Phi-3 keeps it), else ``max_position_embeddings``. Models whose config bumps
+    ``max_position_embeddings`` after extension need the real value passed (transformers #38224). Returns an int;
+    raises AttributeError where the config has no ``max_position_embeddings``.
+
+    >>> from transformers import LlamaConfig
+    >>> trained_context(LlamaConfig(max_position_embeddings=2048))
+    2048
+    """
+    config = getattr(model_or_config, "config", model_or_config)
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = dict(getattr(config, "rope_parameters", None) or {})
+    per_type = [v for v in params.values() if isinstance(v, Mapping)]
+    entries = per_type if params and len(per_type) == len(params) else [params]
+    found = [int(e["original_max_position_embeddings"]) for e in entries if e.get("original_max_position_embeddings")]
+    trained = max(found) if found else getattr(config, "original_max_position_embeddings", None)
+    return int(trained or config.max_position_embeddings)

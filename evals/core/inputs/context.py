@@ -88,7 +88,7 @@ class EvalContext:
             loaded = self._loaded()
             with scaling_errors_as_user_errors():  # a patch that changes the model elsewhere than declared: one line
                 self._patch, checked = patch_checked(
-                    loaded.model, self.job.scaling, self.job.scaled, self.trained_context
+                    loaded.model, self.job.scaling, self.job.scaled, self.trained_context, every=self.job.model.slots
                 )
             self._report_check(checked)
             if self._patch.softmax_scale:  # MLA's softmax scale follows the strategy (rope_ext.rotary.softmax_scale)
