@@ -12,7 +12,8 @@ transforms* (they may return a scaled query: query-scaling strategies such as ``
 *replacement*, if any (it may return the attention output itself: attention-level strategies such as
 Self-Extend, :mod:`rope_ext.attention.assembled`), and otherwise calls the original function with the rest untouched. Forward pre-hooks on the modules that take
 ``position_embeddings`` remember each layer's (cos, sin): that undoes the rotation for a capture and tells
-which rotary slot a layer uses (Gemma-3: sliding or global). Removing the last hook puts the config
+which rotary slot a layer uses (Gemma-3: sliding or global), and keep (weakly) the mask each was given: a module
+may take keys out of it before the call (a sparse-attention indexer), so the keys' positions are read from it. Removing the last hook puts the config
 attribute back exactly and removes the pre-hooks.
 
 A model whose attention does not go through the interface (GPT-NeoX-Japanese; before transformers 5.25 also Falcon,
