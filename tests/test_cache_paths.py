@@ -71,6 +71,15 @@ FAMILIES = {
     "olmo2": {},  # q/k norms over the whole projection
     "cohere": {},  # interleaved pairs
     "phi3": {"partial_rotary_factor": 0.5},
+    # a sparse-attention indexer (QSA) that keeps 2 of the blocks of 4 keys, not always the query's own
+    "qwen4_exp_text": dict(
+        layer_types=["linear_attention", "full_attention"],
+        indexer_n_heads=2,
+        indexer_kv_heads=1,
+        indexer_head_dim=8,
+        indexer_budget=8,
+        indexer_compress_ratio=4,
+    ),
 }
 METHODS = {
     "self_extend": {"group_size": 4, "window": 6},
@@ -137,6 +146,7 @@ def decode_error(family, method, cache, implementation="sdpa", **kwargs) -> floa
 ROTATION = list(METHODS)
 STATIC = [(family, ROTATION[i % len(ROTATION)]) for i, family in enumerate(FAMILIES)]
 STATIC += [("llama", method) for method in ROTATION if ("llama", method) not in STATIC]
+STATIC += [("qwen4_exp_text", "dca")]  # its indexer drops the last query's own key: positions read from the causal mask
 NEEDS_CUDA = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="transformers offloads a cache to the CPU from CUDA only"
 )

@@ -184,7 +184,7 @@ def assemble_call(rule: PositionRule, call: AttentionCall, label: str, model) ->
     query_positions = call.positions
     # key i is at the last query's position - (the last query's slot - i): a static cache's buffer runs past the last
     # query (its unfilled slots, masked, fall after it and are never attended); a dynamic cache ends at it
-    last = last_query_slot(call.query, call.key, call.attention_mask, call.implementation).to(query_positions.device)
+    last = last_query_slot(call.query, call.key, call.position_mask, call.implementation).to(query_positions.device)
     key_positions = query_positions[:, -1:] - last[:, None] + torch.arange(k_len, device=query_positions.device)
     first, last = int(query_positions.min()), int(query_positions.max())
     if rule.identity_for(first, last, last - int(key_positions.min())):

@@ -12,7 +12,8 @@ transforms* (they may return a scaled query: query-scaling strategies such as ``
 *replacement*, if any (it may return the attention output itself: attention-level strategies such as
 Self-Extend, :mod:`rope_ext.attention.assembled`), and otherwise calls the original function with the rest untouched. Forward pre-hooks on the modules that take
 ``position_embeddings`` remember each layer's (cos, sin): that undoes the rotation for a capture and tells
-which rotary slot a layer uses (Gemma-3: sliding or global). Removing the last hook puts the config
+which rotary slot a layer uses (Gemma-3: sliding or global), and keep (weakly) the mask each was given: a module
+may take keys out of it before the call (a sparse-attention indexer), so the keys' positions are read from it. Removing the last hook puts the config
 attribute back exactly and removes the pre-hooks.
 
 A model whose attention does not go through the interface (GPT-NeoX-Japanese; before transformers 5.25 also Falcon,
@@ -96,6 +97,9 @@ class AttentionCall:
     rotation: tuple | None  # the (cos, sin) the module received, None when it takes no position_embeddings
     hooks: "AttentionHooks" = field(repr=False, default=None)
     implementation: str = "eager"  # the attention function the model asked for (sdpa, eager, flash_attention_2, ...)
+    # the mask that tells where the keys are (last_query_slot): the one the module was given where the call's is that
+    # mask with keys taken out by the module (a sparse-attention indexer's selection), else the call's own
+    position_mask: object = field(repr=False, default=None)
 
     @property
     def scaling(self) -> float | None:
@@ -207,6 +211,7 @@ class AttentionHooks:
         self._saved = None
         self._inputs: dict[int, torch.Tensor] = {}  # id(attention module) -> a few tokens of its last hidden states
         self._required: dict[int, dict] = {}  # id(attention module) -> the other required arguments it was given
+        self._given_masks: dict[int, Callable] = {}  # id(attention module) -> a weak reference to the mask it was given
         self.calibrating: list | None = None  # set by rope_ext.rotary_layout: record calls, skip attention
         self.layouts: dict = {}  # rope_ext.rotary_layout's findings, per attention module
         self.sin_first: dict[int, bool] = {}  # id(attention module) -> it receives (sin, cos) (GPT-J, CodeGen)
@@ -265,16 +270,19 @@ class AttentionHooks:
         for hook in self._pre_hooks:
             hook.remove()
         self._pre_hooks, self._rotations, self._slot_cache, self._saved, self._inputs = [], {}, {}, None, {}
-        self._required = {}
+        self._required, self._given_masks = {}, {}
         self.sin_first, self.complex_rotation = {}, set()
         self._calls, self.most_calls = {}, {}
         _INSTALLED.pop(id(self.config), None)
 
     def _remember(self, signature, module, args, kwargs):
         self._calls[id(module)] = 0  # a forward of the module starts: its interface calls counted anew
-        rotation = kwargs.get("position_embeddings")
-        if rotation is None and args:
-            rotation = signature.bind_partial(None, *args, **kwargs).arguments.get("position_embeddings")
+        rotation, mask = kwargs.get("position_embeddings"), kwargs.get("attention_mask")
+        if args:
+            bound = signature.bind_partial(None, *args, **kwargs).arguments
+            rotation, mask = bound.get("position_embeddings"), bound.get("attention_mask")
+        if self.calibrating is None:  # weakly: its caller holds it for the forward (a long context's mask not kept)
+            self._given_masks[id(module)] = _weak(mask)
         if rotation is None:  # this call holds none (a NoPE layer type: Beam's)
             self._rotations.pop(id(module), None)
         if rotation is not None:
@@ -308,7 +316,9 @@ class AttentionHooks:
         if id(module) in self._calls:  # two calls in one forward (DiffLlama's differential attention): see probe()
             count = self._calls[id(module)] = self._calls[id(module)] + 1
             self.most_calls[id(module)] = max(count, self.most_calls.get(id(module), 0))
-        positions = _positions(query, key, kwargs.get("position_ids"), attention_mask, implementation)
+        given = self._given_masks.get(id(module), _none)()
+        position_mask = _position_mask(given, attention_mask)
+        positions = _positions(query, key, kwargs.get("position_ids"), position_mask, implementation)
         rotation = self._rotations.get(id(module))
         if rotation is not None and not isinstance(rotation, (tuple, list)) and rotation.is_complex():
             # one complex tensor, cos + i sin per frequency (Llama-4's and DeepSeek-V2's freqs_cis): one column each
@@ -333,6 +343,7 @@ class AttentionHooks:
             rotation,
             self,
             implementation,
+            position_mask,
         )
         for fn in list(self.observers):
             fn(call)
@@ -374,6 +385,30 @@ class AttentionHooks:
                 found = min(errors, key=lambda e: e[0])[1]
         self._slot_cache[id(call.module)] = found
         return found
+
+
+def _none():
+    return None
+
+
+def _weak(mask) -> Callable:
+    import torch
+    import weakref
+
+    return weakref.ref(mask) if isinstance(mask, torch.Tensor) else _none
+
+
+def _position_mask(given, mask):
+    """The mask whose last row tells where the call's keys are (:func:`last_query_slot`): the one the module was
+    ``given`` where the call's ``mask`` has its shape -- a module may take keys out of it, its own query's too
+    (Qwen4-exp's QSA indexer keeps the top-scoring blocks of 4 keys: a last query whose own block scored low sees keys
+    up to 4 slots back, and its keys were read as 4 positions later) -- else the call's (a mask the module built)."""
+    import torch
+
+    if isinstance(given, torch.Tensor) and isinstance(mask, torch.Tensor):
+        if given.ndim == mask.ndim and given.shape[-2:] == mask.shape[-2:]:
+            return given
+    return mask
 
 
 def _positions(
