@@ -352,5 +352,8 @@ def test_every_rotary_family_is_exact_or_refused_in_one_line(model_type):
     except (rope_ext.AttentionHookError, rope_ext.ScalingError) as err:  # refused (no rotary: inkling2_text's RoPE
         # is its vision tower's, as the frequency suite says): one line, naming why
         assert "\n" not in str(err) and str(err)
+        # the plain model ran above: a forward failing under the hook is rope_ext's crash, not a refusal (DeepSeek-V4's
+        # position_embeddings, one (cos, sin) per kind of layer in a dict, once broke the hook)
+        assert "forward of the model fails" not in str(err), err
         return
     assert max(errors.values()) <= 1e-5, errors

@@ -240,5 +240,5 @@ def require_hooked(model, label: str) -> None:
     if not found.with_rotation:
         raise AttentionHookError(
             f"{type(model).__name__}: scaling '{label}' would change nothing: none of its attention layers "
-            f"({found.called[0]} and {len(found.called) - 1} more) receives position_embeddings to re-rotate"
+            f"({found.called[0]} and {len(found.called) - 1} more) receives position_embeddings it can re-rotate: a (cos, sin) pair or one complex tensor"
         )

@@ -154,7 +154,7 @@ class Probe:
         missing = [name for name in self.called if name not in self.with_rotation]
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            return f"{missing[0]}{more} receives no position_embeddings to re-rotate its query and key"
+            return f"{missing[0]}{more} receives no position_embeddings to re-rotate its query and key (a (cos, sin) pair or one complex tensor)"
         if self.repeated:
             name, count = next(iter(self.repeated.items()))
             return (

@@ -283,9 +283,9 @@ class AttentionHooks:
             rotation, mask = bound.get("position_embeddings"), bound.get("attention_mask")
         if self.calibrating is None:  # weakly: its caller holds it for the forward (a long context's mask not kept)
             self._given_masks[id(module)] = _weak(mask)
-        if rotation is None:  # this call holds none (a NoPE layer type: Beam's)
-            self._rotations.pop(id(module), None)
-        if rotation is not None:
+        if rotation is None or isinstance(rotation, dict):  # none (a NoPE layer type: Beam's), or one per kind of
+            self._rotations.pop(id(module), None)  # layer (DeepSeek-V4's {"main", "compress"}): which one is not read
+        else:
             self._rotations[id(module)] = rotation
             if self.replacement is not None and self.calibrating is None:  # what rotary_layout calls the module with
                 hidden = args[0] if args else kwargs.get("hidden_states")
