@@ -21,8 +21,9 @@ transformers' prompt-length check admits prompts past the trained context.
 What the server cannot do as measured is refused in one line (exit 2) when it starts, never served differently
 (:func:`refusal`): continuous batching (paged attention: another attention path, not checked against the measured
 model), ``--compile`` (compiled graphs: not checked against the measured model; the static cache they decode with is
-exact under every method, tests/test_cache_paths.py, but torch.compile around rope_ext's attention hook is not), quantization (other weights than the ones measured). A request asking for another
-cache (``generation_config`` with ``cache_implementation``) under an attention-level method fails with a 400.
+exact under every method, tests/test_cache_paths.py, but torch.compile around rope_ext's attention hook is not), quantization (other weights than the ones measured). A request asking for a cache
+(``generation_config`` with ``cache_implementation``) gets it where it decodes as measured -- dynamic, static,
+offloaded (tests/test_cache_paths.py) --; a lossy one (quantized) under an attention-level method fails with a 400.
 
 ``tests/test_serve.py`` starts this server on 127.0.0.1 and checks, over HTTP, that greedy ``/v1/completions`` give the
 tokens of ``model.generate`` under :func:`rope_ext.patch` (none, YaRN, Self-Extend, DCA) on prompts past the trained

@@ -15,8 +15,10 @@ from transformers.cli.serve import Serve
 from transformers.cli.serving.model_manager import ModelLoader
 from transformers.cli.serving.utils import parse_model_id
 
-# the caches a request may ask for that generate exactly as measured under an attention-level method
-EXACT_CACHES = (None, "dynamic")
+# the caches a request may ask for that generate exactly as measured under an attention-level method: greedy decode
+# equal to the dynamic cache's (tests/test_cache_paths.py; the offloaded ones on CUDA); a quantized cache's keys are
+# lossy (other numbers than the ones measured)
+EXACT_CACHES = (None, "dynamic", "static", "offloaded", "offloaded_static")
 
 
 class RopeLoader(ModelLoader):
@@ -74,15 +76,15 @@ class RopeLoader(ModelLoader):
 
 
 def guard_cache(model, label: str) -> None:
-    """``model.generate`` refusing (ValueError: the server answers 400) a cache other than the dynamic one, which
-    attention-level methods are measured with (a request may ask for one in its ``generation_config``)."""
+    """``model.generate`` refusing (ValueError: the server answers 400) a cache that does not decode as the dynamic
+    one attention-level methods are measured with (a request may ask for one in its ``generation_config``)."""
     generate = model.generate
 
     def guarded(*args, **kwargs):
         asked = kwargs.get("cache_implementation")
         if asked not in EXACT_CACHES:
             raise ValueError(
-                f"cache_implementation={asked!r} is refused: {label}'s generation is exact with the dynamic cache only"
+                f"cache_implementation={asked!r} is refused: {label}'s generation is exact with the {', '.join(map(str, EXACT_CACHES[1:]))} caches only"
             )
         return generate(*args, **kwargs)
 
