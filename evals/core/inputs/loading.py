@@ -155,7 +155,9 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     else:
         if source.kind == "hub":
             require_hub(cfg)
-        kwargs = {"gguf_file": source.file} if source.kind == "gguf" else {}
+        # a GGUF's config is the one resolved (read from the file once and cached): given, transformers reads the
+        # file's metadata once less (gguf-py: seconds), and copies it
+        kwargs = {"gguf_file": source.file, "config": model.config} if source.kind == "gguf" else {}
         if cfg.device_map:
             kwargs["device_map"] = cfg.device_map
         log.info("loading %s from %s", model.name, source.location)
