@@ -103,18 +103,42 @@ def pytest_terminal_summary(terminalreporter, config):
         )
 
 
+def registration() -> tuple:
+    """What evals.core.config.store.register_configs stores from -- the strategies (their parameters and whether
+    built in), the evals, the options' YAMLs -- and the nodes the ConfigStore holds now (each store makes new ones,
+    so a test that registers, or stores, anything changes it)."""
+    from hydra.core.config_store import ConfigStore
+
+    from evals import EVALS
+    from evals.core.config.store import written_options
+    from rope_ext import STRATEGIES
+
+    def nodes(tree: dict) -> tuple:
+        return tuple((k, nodes(v) if isinstance(v, dict) else id(v)) for k, v in tree.items())
+
+    return (
+        tuple((n, id(s), id(s.fn), s.fn.__module__, repr(s.params), repr(s.targets)) for n, s in STRATEGIES.items()),
+        tuple((n, id(e), id(e.config), id(e.run), e.run.__module__) for n, e in EVALS.items()),
+        tuple(sorted(written_options("scaling"))),
+        tuple(sorted(written_options("eval"))),
+        nodes(ConfigStore.instance().repo),
+    )
+
+
 @pytest.fixture(scope="session")
 def compose():
     """``compose(*overrides, searchpath=None, return_hydra_config=False)``: the config ``python run.py <overrides>``
     composes. Each distinct call is composed once per session; every call gets its own deep copy, so a test may
     change its config (parsing a job resolves the eval's lengths in place) without touching another's."""
-    composed = {}
+    composed, registered = {}, [None]
 
     def compose(*overrides, searchpath: list[str] | None = None, return_hydra_config: bool = False):
         key = (overrides, tuple(searchpath or ()), return_hydra_config)
         if key not in composed:
             load_evals()
-            register_configs()
+            if registered[0] != registration():  # storing the options is ~0.3 s: only when what they come from changed
+                register_configs()
+                registered[0] = registration()
             extra = [f"hydra.searchpath=[{','.join(searchpath)}]"] if searchpath else []
             with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
                 composed[key] = hydra_compose(

